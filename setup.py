@@ -1,0 +1,25 @@
+from pathlib import Path
+
+from setuptools import setup
+
+setup(
+    name="tfsurgery",
+    version="0.1.0",
+    description="TensorFlow graph surgery for inference: training switches, dropout and tf.cond "
+                "branches removed, batch norm folded, ONNX export — verified numerically.",
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=["tfsurgery", "transforms", "models"],
+    install_requires=[
+        "tensorflow>=2.21,<2.22",
+        "numpy",
+        "tf2onnx>=1.17",
+        "onnx>=1.17",
+        "onnxruntime>=1.20",
+    ],
+    extras_require={
+        "test": ["pytest", "hypothesis", "tf_keras>=2.21,<2.22"],
+    },
+    entry_points={"console_scripts": ["tfsurgery=tfsurgery.cli:main"]},
+)

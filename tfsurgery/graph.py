@@ -1,0 +1,355 @@
+"""The graph index every transform works on.
+
+A GraphDef is a flat list of NodeDefs whose inputs are strings: ``"name"``, ``"name:k"`` (output k)
+or ``"^name"`` (control dependency). ``Graph`` parses those strings once, keeps a name → node map and a
+producer → consumers map, and offers the handful of edits transforms need (add, rewire, remove, prune),
+keeping both maps up to date. Every lookup is a dict access, so a pass over the graph is linear.
+
+Tensor values go through TensorFlow's own ``tf.make_ndarray`` / ``tf.make_tensor_proto``.
+"""
+from __future__ import annotations
+
+import copy
+from collections import defaultdict, deque
+from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Set, Tuple
+
+import numpy as np
+
+from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2
+
+# Ops that forward their first input unchanged; constant lookups may look through them.
+IDENTITY_OPS = frozenset({"Identity", "IdentityN", "Snapshot", "StopGradient", "PreventGradient",
+                          "ReadVariableOp"})
+
+
+class Ref(NamedTuple):
+    """One parsed input string: a tensor ``node:port`` or a control edge ``^node``."""
+
+    node: str
+    port: int = 0
+    control: bool = False
+
+    def __str__(self) -> str:
+        return format_ref(self.node, self.port, self.control)
+
+    @property
+    def tensor(self) -> "Ref":
+        return Ref(self.node, self.port, False)
+
+
+def parse_ref(text: str) -> Ref:
+    """``"a"`` → (a, 0), ``"a:2"`` → (a, 2), ``"^a"`` → control edge from a."""
+    if text.startswith("^"):
+        return Ref(text[1:], 0, True)
+    name, sep, port = text.rpartition(":")
+    if sep and port.isdigit():
+        return Ref(name, int(port), False)
+    return Ref(text, 0, False)
+
+
+def format_ref(node: str, port: int = 0, control: bool = False) -> str:
+    if control:
+        return "^" + node
+    return node if port == 0 else f"{node}:{port}"
+
+
+class GraphError(ValueError):
+    """A graph that cannot be indexed (duplicate names, dangling inputs, ...)."""
+
+
+class Consumer(NamedTuple):
+    node: str          # the consuming node
+    index: int         # position in its input list
+    ref: Ref           # what it reads from the producer
+
+
+def _tf():
+    import tensorflow as tf  # imported lazily: the index itself is usable without a TF session
+    return tf
+
+
+class Graph:
+    """An editable, indexed copy of a GraphDef (the caller's GraphDef is never touched)."""
+
+    def __init__(self, graph_def: graph_pb2.GraphDef, *, check_inputs: bool = True):
+        self._versions = copy.deepcopy(graph_def.versions)
+        self._library = copy.deepcopy(graph_def.library)
+        self.nodes: Dict[str, node_def_pb2.NodeDef] = {}
+        self._consumers: Dict[str, Dict[Tuple[str, int], Ref]] = defaultdict(dict)
+        for original in graph_def.node:
+            if original.name in self.nodes:
+                raise GraphError(f"duplicate node name '{original.name}'")
+            node = node_def_pb2.NodeDef()
+            node.CopyFrom(original)
+            self.nodes[node.name] = node
+        for node in self.nodes.values():
+            for index, text in enumerate(node.input):
+                ref = parse_ref(text)
+                if check_inputs and ref.node not in self.nodes:
+                    kind = "control input" if ref.control else "input"
+                    raise GraphError(f"node '{node.name}' has {kind} '{text}' but no node "
+                                     f"'{ref.node}' exists")
+                self._consumers[ref.node][(node.name, index)] = ref
+
+    # ---------------------------------------------------------------- reading
+    def __contains__(self, name: str) -> bool:
+        return name in self.nodes
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __iter__(self) -> Iterator[node_def_pb2.NodeDef]:
+        return iter(list(self.nodes.values()))
+
+    def node(self, name: str) -> node_def_pb2.NodeDef:
+        return self.nodes[name]
+
+    def op(self, ref) -> Optional[str]:
+        """Op type of the node behind a name or Ref (None if missing)."""
+        node = self.nodes.get(ref.node if isinstance(ref, Ref) else parse_ref(ref).node)
+        return node.op if node is not None else None
+
+    def inputs(self, name: str) -> List[Ref]:
+        """Data inputs of a node, parsed, in order (control inputs excluded)."""
+        return [ref for ref in map(parse_ref, self.nodes[name].input) if not ref.control]
+
+    def control_inputs(self, name: str) -> List[str]:
+        return [ref.node for ref in map(parse_ref, self.nodes[name].input) if ref.control]
+
+    def consumers(self, name: str, port: Optional[int] = None, *,
+                  control: bool = False) -> List[Consumer]:
+        """Who reads node ``name`` (output ``port`` if given); control edges only if asked."""
+        found = []
+        for (consumer, index), ref in self._consumers.get(name, {}).items():
+            if ref.control and not control:
+                continue
+            if port is not None and (ref.control or ref.port != port):
+                continue
+            found.append(Consumer(consumer, index, ref))
+        return found
+
+    def consumer_nodes(self, name: str, port: Optional[int] = None) -> Set[str]:
+        return {c.node for c in self.consumers(name, port)}
+
+    def has_control_consumers(self, name: str) -> bool:
+        return any(ref.control for ref in self._consumers.get(name, {}).values())
+
+    def attr(self, name: str, key: str, default=None):
+        """A node attribute as a Python value (str for bytes)."""
+        node = self.nodes[name]
+        if key not in node.attr:
+            return default
+        value = node.attr[key]
+        kind = value.WhichOneof("value")
+        if kind == "s":
+            return value.s.decode()
+        if kind == "type":
+            return _tf().dtypes.as_dtype(value.type)
+        if kind == "shape":
+            return _tf().TensorShape(value.shape)
+        if kind == "list":
+            return list(value.list.i) or [s.decode() for s in value.list.s] or list(value.list.f)
+        return getattr(value, kind) if kind else default
+
+    def resolve(self, ref) -> Ref:
+        """Follow identity-like ops back to the tensor that really produces a value."""
+        ref = ref if isinstance(ref, Ref) else parse_ref(ref)
+        seen = set()
+        while ref.node in self.nodes and self.nodes[ref.node].op in IDENTITY_OPS \
+                and ref.node not in seen:
+            seen.add(ref.node)
+            inputs = self.inputs(ref.node)
+            if self.nodes[ref.node].op == "IdentityN":
+                ref = inputs[ref.port]
+            elif ref.port != 0 or not inputs:
+                break
+            else:
+                ref = inputs[0]
+        return ref
+
+    def const_value(self, ref, *, through_identity: bool = True) -> Optional[np.ndarray]:
+        """The value of a constant tensor (None if it is not a constant)."""
+        ref = ref if isinstance(ref, Ref) else parse_ref(ref)
+        if through_identity:
+            ref = self.resolve(ref)
+        node = self.nodes.get(ref.node)
+        if node is None or node.op != "Const" or ref.port != 0:
+            return None
+        return _tf().make_ndarray(node.attr["value"].tensor)
+
+    def is_const(self, ref) -> bool:
+        ref = self.resolve(ref if isinstance(ref, Ref) else parse_ref(ref))
+        node = self.nodes.get(ref.node)
+        return node is not None and node.op == "Const" and ref.port == 0
+
+    # ---------------------------------------------------------------- editing
+    def unique_name(self, base: str) -> str:
+        if base not in self.nodes:
+            return base
+        k = 1
+        while f"{base}_{k}" in self.nodes:
+            k += 1
+        return f"{base}_{k}"
+
+    def add_node(self, node: node_def_pb2.NodeDef) -> node_def_pb2.NodeDef:
+        if node.name in self.nodes:
+            raise GraphError(f"node '{node.name}' already exists")
+        self.nodes[node.name] = node
+        for index, text in enumerate(node.input):
+            ref = parse_ref(text)
+            self._consumers[ref.node][(node.name, index)] = ref
+        return node
+
+    def new_node(self, op: str, name: str, inputs: Iterable = (), attrs: Optional[dict] = None,
+                 device: str = "") -> node_def_pb2.NodeDef:
+        """Create and add ``op`` named ``name`` (made unique) with inputs (str or Ref)."""
+        node = node_def_pb2.NodeDef(op=op, name=self.unique_name(name), device=device)
+        node.input.extend(str(i) for i in inputs)
+        for key, value in (attrs or {}).items():
+            node.attr[key].CopyFrom(value if isinstance(value, attr_value_pb2.AttrValue)
+                                    else _attr(value))
+        return self.add_node(node)
+
+    def add_const(self, name: str, value, dtype=None, device: str = "") -> str:
+        """Add a Const holding ``value`` (numpy or scalar); returns its (unique) name."""
+        tf = _tf()
+        tensor = tf.make_tensor_proto(value, dtype=dtype)
+        node = self.new_node("Const", name, attrs={
+            "dtype": attr_value_pb2.AttrValue(type=tensor.dtype),
+            "value": attr_value_pb2.AttrValue(tensor=tensor)}, device=device)
+        return node.name
+
+    def set_const_value(self, name: str, value, dtype=None) -> None:
+        """Replace a Const's value in place (callers make sure no one else depends on it)."""
+        tensor = _tf().make_tensor_proto(value, dtype=dtype)
+        node = self.nodes[name]
+        node.attr["dtype"].type = tensor.dtype
+        node.attr["value"].tensor.CopyFrom(tensor)
+
+    def set_input(self, name: str, index: int, new) -> None:
+        """Make input ``index`` of node ``name`` read ``new`` (str or Ref)."""
+        node = self.nodes[name]
+        old = parse_ref(node.input[index])
+        self._consumers[old.node].pop((name, index), None)
+        new_ref = new if isinstance(new, Ref) else parse_ref(new)
+        node.input[index] = str(new_ref)
+        self._consumers[new_ref.node][(name, index)] = new_ref
+
+    def rewire(self, old, new, *, keep=()) -> int:
+        """Every data consumer of tensor ``old`` reads ``new`` instead (except nodes in ``keep``)."""
+        old = old if isinstance(old, Ref) else parse_ref(old)
+        new = new if isinstance(new, Ref) else parse_ref(new)
+        moved = 0
+        for consumer in self.consumers(old.node, old.port):
+            if consumer.node not in keep:
+                self.set_input(consumer.node, consumer.index, new)
+                moved += 1
+        return moved
+
+    def move_control_consumers(self, old: str, new: Optional[str]) -> None:
+        """Control edges from ``old`` come from ``new`` instead (dropped if new is None)."""
+        for consumer in self.consumers(old, control=True):
+            if not consumer.ref.control:
+                continue
+            node = self.nodes[consumer.node]
+            existing = set(node.input)
+            if new is None or f"^{new}" in existing or new == consumer.node:
+                self.remove_input(consumer.node, consumer.index)
+            else:
+                self.set_input(consumer.node, consumer.index, Ref(new, 0, True))
+
+    def remove_input(self, name: str, index: int) -> None:
+        node = self.nodes[name]
+        refs = list(node.input)
+        for i, text in enumerate(refs):
+            self._consumers[parse_ref(text).node].pop((name, i), None)
+        del refs[index]
+        del node.input[:]
+        node.input.extend(refs)
+        for i, text in enumerate(refs):
+            ref = parse_ref(text)
+            self._consumers[ref.node][(name, i)] = ref
+
+    def remove(self, names: Iterable[str]) -> None:
+        """Delete nodes (their own input edges go with them)."""
+        for name in list(names):
+            node = self.nodes.pop(name, None)
+            if node is None:
+                continue
+            for index, text in enumerate(node.input):
+                self._consumers[parse_ref(text).node].pop((name, index), None)
+
+    def ancestors(self, outputs: Iterable[str], *, include_control: bool = True) -> Set[str]:
+        """Nodes the given node names depend on (themselves included); cycles are fine."""
+        keep: Set[str] = set()
+        stack = [parse_ref(o).node for o in outputs]
+        while stack:
+            name = stack.pop()
+            if name in keep or name not in self.nodes:
+                continue
+            keep.add(name)
+            for ref in map(parse_ref, self.nodes[name].input):
+                if include_control or not ref.control:
+                    stack.append(ref.node)
+        return keep
+
+    def prune(self, outputs: Iterable[str], *, keep: Iterable[str] = ()) -> List[str]:
+        """Remove every node the outputs (and ``keep``) do not need; returns the removed names."""
+        needed = self.ancestors(list(outputs) + list(keep))
+        dead = [name for name in self.nodes if name not in needed]
+        self.remove(dead)
+        return dead
+
+    def topological_order(self) -> List[str]:
+        """Producers before consumers (Kahn). Nodes on cycles — while loops, whose NextIteration
+        feeds a Merge — are appended in graph order instead of failing."""
+        indegree = {name: 0 for name in self.nodes}
+        for name, node in self.nodes.items():
+            for ref in map(parse_ref, node.input):
+                if ref.node in self.nodes:
+                    indegree[name] += 1
+        ready = deque(name for name, d in indegree.items() if d == 0)
+        order: List[str] = []
+        while ready:
+            name = ready.popleft()
+            order.append(name)
+            for (consumer, _index), _ref in self._consumers.get(name, {}).items():
+                if consumer in indegree:
+                    indegree[consumer] -= 1
+                    if indegree[consumer] == 0:
+                        ready.append(consumer)
+        if len(order) < len(self.nodes):
+            placed = set(order)
+            order.extend(name for name in self.nodes if name not in placed)
+        return order
+
+    def op_histogram(self) -> Dict[str, int]:
+        counts: Dict[str, int] = defaultdict(int)
+        for node in self.nodes.values():
+            counts[node.op] += 1
+        return dict(counts)
+
+    def to_graph_def(self) -> graph_pb2.GraphDef:
+        graph_def = graph_pb2.GraphDef()
+        graph_def.versions.CopyFrom(self._versions)
+        graph_def.library.CopyFrom(self._library)
+        graph_def.node.extend(self.nodes.values())
+        return graph_def
+
+
+def _attr(value) -> attr_value_pb2.AttrValue:
+    """Plain Python/TF values → AttrValue for ``Graph.new_node``."""
+    tf = _tf()
+    if isinstance(value, bool):
+        return attr_value_pb2.AttrValue(b=value)
+    if isinstance(value, int):
+        return attr_value_pb2.AttrValue(i=value)
+    if isinstance(value, float):
+        return attr_value_pb2.AttrValue(f=value)
+    if isinstance(value, str):
+        return attr_value_pb2.AttrValue(s=value.encode())
+    if isinstance(value, bytes):
+        return attr_value_pb2.AttrValue(s=value)
+    if isinstance(value, tf.dtypes.DType):
+        return attr_value_pb2.AttrValue(type=value.as_datatype_enum)
+    raise TypeError(f"cannot make an attribute from {value!r}")

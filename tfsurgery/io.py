@@ -1,0 +1,140 @@
+"""Reading and writing graphs; finding a graph's inputs and outputs.
+
+Every failure a user can cause (missing file, corrupt protobuf, a graph with variables, ...) raises
+``InputError`` with a one-line message; the CLI turns it into exit status 2. Outputs are written to a
+temporary file in the target directory and renamed into place, so a crash never leaves half a file,
+and an output path equal to the input path is refused.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import List, Sequence, Tuple
+
+from google.protobuf import message, text_format
+from tensorflow.core.framework import graph_pb2
+
+from tfsurgery.graph import Graph, GraphError, parse_ref
+
+VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable",
+                          "_VarHandlesOp"})
+TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
+
+
+class InputError(Exception):
+    """Bad input from the user: reported as one line, exit status 2."""
+
+
+def load_graph_def(path) -> graph_pb2.GraphDef:
+    """A GraphDef from a binary ``.pb`` or text ``.pbtxt`` file, checked for basic sanity."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a .pb/.pbtxt file")
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise InputError(f"{path}: cannot read ({error.strerror})") from None
+    if not data:
+        raise InputError(f"{path}: file is empty")
+    graph_def = graph_pb2.GraphDef()
+    try:
+        if path.suffix.lower() in TEXT_SUFFIXES:
+            text_format.Parse(data.decode("utf-8"), graph_def)
+        else:
+            graph_def.ParseFromString(data)
+    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, ValueError) as error:
+        kind = "text" if path.suffix.lower() in TEXT_SUFFIXES else "binary"
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise InputError(f"{path}: not a valid {kind} GraphDef ({first_line[:160]})") from None
+    check_graph_def(graph_def, str(path))
+    return graph_def
+
+
+def check_graph_def(graph_def: graph_pb2.GraphDef, where: str = "graph") -> None:
+    if not graph_def.node:
+        raise InputError(f"{where}: the graph has no nodes (is this a GraphDef?)")
+    if any(not node.op for node in graph_def.node):
+        raise InputError(f"{where}: not a valid GraphDef (a node has no op)")
+    variables = [n.name for n in graph_def.node if n.op in VARIABLE_OPS]
+    if variables:
+        raise InputError(
+            f"{where}: the graph still holds variables (e.g. '{variables[0]}'); freeze it first "
+            "(tf.compat.v1.graph_util.convert_variables_to_constants) or pass the SavedModel "
+            "directory instead")
+    try:
+        Graph(graph_def)
+    except GraphError as error:
+        raise InputError(f"{where}: {error}") from None
+
+
+def save_graph_def(graph_def: graph_pb2.GraphDef, path, *, input_path=None) -> Path:
+    """Write atomically (temp file + rename); text format for .pbtxt."""
+    path = Path(path)
+    if input_path is not None and _same_file(path, Path(input_path)):
+        raise InputError(f"{path}: refusing to overwrite the input file; choose another -o")
+    if path.suffix.lower() in TEXT_SUFFIXES:
+        data = text_format.MessageToString(graph_def).encode()
+    else:
+        data = graph_def.SerializeToString()
+    write_atomically(path, data)
+    return path
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise InputError(f"{path}: output directory {directory} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except OSError as error:
+        raise InputError(f"{path}: cannot write ({error.strerror})") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except OSError as error:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(f"{path}: cannot write ({error.strerror})") from None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+# ---------------------------------------------------------------- interface detection
+def detect_inputs(graph_def, training_flags: Sequence[str] = ()) -> List[str]:
+    """Placeholders that must be fed and are not training flags (a PlaceholderWithDefault has a
+    value of its own and is not counted)."""
+    from transforms.freeze_training_flags import is_training_flag
+    return [n.name for n in graph_def.node
+            if n.op in ("Placeholder", "PlaceholderV2") and not is_training_flag(n, training_flags)]
+
+
+def detect_outputs(graph_def) -> List[str]:
+    """Nodes nothing consumes (excluding Const, NoOp and other leftovers that compute nothing)."""
+    consumed = {parse_ref(text).node for node in graph_def.node for text in node.input}
+    ignore = {"Const", "NoOp", "Placeholder", "PlaceholderWithDefault", "Assert", "SaveV2",
+              "RestoreV2"}
+    return [n.name for n in graph_def.node if n.name not in consumed and n.op not in ignore]
+
+
+def resolve_interface(graph_def, inputs: Sequence[str] = (), outputs: Sequence[str] = (),
+                      training_flags: Sequence[str] = ()) -> Tuple[List[str], List[str]]:
+    """Check user-given input/output names against the graph, or detect them."""
+    names = {n.name for n in graph_def.node}
+    for kind, given in (("input", inputs), ("output", outputs)):
+        missing = [g for g in given if parse_ref(g).node not in names]
+        if missing:
+            raise InputError(f"unknown {kind} name {', '.join(map(repr, missing))}: "
+                             "no such node in the graph")
+    inputs = list(inputs) or detect_inputs(graph_def, training_flags)
+    outputs = list(outputs) or detect_outputs(graph_def)
+    if not outputs:
+        raise InputError("could not find the graph's outputs; name them with --outputs")
+    return inputs, outputs

@@ -1,0 +1,61 @@
+"""The before/after report: a table like onnxsim's, per-transform summaries, and JSON for CI."""
+from __future__ import annotations
+
+import collections
+from typing import Dict, List, Optional, Sequence
+
+from tfsurgery.pipeline import TransformReport
+
+
+def op_histogram(graph_def) -> Dict[str, int]:
+    return dict(collections.Counter(node.op for node in graph_def.node))
+
+
+def summary(graph_def) -> dict:
+    return {"nodes": len(graph_def.node), "bytes": graph_def.ByteSize(),
+            "ops": op_histogram(graph_def)}
+
+
+def comparison_rows(before: dict, after: dict) -> List[tuple]:
+    """(label, before, after) for node count, bytes and every op whose count changed."""
+    rows = [("nodes", before["nodes"], after["nodes"]), ("bytes", before["bytes"], after["bytes"])]
+    ops = sorted(set(before["ops"]) | set(after["ops"]))
+    rows += [(op, before["ops"].get(op, 0), after["ops"].get(op, 0)) for op in ops
+             if before["ops"].get(op, 0) != after["ops"].get(op, 0)]
+    return rows
+
+
+def format_table(rows: Sequence[tuple], headers=("", "before", "after")) -> str:
+    cells = [tuple(str(c) for c in headers)] + [tuple(str(c) for c in row) for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out = [line]
+    for k, row in enumerate(cells):
+        out.append("| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                     for i, (c, w) in enumerate(zip(row, widths))) + " |")
+        if k == 0:
+            out.append(line)
+    out.append(line)
+    return "\n".join(out)
+
+
+def transform_lines(reports: Sequence[TransformReport], verbose: bool = False) -> List[str]:
+    lines = []
+    for r in reports:
+        lines.append(f"{r.name:<22} rewrote {len(r.rewritten):>4}, skipped {len(r.skipped):>3}, "
+                     f"removed {r.removed_nodes:>5} nodes  ({r.seconds * 1000:.0f} ms)")
+        for node, reason in r.skipped[: None if verbose else 10]:
+            lines.append(f"    skipped {node}: {reason}")
+        if not verbose and len(r.skipped) > 10:
+            lines.append(f"    ... {len(r.skipped) - 10} more skips (use -v or --report-json)")
+        lines.extend(f"    note: {note}" for note in r.notes)
+    return lines
+
+
+def build_report(before_def, after_def, reports: Sequence[TransformReport], *, inputs, outputs,
+                 verification=None, extra: Optional[dict] = None) -> dict:
+    result = {"inputs": list(inputs), "outputs": list(outputs), "before": summary(before_def),
+              "after": summary(after_def), "transforms": [r.as_dict() for r in reports],
+              "verification": verification.as_dict() if verification is not None else None}
+    result.update(extra or {})
+    return result

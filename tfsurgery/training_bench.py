@@ -1,0 +1,134 @@
+"""Benchmark: one ONNX-Adam step over ResNet-50's parameters vs TF's fused Adam.
+
+Compares, in the same run with interleaved repeats (median wall time):
+
+* ``fused``: ``tf.raw_ops.ResourceApplyAdam`` once per variable, in one
+  ``tf.function`` (the baseline; in-place updates of resource variables);
+* ``onnx``: ``training_ops`` Adam as a functional ``tf.function``
+  (tensors in, new tensors out);
+* ``onnx_jit``: the same with ``jit_compile=True`` (XLA fuses the
+  element-wise chain per tensor);
+* ``onnx_jit_assign``: XLA-compiled step that reads resource variables,
+  applies the op and assigns the results back, like ``OnnxAdam`` does.
+
+Run ``python -m tfsurgery.training_bench`` to print the result as JSON.
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tfsurgery import training_ops
+
+ALPHA, BETA, EPSILON, LR = 0.9, 0.999, 1e-6, 1e-3
+
+
+def resnet50_shapes():
+    """Shapes of ResNet-50's trainable weights (214 tensors, ~25.6 M values)."""
+    model = tf.keras.applications.ResNet50(weights=None)
+    shapes = [tuple(w.shape) for w in model.trainable_weights]
+    del model
+    tf.keras.backend.clear_session()
+    return shapes
+
+
+def _fused_step(xs, vs, hs, gs, t):
+    """TF's fused kernel, one ResourceApplyAdam per variable."""
+
+    @tf.function
+    def step():
+        power1 = tf.raw_ops.Pow(x=np.float32(ALPHA), y=t)
+        power2 = tf.raw_ops.Pow(x=np.float32(BETA), y=t)
+        for x, v, h, g in zip(xs, vs, hs, gs):
+            tf.raw_ops.ResourceApplyAdam(
+                var=x.handle, m=v.handle, v=h.handle,
+                beta1_power=power1, beta2_power=power2, lr=np.float32(LR),
+                beta1=np.float32(ALPHA), beta2=np.float32(BETA), epsilon=np.float32(EPSILON), grad=g,
+            )
+
+    return step
+
+
+def _onnx_step(shapes, tensors, jit_compile):
+    fn = training_ops.op_function("Adam", shapes, tf.float32, jit_compile=jit_compile,
+                                  alpha=ALPHA, beta=BETA, epsilon=EPSILON)
+    r, t = tf.constant(LR, tf.float32), tf.constant(1, tf.int64)
+    return lambda: fn(r, t, *tensors)
+
+
+def _onnx_assign_step(shapes, xs, vs, hs, gs):
+    fn = training_ops.op_function("Adam", shapes, tf.float32, alpha=ALPHA, beta=BETA, epsilon=EPSILON)
+    r, t = tf.constant(LR, tf.float32), tf.constant(1, tf.int64)
+    states = [*xs, *vs, *hs]
+
+    @tf.function(jit_compile=True)
+    def step():
+        reads = [tf.raw_ops.ReadVariableOp(resource=s.handle, dtype=tf.float32) for s in states]
+        outputs = fn(r, t, *reads[: len(xs)], *gs, *reads[len(xs):])
+        for s, value in zip(states, outputs):
+            tf.raw_ops.AssignVariableOp(resource=s.handle, value=value)
+
+    return step
+
+
+def adam_step_benchmark(repeats=10, shapes=None, seed=0):
+    """Median time of one Adam step per variant and ratios to the fused kernel.
+
+    ``shapes`` defaults to ResNet-50's trainable weight shapes.
+    """
+    shapes = shapes or resnet50_shapes()
+    rng = np.random.default_rng(seed)
+
+    def random(shape, positive=False):
+        value = rng.standard_normal(shape, dtype=np.float32)
+        return np.abs(value) if positive else value
+
+    # x, v, h as values; g as constant tensors; h must be non-negative.
+    values = {k: [random(s, positive=(k == "h")) for s in shapes] for k in "xvh"}
+    gs = [tf.constant(random(s)) for s in shapes]
+
+    def variables():
+        return [[tf.Variable(a) for a in values[k]] for k in "xvh"]
+
+    tensors = [tf.constant(a) for k in "xvh" for a in values[k]]
+    n = len(shapes)
+    # Input order for the op: X..., G..., V..., H...
+    onnx_inputs = tensors[:n] + gs + tensors[n:]
+    variants = {
+        "fused": _fused_step(*variables(), gs, tf.constant(1.0)),
+        "onnx": _onnx_step(shapes, onnx_inputs, jit_compile=False),
+        "onnx_jit": _onnx_step(shapes, onnx_inputs, jit_compile=True),
+        "onnx_jit_assign": _onnx_assign_step(shapes, *variables(), gs),
+    }
+    times = {name: [] for name in variants}
+    for name, step in variants.items():  # warm-up: tracing and XLA compilation
+        step()
+    for _ in range(repeats):
+        for name, step in variants.items():  # interleaved
+            start = time.perf_counter()
+            result = step()
+            times[name].append(time.perf_counter() - start)
+            del result
+    medians = {name: statistics.median(ts) for name, ts in times.items()}
+    return {
+        "n_tensors": n,
+        "n_parameters": int(sum(np.prod(s) for s in shapes)),
+        "repeats": repeats,
+        "median_seconds": medians,
+        "ratio_to_fused": {name: medians[name] / medians["fused"] for name in variants if name != "fused"},
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=10)
+    args = parser.parse_args()
+    print(json.dumps(adam_step_benchmark(repeats=args.repeats), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""Proof that the numbers did not change: run both graphs on the same feeds and compare outputs.
+
+Feeds are random but seeded, shaped from each placeholder's ``shape`` attribute (unknown batch → 2,
+other unknown dims → 16). The original runs with its training flags fed ``False``. The error of an
+output is max|optimized − original| / max|original|, i.e. scaled to the output's magnitude.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from tfsurgery.graph import Graph
+
+UNKNOWN_BATCH = 2
+UNKNOWN_DIM = 16
+DEFAULT_TOLERANCE = 1e-4
+
+
+@dataclasses.dataclass
+class OutputError:
+    name: str
+    max_abs: float
+    max_rel: float          # max_abs scaled by the output's magnitude
+    shape: tuple
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Verification:
+    outputs: List[OutputError]
+    tolerance: float
+    reference: str = "original graph, training flags False"
+
+    @property
+    def max_error(self) -> float:
+        return max((o.max_rel for o in self.outputs), default=0.0)
+
+    @property
+    def passed(self) -> bool:
+        return self.max_error <= self.tolerance
+
+    def as_dict(self) -> dict:
+        return {"passed": self.passed, "max_error": self.max_error, "tolerance": self.tolerance,
+                "reference": self.reference, "outputs": [o.as_dict() for o in self.outputs]}
+
+
+class VerificationError(Exception):
+    """A graph could not be run at all (e.g. an op this TensorFlow lacks)."""
+
+
+class OriginalDoesNotRun(VerificationError):
+    """The input graph itself does not run: the user's input, not our result, is at fault."""
+
+
+def placeholder_shape(node) -> List[int]:
+    import tensorflow as tf
+    shape = tf.TensorShape(node.attr["shape"].shape) if "shape" in node.attr else \
+        tf.TensorShape(None)
+    if shape.rank is None:
+        return [UNKNOWN_BATCH]
+    return [d if d is not None else (UNKNOWN_BATCH if i == 0 else UNKNOWN_DIM)
+            for i, d in enumerate(shape.as_list())]
+
+
+def make_feeds(graph_def, inputs: Sequence[str], seed: int = 0) -> Dict[str, np.ndarray]:
+    """Seeded random values for every input placeholder."""
+    import tensorflow as tf
+    rng = np.random.default_rng(seed)
+    graph = Graph(graph_def, check_inputs=False)
+    feeds = {}
+    for name in inputs:
+        node = graph.node(name.split(":")[0])
+        dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
+        shape = placeholder_shape(node)
+        if dtype.is_bool:
+            value = rng.random(shape) < 0.5
+        elif dtype.is_integer:
+            value = rng.integers(0, 10, size=shape)
+        else:
+            value = rng.standard_normal(shape)
+        feeds[name] = np.asarray(value).astype(dtype.as_numpy_dtype)
+    return feeds
+
+
+def run_graph(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -> List[np.ndarray]:
+    """Run a GraphDef once in a TF1 Session."""
+    import tensorflow as tf
+    with tf.Graph().as_default() as graph:
+        try:
+            tf.compat.v1.import_graph_def(graph_def, name="")
+        except (ValueError, TypeError) as error:
+            raise VerificationError(f"TensorFlow cannot import the graph: "
+                                    f"{str(error).splitlines()[0]}") from None
+        with tf.compat.v1.Session(graph=graph) as session:
+            try:
+                return session.run([_tensor(o) for o in outputs],
+                                   {_tensor(k): v for k, v in feeds.items()})
+            except tf.errors.OpError as error:
+                raise VerificationError(f"TensorFlow cannot run the graph: "
+                                        f"{error.message.splitlines()[0]}") from None
+
+
+def _tensor(name: str) -> str:
+    return name if ":" in name else name + ":0"
+
+
+def output_error(name: str, reference: np.ndarray, result: np.ndarray) -> OutputError:
+    reference, result = np.asarray(reference), np.asarray(result)
+    if reference.shape != result.shape:
+        return OutputError(name, float("inf"), float("inf"), tuple(result.shape))
+    if reference.dtype.kind not in "fc":
+        wrong = float(np.count_nonzero(reference != result))
+        return OutputError(name, wrong, wrong, tuple(reference.shape))
+    ref64, res64 = reference.astype(np.float64), result.astype(np.float64)
+    same_nan = np.isnan(ref64) & np.isnan(res64)
+    diff = np.where(same_nan, 0.0, np.abs(ref64 - res64))
+    max_abs = float(np.max(diff, initial=0.0))
+    if np.isnan(max_abs):
+        return OutputError(name, float("inf"), float("inf"), tuple(reference.shape))
+    magnitude = float(np.max(np.abs(np.where(same_nan, 0.0, ref64)), initial=0.0))
+    return OutputError(name, max_abs, max_abs / max(magnitude, np.finfo(np.float32).tiny),
+                       tuple(reference.shape))
+
+
+def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
+           training_flags: Sequence[str] = (), *, tolerance: float = DEFAULT_TOLERANCE,
+           seed: int = 0, feeds: Optional[Dict[str, np.ndarray]] = None,
+           reference_note: Optional[str] = None) -> Verification:
+    """Compare every output of ``optimized`` with ``original`` on the same random feeds."""
+    feeds = make_feeds(original, inputs, seed) if feeds is None else feeds
+    flags = {name: np.bool_(False) for name in training_flags}
+    try:
+        expected = run_graph(original, {**feeds, **flags}, outputs)
+    except VerificationError as error:
+        raise OriginalDoesNotRun(f"the input graph does not run: {error}") from None
+    optimized_inputs = {n.name for n in optimized.node}
+    actual = run_graph(optimized, {k: v for k, v in feeds.items()
+                                   if k.split(":")[0] in optimized_inputs}, outputs)
+    errors = [output_error(name, e, a) for name, e, a in zip(outputs, expected, actual)]
+    verification = Verification(errors, tolerance)
+    if reference_note:
+        verification.reference = reference_note
+    return verification

@@ -1,0 +1,253 @@
+"""fold-batch-norm: batch norm (and any per-channel scale/shift) folded into the linear op before it.
+
+At inference a batch norm is a per-channel affine map,
+    BN(z) = (z - mean) * gamma / sqrt(var + eps) + beta = z * s + t,
+    s = gamma / sqrt(var + eps),  t = beta - mean * s,
+and so are BiasAdd, and Mul/Add/Sub/RealDiv by per-channel constants (Keras 3's decomposed BN).
+A chain of them after a linear op z = W ⊛ x composes to one map z * S + B, and
+    (W ⊛ x) * S + B = (W * S) ⊛ x + B        (S scales W along its output-channel axis),
+so the chain becomes the linear op with scaled weights plus a single BiasAdd. The BiasAdd takes the
+name of the chain's last node, so its consumers and the graph's outputs stay valid.
+
+Pattern: linear op (Conv2D, DepthwiseConv2dNative, Conv3D, MatMul, Conv2DBackpropInput) with a
+constant weight, whose output — and every intermediate output of the chain — has exactly one consumer.
+Skipped, with the reason in the report: training-mode BN, non-constant BN parameters or weights, a
+conv/matmul output that others also read, a BN whose channel axis does not match.
+A shared weight constant is copied, not changed in place.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional, Tuple, Union
+
+import numpy as np
+
+from tfsurgery.graph import Graph, Ref
+from tfsurgery.pipeline import Options, TransformReport, register
+
+BATCH_NORM_OPS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
+
+
+# ---------------------------------------------------------------- the linear ops
+@dataclasses.dataclass
+class Linear:
+    """A linear op's view for folding: where its weights are and how output channels lie."""
+
+    name: str
+    weight: Ref              # the weight input (as the node reads it)
+    rank: int                # rank of the op's output
+    channel_axis: int        # output-channel axis of the op's output
+    channels: int
+    dtype: object            # the op's T attribute (AttrValue)
+    scale_weights: callable  # (W, s) -> W * s along the output-channel axis
+
+
+def _data_format_axis(graph: Graph, name: str, rank: int) -> int:
+    """Channel axis for NHWC/NDHWC (last) or NCHW/NCDHW (1)."""
+    return 1 if graph.attr(name, "data_format", "NHWC").startswith("NC") else rank - 1
+
+
+def linear_op(graph: Graph, name: str) -> Optional[Linear]:
+    op = graph.op(name)
+    if op not in ("Conv2D", "DepthwiseConv2dNative", "Conv3D", "MatMul", "Conv2DBackpropInput"):
+        return None
+    weight_ref = graph.inputs(name)[1]
+    weight = graph.const_value(weight_ref)
+    shape = weight.shape if weight is not None else None
+    dtype = graph.node(name).attr["T"]
+
+    def along(axis):
+        def scale(w, s):
+            return w * s.reshape([-1 if i == axis else 1 for i in range(w.ndim)])
+        return scale
+
+    if op == "MatMul":
+        axis = 0 if graph.attr(name, "transpose_b", False) else 1
+        return Linear(name, weight_ref, 2, 1, shape[axis] if shape else 0, dtype, along(axis))
+    rank = 5 if op == "Conv3D" else 4
+    channel_axis = _data_format_axis(graph, name, rank)
+    if op == "DepthwiseConv2dNative":       # kernel [h, w, in, multiplier]: channel = in*mult + m
+        def scale_depthwise(w, s):
+            return w * s.reshape(1, 1, w.shape[2], w.shape[3])
+        return Linear(name, weight_ref, 4, channel_axis, shape[2] * shape[3] if shape else 0,
+                      dtype, scale_depthwise)
+    if op == "Conv2DBackpropInput":         # kernel [h, w, out, in]
+        return Linear(name, weight_ref, 4, channel_axis, shape[2] if shape else 0, dtype, along(2))
+    return Linear(name, weight_ref, rank, channel_axis, shape[-1] if shape else 0, dtype,
+                  along(rank - 1))
+
+
+# ---------------------------------------------------------------- per-channel affine steps
+Affine = Tuple[np.ndarray, np.ndarray]          # (scale, shift) vectors over the channels
+
+
+def per_channel(value: Optional[np.ndarray], lin: Linear) -> Optional[np.ndarray]:
+    """A constant that broadcasts along the channel axis only, as a float64 vector (else None)."""
+    if value is None or value.ndim > lin.rank or value.dtype.kind not in "fiu":
+        return None
+    shape = (1,) * (lin.rank - value.ndim) + value.shape
+    if any(d != 1 for i, d in enumerate(shape) if i != lin.channel_axis % lin.rank):
+        return None
+    if shape[lin.channel_axis % lin.rank] not in (1, lin.channels):
+        return None
+    return np.broadcast_to(value.astype(np.float64).reshape(-1), (lin.channels,))
+
+
+def batch_norm_step(graph: Graph, name: str, lin: Linear) -> Union[Affine, str]:
+    """s = gamma / sqrt(var + eps), t = beta - mean * s  — or why this BN cannot fold."""
+    if graph.attr(name, "is_training", True):
+        return "training-mode batch norm (is_training=True)"
+    if any(graph.consumers(name, port) for port in range(1, 6)):
+        return "the batch norm's statistics outputs are consumed"
+    if _data_format_axis(graph, name, lin.rank) != lin.channel_axis % lin.rank:
+        return "batch norm data_format does not match the channel axis of its input"
+    params = [graph.const_value(ref) for ref in graph.inputs(name)[1:5]]
+    if any(p is None for p in params):
+        return "batch-norm parameters (scale, offset, mean, variance) are not all constants"
+    gamma, beta, mean, var = (p.astype(np.float64) for p in params)
+    scale = gamma / np.sqrt(var + graph.attr(name, "epsilon", 1e-4))
+    return scale, beta - mean * scale
+
+
+def affine_step(graph: Graph, name: str, incoming: Ref, lin: Linear) -> Union[Affine, str, None]:
+    """If node ``name`` maps its input ``incoming`` by a per-channel z*a + c, return (a, c);
+    a reason string if it is a batch norm that cannot fold; None if it is not affine at all."""
+    op = graph.op(name)
+    inputs = graph.inputs(name)
+    if incoming not in inputs:
+        return None
+    position = inputs.index(incoming)
+    ones, zeros = np.ones(lin.channels), np.zeros(lin.channels)
+    if op in BATCH_NORM_OPS:
+        return batch_norm_step(graph, name, lin) if position == 0 else None
+    if len(inputs) != 2:
+        return None
+    other = per_channel(graph.const_value(inputs[1 - position]), lin)
+    if other is None:
+        return None
+    if op == "BiasAdd":
+        same_axis = _data_format_axis(graph, name, lin.rank) == lin.channel_axis % lin.rank
+        return (ones, other) if position == 0 and same_axis else None
+    if op in ("Add", "AddV2"):
+        return ones, other
+    if op == "Sub":
+        return (ones, -other) if position == 0 else (-ones, other)
+    if op == "Mul":
+        return other, zeros
+    if op in ("RealDiv", "Div") and position == 0 and np.all(other != 0):
+        return 1.0 / other, zeros
+    return None
+
+
+# ---------------------------------------------------------------- the chain and the rewrite
+@dataclasses.dataclass
+class Chain:
+    nodes: List[str]
+    scale: np.ndarray
+    shift: np.ndarray
+    blocked: List[Tuple[str, str]]     # (batch-norm node, why it stopped the chain)
+
+
+def single_consumer(graph: Graph, name: str, options: Options) -> Optional[str]:
+    """The one node reading ``name`` (None if several, none, control readers, or an output)."""
+    readers = graph.consumers(name, control=True)
+    if len(readers) != 1 or readers[0].ref.control or name in options.protected:
+        return None
+    return readers[0].node
+
+
+def affine_chain(graph: Graph, lin: Linear, options: Options) -> Chain:
+    chain = Chain([], np.ones(lin.channels), np.zeros(lin.channels), [])
+    current = lin.name
+    while True:
+        nxt = single_consumer(graph, current, options)
+        if nxt is None:
+            if current == lin.name:
+                chain.blocked += [(c, f"output of {lin.name} has other consumers")
+                                  for c in graph.consumer_nodes(current)
+                                  if graph.op(c) in BATCH_NORM_OPS]
+            return chain
+        step = affine_step(graph, nxt, Ref(current), lin)
+        if not isinstance(step, tuple):
+            if isinstance(step, str):
+                chain.blocked.append((nxt, step))
+            return chain
+        a, c = step
+        chain.scale, chain.shift = chain.scale * a, chain.shift * a + c
+        chain.nodes.append(nxt)
+        current = nxt
+
+
+def worth_folding(graph: Graph, chain: Chain) -> bool:
+    """A lone bias op is already the folded form."""
+    if not chain.nodes:
+        return False
+    return len(chain.nodes) > 1 or graph.op(chain.nodes[0]) not in ("BiasAdd", "Add", "AddV2")
+
+
+def write_weights(graph: Graph, lin: Linear, weights: np.ndarray) -> None:
+    """Store the scaled weights: in place if the constant is this op's alone, else as a copy."""
+    const = lin.weight
+    owned = (graph.op(const) == "Const" and const.port == 0
+             and [c.node for c in graph.consumers(const.node, control=True)] == [lin.name])
+    if owned:
+        graph.set_const_value(const.node, weights)
+    else:
+        copy = graph.add_const(f"{lin.name}/folded_weights", weights,
+                               device=graph.node(lin.name).device)
+        graph.set_input(lin.name, 1, copy)
+
+
+def fold_chain(graph: Graph, lin: Linear, chain: Chain) -> None:
+    weights = graph.const_value(lin.weight)
+    dtype = weights.dtype            # half/bfloat16 weights: math in float64, cast back
+    write_weights(graph, lin, lin.scale_weights(weights.astype(np.float64), chain.scale)
+                  .astype(dtype))
+    last = chain.nodes[-1]
+    device = graph.node(last).device
+    bias = graph.add_const(f"{last}/folded_bias", chain.shift.astype(dtype), device=device)
+    graph.remove(chain.nodes)
+    fmt = "NCHW" if lin.channel_axis == 1 and lin.rank > 2 else "NHWC"
+    graph.new_node("BiasAdd", last, [Ref(lin.name), bias],
+                   {"T": lin.dtype, "data_format": fmt}, device=device)
+
+
+def downstream_batch_norms(graph: Graph, name: str, steps: int = 3) -> List[str]:
+    """Batch norms reached from ``name`` through at most ``steps`` single-consumer nodes."""
+    found = []
+    for _ in range(steps):
+        readers = graph.consumer_nodes(name)
+        found += [r for r in readers if graph.op(r) in BATCH_NORM_OPS]
+        if len(readers) != 1:
+            break
+        name = readers.pop()
+    return found
+
+
+@register("fold-batch-norm")
+def fold_batch_norm(graph: Graph, options: Options) -> TransformReport:
+    report = TransformReport("fold-batch-norm")
+    blocked = {}
+    for node in graph:
+        lin = linear_op(graph, node.name) if node.name in graph else None
+        if lin is None:
+            continue
+        if not lin.channels:
+            for bn in downstream_batch_norms(graph, lin.name):
+                blocked[bn] = f"weights of {lin.name} are not constant"
+            continue
+        chain = affine_chain(graph, lin, options)
+        blocked.update(dict(chain.blocked))
+        if not worth_folding(graph, chain):
+            continue
+        report.matched += 1
+        fold_chain(graph, lin, chain)
+        report.rewritten.append(f"{lin.name} <- {' + '.join(chain.nodes)}")
+    for node in graph:
+        if node.op in BATCH_NORM_OPS:
+            reason = blocked.get(node.name)
+            if reason is None:
+                producer = graph.op(graph.resolve(graph.inputs(node.name)[0]))
+                reason = f"input comes from {producer}, not a foldable conv/matmul"
+            report.skip(node.name, reason)
+    return report

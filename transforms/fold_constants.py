@@ -1,0 +1,127 @@
+"""fold-constants: subgraphs computed from constants alone become single constants.
+
+Frozen Keras 3 graphs compute batch-norm parameters at run time — ``Rsqrt(var + eps) * gamma``,
+``Reshape`` of gamma/beta, ReadVariableOp-style Identity chains — and tf.cond predicates may be
+``LogicalNot(training)``. TensorFlow itself evaluates them (one Session run for the whole frontier);
+stateful and random ops, control flow and anything a placeholder feeds are never folded, and a result
+larger than ``Options.fold_constants_max_bytes`` (or far larger than the constants it came from) stays
+as it is, so a fold cannot blow the graph up (think ``Fill`` or ``Tile``).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Set
+
+import numpy as np
+
+from tfsurgery.graph import Graph, Ref
+from tfsurgery.pipeline import Options, TransformReport, register
+
+NEVER_FOLD = frozenset({
+    "Placeholder", "PlaceholderWithDefault", "PlaceholderV2", "Const", "Switch", "RefSwitch",
+    "Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit", "NextIteration",
+    "RefNextIteration", "LoopCond", "ControlTrigger", "NoOp", "Assert", "Print", "PrintV2",
+})
+GROWTH_LIMIT = 4          # a folded value may be this many times its constant inputs (+ 1 KiB)
+
+
+def _is_foldable_op(op: str) -> bool:
+    if op in NEVER_FOLD or "Random" in op or "Variable" in op:
+        return False
+    from tensorflow.python.framework import op_def_registry
+    op_def = op_def_registry.get(op)
+    return op_def is not None and not op_def.is_stateful
+
+
+def constant_nodes(graph: Graph) -> Set[str]:
+    """Nodes whose every input (data and control) is a Const or itself constant."""
+    constant: Set[str] = set()
+    for name in graph.topological_order():
+        node = graph.node(name)
+        if node.op == "Const" and not node.input:
+            constant.add(name)
+        elif node.input and _is_foldable_op(node.op) and all(
+                ref.node in constant for ref in map(_parse, node.input)):
+            constant.add(name)
+    return constant
+
+
+def _parse(text: str) -> Ref:
+    from tfsurgery.graph import parse_ref
+    return parse_ref(text)
+
+
+def frontier(graph: Graph, constant: Set[str], options: Options) -> Dict[str, List[int]]:
+    """Computed constants someone non-constant reads (or that are outputs): name → ports read."""
+    wanted: Dict[str, Set[int]] = {}
+    for name in constant:
+        if graph.op(name) == "Const":
+            continue
+        for consumer in graph.consumers(name):
+            if consumer.node not in constant:
+                wanted.setdefault(name, set()).add(consumer.ref.port)
+        if name in options.protected:
+            wanted.setdefault(name, set()).add(0)
+    return {name: sorted(ports) for name, ports in wanted.items()}
+
+
+def evaluate(graph: Graph, tensors: List[str]) -> List[np.ndarray]:
+    """Run the graph's constant part in TensorFlow and fetch ``tensors``."""
+    import tensorflow as tf
+    needed = graph.ancestors(tensors)
+    graph_def = graph.to_graph_def()
+    del graph_def.node[:]
+    graph_def.node.extend(graph.node(n) for n in graph.topological_order() if n in needed)
+    with tf.Graph().as_default() as tf_graph:
+        tf.compat.v1.import_graph_def(graph_def, name="")
+        with tf.compat.v1.Session(graph=tf_graph) as session:
+            return session.run([_tensor_name(t) for t in tensors])
+
+
+def _tensor_name(ref: str) -> str:
+    return ref if ":" in ref else ref + ":0"
+
+
+def _input_bytes(graph: Graph, name: str) -> int:
+    roots = [n for n in graph.ancestors([name]) if graph.op(n) == "Const"]
+    return sum(graph.const_value(n).nbytes for n in roots)
+
+
+@register("fold-constants")
+def fold_constants(graph: Graph, options: Options) -> TransformReport:
+    report = TransformReport("fold-constants")
+    constant = constant_nodes(graph)
+    wanted = frontier(graph, constant, options)
+    if not wanted:
+        return report
+    tensors = [str(Ref(name, port)) for name, ports in wanted.items() for port in ports]
+    values = dict(zip(tensors, evaluate(graph, tensors)))
+    for name, ports in wanted.items():
+        report.matched += 1
+        results = {port: values[str(Ref(name, port))] for port in ports}
+        size = sum(np.asarray(v).nbytes for v in results.values())
+        limit = min(options.fold_constants_max_bytes,
+                    GROWTH_LIMIT * _input_bytes(graph, name) + 1024)
+        if size > limit:
+            report.skip(name, f"folded value would take {size} bytes (limit {limit})")
+            continue
+        if any(np.asarray(v).dtype == object for v in results.values()):
+            report.skip(name, "string-valued result left as is")
+            continue
+        replace_by_constants(graph, name, results)
+        report.rewritten.append(name)
+    return report
+
+
+def replace_by_constants(graph: Graph, name: str, results: Dict[int, np.ndarray]) -> None:
+    """Port 0 keeps the node's name (its consumers and output name stay valid); other ports get
+    new constants that their consumers are moved to."""
+    device = graph.node(name).device
+    for port, value in results.items():
+        if port != 0:
+            const = graph.add_const(f"{name}/folded_{port}", value, device=device)
+            graph.rewire(Ref(name, port), const)
+    if 0 in results:
+        graph.remove([name])
+        graph.add_const(name, results[0], device=device)
+    elif not graph.consumers(name, control=True):
+        graph.remove([name])

@@ -1,0 +1,36 @@
+"""remove-identity: consumers of an Identity read its input directly.
+
+Identity, Snapshot, StopGradient and PreventGradient are no-ops at inference. An Identity that is
+one of the graph's outputs or inputs keeps its name (it is the interface); one with control inputs
+keeps its meaning only if those edges move to its consumers, so it is left alone.
+"""
+from __future__ import annotations
+
+from tfsurgery.graph import Graph
+from tfsurgery.pipeline import Options, TransformReport, register
+
+_NO_OPS = frozenset({"Identity", "Snapshot", "StopGradient", "PreventGradient"})
+
+
+@register("remove-identity")
+def remove_identity(graph: Graph, options: Options) -> TransformReport:
+    report = TransformReport("remove-identity")
+    protected = options.protected
+    for node in graph:
+        if node.op not in _NO_OPS:
+            continue
+        report.matched += 1
+        if node.name in protected:
+            continue
+        if graph.control_inputs(node.name):
+            report.skip(node.name, "has control inputs that its consumers would lose")
+            continue
+        source = graph.inputs(node.name)[0]
+        if graph.op(source) in ("Switch", "Enter", "Exit", "NextIteration", "Merge"):
+            # v1 control flow: the Identity pins a branch/frame; the switch-merge pass owns it.
+            continue
+        graph.rewire(node.name, source)
+        graph.move_control_consumers(node.name, source.node)
+        graph.remove([node.name])
+        report.rewritten.append(node.name)
+    return report

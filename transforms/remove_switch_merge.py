@@ -1,0 +1,114 @@
+"""remove-switch-merge: with a constant predicate, every v1 ``tf.cond`` collapses to its live side.
+
+``Switch(data, pred)`` forwards ``data`` on port 1 if ``pred`` else port 0; the other port is *dead*.
+Deadness spreads forward: a node with a dead data or control input is dead, except ``Merge``, which is
+dead only when all its inputs are. A ``Merge`` with exactly one live input forwards it (port 0) and
+that input's position (port 1, ``value_index``). So the rewrite is decided by value, never by input
+position: consumers of a live Switch port read ``data``, consumers of a Merge read its live input, and
+every dead node is deleted. Switches whose predicate is not a constant (while loops, data-dependent
+conds) are left alone.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from tfsurgery.graph import Graph, Ref
+from tfsurgery.pipeline import Options, TransformReport, register
+
+SWITCH_OPS = ("Switch", "RefSwitch")
+MERGE_OPS = ("Merge", "RefMerge")
+
+
+def constant_switches(graph: Graph) -> dict:
+    """Switch name → its live port, for every Switch whose predicate is a constant."""
+    live = {}
+    for node in graph:
+        if node.op in SWITCH_OPS:
+            pred = graph.const_value(graph.inputs(node.name)[1])
+            if pred is not None and pred.size == 1:
+                live[node.name] = 1 if bool(np.asarray(pred).reshape(())) else 0
+    return live
+
+
+def dead_nodes(graph: Graph, live_port: dict) -> tuple:
+    """Spread deadness from the dead ports of constant Switches. Returns (dead nodes, dead tensors)."""
+    dead_nodes, dead_tensors = set(), set()
+    queue = deque()
+
+    def kill_tensor(ref: Ref):
+        if ref not in dead_tensors:
+            dead_tensors.add(ref)
+            queue.append(ref)
+
+    def kill_node(name: str):
+        if name not in dead_nodes:
+            dead_nodes.add(name)
+            for consumer in graph.consumers(name, control=True):
+                kill_tensor(Ref(name, consumer.ref.port, consumer.ref.control))
+
+    for switch, port in live_port.items():
+        kill_tensor(Ref(switch, 1 - port))
+    while queue:
+        ref = queue.popleft()
+        readers = [c for c in graph.consumers(ref.node, control=True)
+                   if c.ref.control == ref.control and (ref.control or c.ref.port == ref.port)]
+        for consumer in readers:
+            if consumer.node in dead_nodes:
+                continue
+            if graph.op(consumer.node) in MERGE_OPS and not consumer.ref.control:
+                inputs = graph.inputs(consumer.node)
+                if all(Ref(i.node, i.port) in dead_tensors or i.node in dead_nodes for i in inputs):
+                    kill_node(consumer.node)
+            else:
+                kill_node(consumer.node)
+    return dead_nodes, dead_tensors
+
+
+@register("remove-switch-merge")
+def remove_switch_merge(graph: Graph, options: Options) -> TransformReport:
+    report = TransformReport("remove-switch-merge")
+    live_port = constant_switches(graph)
+    if not live_port:
+        return report
+    dead, dead_tensors = dead_nodes(graph, live_port)
+    report.matched = len(live_port)
+
+    def is_dead(ref: Ref) -> bool:
+        return ref.node in dead or ref.tensor in dead_tensors
+
+    for switch, port in live_port.items():
+        if switch in dead:
+            continue
+        data = graph.inputs(switch)[0]
+        graph.rewire(Ref(switch, port), data)
+        graph.move_control_consumers(switch, data.node)
+        report.rewritten.append(switch)
+
+    for node in graph:
+        if node.op not in MERGE_OPS or node.name in dead:
+            continue
+        inputs = graph.inputs(node.name)
+        live = [i for i, ref in enumerate(inputs) if not is_dead(ref)]
+        if len(live) != 1:
+            continue          # a loop's Merge or a cond whose predicate is not constant
+        index = live[0]
+        graph.rewire(Ref(node.name, 0), inputs[index])
+        if graph.consumers(node.name, 1):
+            value_index = graph.add_const(f"{node.name}/value_index", np.int32(index))
+            graph.rewire(Ref(node.name, 1), value_index)
+        if node.name in options.protected:       # keep the graph's output name alive
+            graph.remove([node.name])
+            graph.new_node("Identity", node.name, [inputs[index]],
+                           {"T": node.attr["T"]})
+        else:
+            graph.move_control_consumers(node.name, inputs[index].node)
+            graph.remove([node.name])
+        report.rewritten.append(node.name)
+
+    removable = [name for name in dead if name not in options.protected]
+    graph.remove(removable)
+    graph.remove([s for s in live_port if s in graph and not graph.consumers(s, control=True)])
+    report.notes.append(f"{len(removable)} nodes on dead branches removed")
+    return report
