@@ -86,11 +86,31 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _setup_logging(args) -> None:
+    if not args.verbose:
+        _silence_native_stderr()
     level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
-    logging.basicConfig(level=level, format="%(message)s")
+    logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")      # before TensorFlow is imported
     import tensorflow as tf
     tf.get_logger().setLevel(logging.DEBUG if args.verbose else logging.ERROR)
+
+
+def _silence_native_stderr() -> None:
+    """TensorFlow's C++ runtime writes start-up chatter (oneDNN, CUDA probing) straight to file
+    descriptor 2, ignoring TF_CPP_MIN_LOG_LEVEL. Point fd 2 at /dev/null and give Python's
+    sys.stderr a private copy of the real one, so our own messages still get through."""
+    if getattr(_silence_native_stderr, "done", False) or sys.stderr is not sys.__stderr__:
+        return                # already done, or stderr is captured (tests, notebooks)
+    try:
+        sys.stderr.flush()
+        real = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+        sys.stderr = os.fdopen(real, "w", buffering=1)
+        _silence_native_stderr.done = True
+    except (OSError, ValueError, AttributeError):
+        pass                  # no real fd 2 (embedded interpreters, captured streams): keep it
 
 
 def _run(args) -> int:

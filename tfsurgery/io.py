@@ -78,7 +78,7 @@ def save_graph_def(graph_def: graph_pb2.GraphDef, path, *, input_path=None) -> P
     if path.suffix.lower() in TEXT_SUFFIXES:
         data = text_format.MessageToString(graph_def).encode()
     else:
-        data = graph_def.SerializeToString()
+        data = graph_def.SerializeToString(deterministic=True)
     write_atomically(path, data)
     return path
 

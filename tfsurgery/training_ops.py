@@ -23,7 +23,7 @@ import tensorflow as tf
 
 DOMAIN = "ai.onnx.preview.training"
 _FLOAT_DTYPES = (tf.float32, tf.float64)
-_MODES = ("standard", "nesterov")
+MOMENTUM_MODES = ("standard", "nesterov")
 
 
 # ----------------------------------------------------------------------------
@@ -48,12 +48,20 @@ def _t_positive(t):
 def _regularize(x, g, norm_coefficient):
     """G_regularized = norm_coefficient * X + G.
 
-    With a zero coefficient (a trace-time constant) the two ops are skipped;
-    this only differs from ONNX when X holds inf/nan (0 * inf = nan).
+    With a zero coefficient (a trace-time constant) the two ops are skipped
+    when that cannot change the broadcast shape; this only differs from ONNX
+    when X holds inf/nan (0 * inf = nan).
     """
-    if norm_coefficient == 0.0:
+    if norm_coefficient == 0.0 and _broadcasts_into(x.shape, g.shape):
         return g
     return tf.raw_ops.AddV2(x=tf.raw_ops.Mul(x=_const(norm_coefficient, x.dtype), y=x), y=g)
+
+
+def _broadcasts_into(shape, target):
+    """Whether broadcasting static ``shape`` against ``target`` leaves ``target`` unchanged."""
+    if not (shape.is_fully_defined() and target.is_fully_defined()):
+        return False
+    return tf.broadcast_static_shape(shape, target).as_list() == target.as_list()
 
 
 def _momentum_body(r, t, xs, gs, vs, *, alpha, beta, mode, norm_coefficient):
@@ -188,7 +196,10 @@ def _graph(name, attr_items):
 def _to_tensor(value, dtype=None):
     if hasattr(value, "dtype"):  # tensors, variables, numpy: keep their dtype
         return tf.convert_to_tensor(value)
-    return tf.convert_to_tensor(value, dtype=dtype)  # Python numbers/lists
+    try:  # Python numbers/lists
+        return tf.convert_to_tensor(value, dtype=dtype)
+    except (TypeError, ValueError):  # e.g. T=1.0: let the dtype checks report it
+        return tf.convert_to_tensor(value)
 
 
 def _check_scalar(tensor, name):
@@ -239,8 +250,8 @@ def _attrs(**attrs):
 
 
 def _check_mode(mode):
-    if mode not in _MODES:
-        raise ValueError(f"Momentum mode must be one of {_MODES}, got {mode!r}")
+    if mode not in MOMENTUM_MODES:
+        raise ValueError(f"Momentum mode must be one of {MOMENTUM_MODES}, got {mode!r}")
 
 
 def _run(name, R, T, tensors, attrs):

@@ -68,12 +68,24 @@ def dead_nodes(graph: Graph, live_port: dict) -> tuple:
 
 @register("remove-switch-merge")
 def remove_switch_merge(graph: Graph, options: Options) -> TransformReport:
+    """Collapse conds round by round: a nested cond's predicate passes through its outer cond's
+    Switch, so it becomes a constant only once the outer cond is gone."""
     report = TransformReport("remove-switch-merge")
-    live_port = constant_switches(graph)
-    if not live_port:
-        return report
+    dead_total = 0
+    while True:
+        live_port = constant_switches(graph)
+        if not live_port:
+            break
+        report.matched += len(live_port)
+        dead_total += collapse(graph, live_port, options, report)
+    if report.matched:
+        report.notes.append(f"{dead_total} nodes on dead branches removed")
+    return report
+
+
+def collapse(graph: Graph, live_port: dict, options: Options, report: TransformReport) -> int:
+    """Rewire around the given Switches and the Merges they decide; delete dead nodes."""
     dead, dead_tensors = dead_nodes(graph, live_port)
-    report.matched = len(live_port)
 
     def is_dead(ref: Ref) -> bool:
         return ref.node in dead or ref.tensor in dead_tensors
@@ -91,24 +103,27 @@ def remove_switch_merge(graph: Graph, options: Options) -> TransformReport:
             continue
         inputs = graph.inputs(node.name)
         live = [i for i, ref in enumerate(inputs) if not is_dead(ref)]
-        if len(live) != 1:
-            continue          # a loop's Merge or a cond whose predicate is not constant
-        index = live[0]
-        graph.rewire(Ref(node.name, 0), inputs[index])
-        if graph.consumers(node.name, 1):
-            value_index = graph.add_const(f"{node.name}/value_index", np.int32(index))
-            graph.rewire(Ref(node.name, 1), value_index)
-        if node.name in options.protected:       # keep the graph's output name alive
-            graph.remove([node.name])
-            graph.new_node("Identity", node.name, [inputs[index]],
-                           {"T": node.attr["T"]})
-        else:
-            graph.move_control_consumers(node.name, inputs[index].node)
-            graph.remove([node.name])
+        if len(live) != 1 or len(live) == len(inputs):
+            continue          # a loop's Merge, or a cond whose predicate is not constant (yet)
+        collapse_merge(graph, node, inputs[live[0]], live[0], options)
         report.rewritten.append(node.name)
 
     removable = [name for name in dead if name not in options.protected]
     graph.remove(removable)
     graph.remove([s for s in live_port if s in graph and not graph.consumers(s, control=True)])
-    report.notes.append(f"{len(removable)} nodes on dead branches removed")
-    return report
+    return len(removable)
+
+
+def collapse_merge(graph: Graph, merge, live_input: Ref, index: int, options: Options) -> None:
+    """Port 0 readers get the live input, port 1 (value_index) readers its position."""
+    graph.rewire(Ref(merge.name, 0), live_input)
+    if graph.consumers(merge.name, 1):
+        value_index = graph.add_const(f"{merge.name}/value_index", np.int32(index))
+        graph.rewire(Ref(merge.name, 1), value_index)
+    if merge.name in options.protected:       # keep the graph's output name alive
+        dtype = merge.attr["T"]
+        graph.remove([merge.name])
+        graph.new_node("Identity", merge.name, [live_input], {"T": dtype})
+    else:
+        graph.move_control_consumers(merge.name, live_input.node)
+        graph.remove([merge.name])
