@@ -106,6 +106,8 @@ class Graph:
 
     def op(self, ref) -> Optional[str]:
         """Op type of the node behind a name or Ref (None if missing)."""
+        if ref is None:
+            return None
         node = self.nodes.get(ref.node if isinstance(ref, Ref) else parse_ref(ref).node)
         return node.op if node is not None else None
 

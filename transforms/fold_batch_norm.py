@@ -144,10 +144,16 @@ def affine_step(graph: Graph, name: str, incoming: Ref, lin: Linear) -> Union[Af
 # ---------------------------------------------------------------- the chain and the rewrite
 @dataclasses.dataclass
 class Chain:
+    start: str                         # the tensor the folded BiasAdd will read
     nodes: List[str]
     scale: np.ndarray
     shift: np.ndarray
     blocked: List[Tuple[str, str]]     # (batch-norm node, why it stopped the chain)
+
+
+# Ops that only move whole pixels around, so a per-channel affine map commutes with them
+# (dilated convolutions in TF1/Keras 2 graphs: SpaceToBatchND → Conv2D → BatchToSpaceND).
+CHANNEL_PRESERVING_OPS = ("BatchToSpaceND",)
 
 
 def single_consumer(graph: Graph, name: str, options: Options) -> Optional[str]:
@@ -159,13 +165,17 @@ def single_consumer(graph: Graph, name: str, options: Options) -> Optional[str]:
 
 
 def affine_chain(graph: Graph, lin: Linear, options: Options) -> Chain:
-    chain = Chain([], np.ones(lin.channels), np.zeros(lin.channels), [])
+    chain = Chain(lin.name, [], np.ones(lin.channels), np.zeros(lin.channels), [])
     current = lin.name
+    passthrough = single_consumer(graph, current, options)
+    if graph.op(passthrough) in CHANNEL_PRESERVING_OPS and lin.channel_axis == lin.rank - 1 \
+            and graph.inputs(passthrough)[0] == Ref(current):
+        chain.start = current = passthrough
     while True:
         nxt = single_consumer(graph, current, options)
         if nxt is None:
-            if current == lin.name:
-                chain.blocked += [(c, f"output of {lin.name} has other consumers")
+            if current == chain.start:
+                chain.blocked += [(c, f"output of {current} has other consumers")
                                   for c in graph.consumer_nodes(current)
                                   if graph.op(c) in BATCH_NORM_OPS]
             return chain
@@ -210,7 +220,7 @@ def fold_chain(graph: Graph, lin: Linear, chain: Chain) -> None:
     bias = graph.add_const(f"{last}/folded_bias", chain.shift.astype(dtype), device=device)
     graph.remove(chain.nodes)
     fmt = "NCHW" if lin.channel_axis == 1 and lin.rank > 2 else "NHWC"
-    graph.new_node("BiasAdd", last, [Ref(lin.name), bias],
+    graph.new_node("BiasAdd", last, [Ref(chain.start), bias],
                    {"T": lin.dtype, "data_format": fmt}, device=device)
 
 
@@ -229,6 +239,8 @@ def downstream_batch_norms(graph: Graph, name: str, steps: int = 3) -> List[str]
 @register("fold-batch-norm")
 def fold_batch_norm(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("fold-batch-norm")
+    if options.outputs:       # unreachable readers (e.g. a dead BN's moments) must not block folds
+        graph.prune(options.outputs, keep=options.inputs)
     blocked = {}
     for node in graph:
         lin = linear_op(graph, node.name) if node.name in graph else None
@@ -246,10 +258,47 @@ def fold_batch_norm(graph: Graph, options: Options) -> TransformReport:
         fold_chain(graph, lin, chain)
         report.rewritten.append(f"{lin.name} <- {' + '.join(chain.nodes)}")
     for node in graph:
-        if node.op in BATCH_NORM_OPS:
-            reason = blocked.get(node.name)
-            if reason is None:
-                producer = graph.op(graph.resolve(graph.inputs(node.name)[0]))
-                reason = f"input comes from {producer}, not a foldable conv/matmul"
+        if node.op not in BATCH_NORM_OPS:
+            continue
+        if node.name in blocked:
+            report.skip(node.name, blocked[node.name])
+            continue
+        reason = batch_norm_as_mul_add(graph, node.name)
+        if reason:
             report.skip(node.name, reason)
+        else:
+            report.rewritten.append(f"{node.name} -> Mul + BiasAdd (no conv/matmul before it)")
     return report
+
+
+def batch_norm_as_mul_add(graph: Graph, name: str) -> Optional[str]:
+    """A BN with nothing to fold into becomes y = x * s + t: one Mul and one BiasAdd (named as
+    the BN). Returns why not, if it cannot."""
+    fmt = graph.attr(name, "data_format", "NHWC")
+    x = graph.inputs(name)[0]
+    params = [graph.const_value(ref) for ref in graph.inputs(name)[1:5]]
+    channels = params[0].shape[0] if params[0] is not None else 0
+    rank = 5 if fmt in ("NDHWC", "NCDHW") else 4
+    view = Linear(name, x, rank, _data_format_axis(graph, name, rank), channels,
+                  graph.node(name).attr["T"], None)
+    step = batch_norm_step(graph, name, view)
+    if isinstance(step, str):
+        return step
+    dtype = _tf_numpy_dtype(view.dtype)
+    scale, shift = step
+    shape = [-1] + [1] * (rank - 2) if view.channel_axis == 1 else [-1]
+    device = graph.node(name).device
+    scale_const = graph.add_const(f"{name}/scale", scale.reshape(shape).astype(dtype),
+                                  device=device)
+    shift_const = graph.add_const(f"{name}/shift", shift.astype(dtype), device=device)
+    graph.remove([name])
+    mul = graph.new_node("Mul", f"{name}/mul", [x, scale_const], {"T": view.dtype}, device=device)
+    graph.new_node("BiasAdd", name, [Ref(mul.name), shift_const],
+                   {"T": view.dtype, "data_format": "NCHW" if view.channel_axis == 1 else "NHWC"},
+                   device=device)
+    return None
+
+
+def _tf_numpy_dtype(attr) -> np.dtype:
+    import tensorflow as tf
+    return tf.dtypes.as_dtype(attr.type).as_numpy_dtype
