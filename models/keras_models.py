@@ -76,6 +76,8 @@ def _randomise_keras3(model, r: np.random.Generator) -> None:
             value = _random_weight(r, _leaf(v.path), tuple(v.shape), layer)
             if value is not None:
                 v.assign(value.astype(v.dtype))
+        if isinstance(layer, keras.layers.Normalization):
+            layer.finalize_state()  # its call reads mean/variance copied from the variables here
 
     bns = [l for l in model.layers if isinstance(l, keras.layers.BatchNormalization)]
     drops = [l for l in model.layers if isinstance(l, keras.layers.Dropout)]

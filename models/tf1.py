@@ -333,9 +333,11 @@ def nested_cond(seed: int = 0, features: int = 8) -> BuiltModel:
             x = tf.nn.tanh(dense(x, r, features))
         w = [tf.constant(random_kernel(r, [features, features], features), name=f"w{i}")
              for i in range(3)]
+        def inner():
+            return tf.compat.v1.cond(training, lambda: tf.matmul(x, w[0]),
+                                     lambda: tf.matmul(x, w[1]), name="inner")
+
         with tf.compat.v1.name_scope("outer"):
-            inner = lambda: tf.compat.v1.cond(  # noqa: E731
-                training, lambda: tf.matmul(x, w[0]), lambda: tf.matmul(x, w[1]), name="inner")
             y = tf.compat.v1.cond(training, inner, lambda: tf.matmul(x, w[2]), name="cond")
         with tf.compat.v1.name_scope("shared"):
             off, on = tf.raw_ops.Switch(data=y, pred=training, name="switch")

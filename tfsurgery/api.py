@@ -46,9 +46,12 @@ class Result:
                                    extra=extra)
 
 
-def load(path) -> Source:
+def load(path, signature: str = "serving_default") -> Source:
+    """A frozen .pb/.pbtxt, a SavedModel directory (``signature``) or a .keras/.h5 file."""
     path = Path(path)
-    return Source(io.load_graph_def(path), label=path.name, path=path)
+    loaded = io.load_model(path, signature)
+    return Source(loaded.graph_def, label=path.name, path=path, inputs=loaded.inputs,
+                  outputs=loaded.outputs)
 
 
 def demo() -> Source:

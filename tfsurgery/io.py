@@ -7,6 +7,7 @@ and an output path equal to the input path is refused.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -24,6 +25,90 @@ TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
 
 class InputError(Exception):
     """Bad input from the user: reported as one line, exit status 2."""
+
+
+KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
+
+
+@dataclasses.dataclass
+class Loaded:
+    """A frozen GraphDef and the interface its source declared (empty: detect)."""
+
+    graph_def: graph_pb2.GraphDef
+    inputs: List[str] = dataclasses.field(default_factory=list)
+    outputs: List[str] = dataclasses.field(default_factory=list)
+
+
+def load_model(path, signature: str = "serving_default") -> Loaded:
+    """Any supported input: a frozen .pb/.pbtxt, a SavedModel directory, a .keras/.h5 file."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory")
+    if path.is_dir():
+        if not (path / "saved_model.pb").exists() and not (path / "saved_model.pbtxt").exists():
+            raise InputError(f"{path}: is a directory but not a SavedModel (no saved_model.pb)")
+        return load_saved_model(path, signature)
+    if path.suffix.lower() in KERAS_SUFFIXES:
+        return load_keras(path)
+    return Loaded(load_graph_def(path))
+
+
+def load_saved_model(path: Path, signature: str = "serving_default") -> Loaded:
+    import tensorflow as tf
+    try:
+        loaded = tf.saved_model.load(str(path))
+    except Exception as error:  # noqa: BLE001 - TF raises many types for a broken SavedModel
+        raise InputError(f"{path}: cannot load the SavedModel ({_first_line(error)})") from None
+    signatures = dict(getattr(loaded, "signatures", {}))
+    if signature not in signatures:
+        known = ", ".join(sorted(signatures)) or "none"
+        raise InputError(f"{path}: no signature '{signature}' (available: {known}); "
+                         "choose one with --signature")
+    return freeze_concrete_function(signatures[signature], str(path))
+
+
+def load_keras(path: Path) -> Loaded:
+    """A Keras 3 ``.keras``/``.h5`` file (legacy Keras 2 ``.h5`` through tf_keras)."""
+    import tensorflow as tf
+    try:
+        model = tf.keras.models.load_model(str(path), compile=False)
+    except Exception as keras3_error:  # noqa: BLE001
+        try:
+            import tf_keras
+            model = tf_keras.models.load_model(str(path), compile=False)
+        except Exception:  # noqa: BLE001 - report the Keras 3 error, the primary loader's
+            raise InputError(f"{path}: cannot load the Keras model "
+                             f"({_first_line(keras3_error)})") from None
+    specs = [tf.TensorSpec(t.shape, t.dtype, name=_plain_name(t)) for t in model.inputs]
+    function = tf.function(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=False))
+    return freeze_concrete_function(function.get_concrete_function(*specs), str(path))
+
+
+def freeze_concrete_function(function, where: str) -> Loaded:
+    """Variables → constants (TF's own convert_variables_to_constants_v2), keeping the real
+    input and output names."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import \
+        convert_variables_to_constants_v2
+    try:
+        frozen = convert_variables_to_constants_v2(function)
+    except Exception as error:  # noqa: BLE001
+        raise InputError(f"{where}: cannot freeze the model ({_first_line(error)})") from None
+    inputs = [t.op.name for t in frozen.inputs if t.dtype != tf.resource]
+    outputs = [t.op.name for t in frozen.outputs]
+    graph_def = frozen.graph.as_graph_def()
+    check_graph_def(graph_def, where)
+    return Loaded(graph_def, inputs, outputs)
+
+
+def _plain_name(tensor) -> str:
+    name = getattr(tensor, "name", None) or "input"
+    return name.split(":")[0].replace("/", "_")
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return (text[0] if text else type(error).__name__)[:200]
 
 
 def load_graph_def(path) -> graph_pb2.GraphDef:

@@ -30,10 +30,7 @@ ALPHA, BETA, EPSILON, LR = 0.9, 0.999, 1e-6, 1e-3
 def resnet50_shapes():
     """Shapes of ResNet-50's trainable weights (214 tensors, ~25.6 M values)."""
     model = tf.keras.applications.ResNet50(weights=None)
-    shapes = [tuple(w.shape) for w in model.trainable_weights]
-    del model
-    tf.keras.backend.clear_session()
-    return shapes
+    return [tuple(w.shape) for w in model.trainable_weights]
 
 
 def _fused_step(xs, vs, hs, gs, t):
@@ -75,6 +72,14 @@ def _onnx_assign_step(shapes, xs, vs, hs, gs):
     return step
 
 
+def _check_same_update(fused_state, onnx_outputs, assigned_state):
+    """Guard: after one step from the same state all variants agree."""
+    expected = [v.numpy() for v in fused_state]
+    for name, values in (("onnx", onnx_outputs), ("onnx_jit_assign", assigned_state)):
+        for got, want in zip(values, expected, strict=True):
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 def adam_step_benchmark(repeats=10, shapes=None, seed=0):
     """Median time of one Adam step per variant and ratios to the fused kernel.
 
@@ -87,26 +92,27 @@ def adam_step_benchmark(repeats=10, shapes=None, seed=0):
         value = rng.standard_normal(shape, dtype=np.float32)
         return np.abs(value) if positive else value
 
-    # x, v, h as values; g as constant tensors; h must be non-negative.
+    # x, v, h start values (h non-negative); g constant tensors.
     values = {k: [random(s, positive=(k == "h")) for s in shapes] for k in "xvh"}
     gs = [tf.constant(random(s)) for s in shapes]
 
     def variables():
         return [[tf.Variable(a) for a in values[k]] for k in "xvh"]
 
-    tensors = [tf.constant(a) for k in "xvh" for a in values[k]]
-    n = len(shapes)
-    # Input order for the op: X..., G..., V..., H...
-    onnx_inputs = tensors[:n] + gs + tensors[n:]
+    xs, vs, hs = ([tf.constant(a) for a in values[k]] for k in "xvh")
+    fused_vars, assigned_vars = variables(), variables()
     variants = {
-        "fused": _fused_step(*variables(), gs, tf.constant(1.0)),
-        "onnx": _onnx_step(shapes, onnx_inputs, jit_compile=False),
-        "onnx_jit": _onnx_step(shapes, onnx_inputs, jit_compile=True),
-        "onnx_jit_assign": _onnx_assign_step(shapes, *variables(), gs),
+        "fused": _fused_step(*fused_vars, gs, tf.constant(1.0)),
+        "onnx": _onnx_step(shapes, [*xs, *gs, *vs, *hs], jit_compile=False),
+        "onnx_jit": _onnx_step(shapes, [*xs, *gs, *vs, *hs], jit_compile=True),
+        "onnx_jit_assign": _onnx_assign_step(shapes, *assigned_vars, gs),
     }
+    # Warm-up (tracing, XLA compilation), then check all compute the same step.
+    warm = {name: step() for name, step in variants.items()}
+    _check_same_update(sum(fused_vars, []), warm["onnx"], sum(assigned_vars, []))
+    del warm
+
     times = {name: [] for name in variants}
-    for name, step in variants.items():  # warm-up: tracing and XLA compilation
-        step()
     for _ in range(repeats):
         for name, step in variants.items():  # interleaved
             start = time.perf_counter()
@@ -115,7 +121,7 @@ def adam_step_benchmark(repeats=10, shapes=None, seed=0):
             del result
     medians = {name: statistics.median(ts) for name, ts in times.items()}
     return {
-        "n_tensors": n,
+        "n_tensors": len(shapes),
         "n_parameters": int(sum(np.prod(s) for s in shapes)),
         "repeats": repeats,
         "median_seconds": medians,

@@ -5,9 +5,9 @@ Each op takes its inputs in ONNX order -- ``R`` (learning rate, float scalar),
 (V for Momentum, H for Adagrad, V then H for Adam) -- and returns the outputs
 in ONNX order as a tuple: all X_new, then each state's new values.
 
-A thin Python wrapper validates and groups the inputs; the math runs in one
-``tf.function`` per op whose body is made of ``tf.raw_ops`` calls only, with
-the attributes baked into the trace as constants.  ``T == 0`` is handled with
+A thin Python wrapper validates the inputs; the math runs in a ``tf.function``
+(one per op and attribute set) whose body is made of ``tf.raw_ops`` calls
+only, with the attributes baked into the trace as constants.  ``T == 0`` is handled with
 an in-graph select, so the traced graph is exportable (see ``op_function``).
 
 Attributes are ONNX FLOAT attributes, i.e. 32-bit: they are rounded to float32
@@ -39,6 +39,11 @@ def _const(value, dtype):
 
 def _cast(x, dtype):
     return x if x.dtype == dtype else tf.raw_ops.Cast(x=x, DstT=dtype)
+
+
+def _complement(attr):
+    """1 - attr as onnx.reference computes it: in float32, like the attribute."""
+    return float(np.float32(1.0) - np.float32(attr))
 
 
 def _t_positive(t):
@@ -132,17 +137,17 @@ def _adam_body(r, t, xs, gs, vs, hs, *, alpha, beta, epsilon, norm_coefficient, 
         g_reg = _regularize(x, g, norm_coefficient)
         v_new = tf.raw_ops.AddV2(
             x=tf.raw_ops.Mul(x=_const(alpha, dtype), y=v),
-            y=tf.raw_ops.Mul(x=_const(1.0 - alpha, dtype), y=g_reg),
+            y=tf.raw_ops.Mul(x=_const(_complement(alpha), dtype), y=g_reg),
         )
         h_new = tf.raw_ops.AddV2(
             x=tf.raw_ops.Mul(x=_const(beta, dtype), y=h),
-            y=tf.raw_ops.Mul(x=_const(1.0 - beta, dtype), y=tf.raw_ops.Mul(x=g_reg, y=g_reg)),
+            y=tf.raw_ops.Mul(x=_const(_complement(beta), dtype), y=tf.raw_ops.Mul(x=g_reg, y=g_reg)),
         )
         h_sqrt = tf.raw_ops.AddV2(x=tf.raw_ops.Sqrt(x=h_new), y=_const(epsilon, dtype))
         step = tf.raw_ops.Mul(x=lr, y=tf.raw_ops.RealDiv(x=v_new, y=h_sqrt))
         x_new = tf.raw_ops.Sub(x=x, y=step)
         if norm_coefficient_post != 0.0:
-            x_new = tf.raw_ops.Mul(x=_const(1.0 - norm_coefficient_post, dtype), y=x_new)
+            x_new = tf.raw_ops.Mul(x=_const(_complement(norm_coefficient_post), dtype), y=x_new)
         x_news.append(x_new)
         v_news.append(v_new)
         h_news.append(h_new)
@@ -241,20 +246,15 @@ def _validate(spec, R, T, tensors):
     return r, t, tensors
 
 
-def _float32_attr(value):
-    return float(np.float32(value))
-
-
-def _attrs(**attrs):
-    return {k: _float32_attr(v) for k, v in attrs.items()}
-
-
-def _check_mode(mode):
-    if mode not in MOMENTUM_MODES:
-        raise ValueError(f"Momentum mode must be one of {MOMENTUM_MODES}, got {mode!r}")
+def _prepare_attrs(op_name, attrs):
+    """Validate ``mode`` and round FLOAT attributes to float32, as ONNX stores them."""
+    if op_name == "Momentum" and attrs.get("mode") not in MOMENTUM_MODES:
+        raise ValueError(f"Momentum mode must be one of {MOMENTUM_MODES}, got {attrs.get('mode')!r}")
+    return {k: v if k == "mode" else float(np.float32(v)) for k, v in attrs.items()}
 
 
 def _run(name, R, T, tensors, attrs):
+    attrs = _prepare_attrs(name, attrs)
     r, t, tensors = _validate(_OPS[name], R, T, tensors)
     return _graph(name, tuple(sorted(attrs.items())))(r, t, tensors)
 
@@ -266,26 +266,20 @@ def _run(name, R, T, tensors, attrs):
 
 def momentum(R, T, *tensors, alpha, beta, mode, norm_coefficient):
     """ONNX Momentum: inputs (R, T, X..., G..., V...) -> (X_new..., V_new...)."""
-    _check_mode(mode)
-    attrs = _attrs(alpha=alpha, beta=beta, norm_coefficient=norm_coefficient)
-    return _run("Momentum", R, T, tensors, {**attrs, "mode": mode})
+    attrs = dict(alpha=alpha, beta=beta, mode=mode, norm_coefficient=norm_coefficient)
+    return _run("Momentum", R, T, tensors, attrs)
 
 
 def adagrad(R, T, *tensors, decay_factor=0.0, epsilon=1e-6, norm_coefficient=0.0):
     """ONNX Adagrad: inputs (R, T, X..., G..., H...) -> (X_new..., H_new...)."""
-    attrs = _attrs(decay_factor=decay_factor, epsilon=epsilon, norm_coefficient=norm_coefficient)
+    attrs = dict(decay_factor=decay_factor, epsilon=epsilon, norm_coefficient=norm_coefficient)
     return _run("Adagrad", R, T, tensors, attrs)
 
 
 def adam(R, T, *tensors, alpha=0.9, beta=0.999, epsilon=1e-6, norm_coefficient=0.0, norm_coefficient_post=0.0):
     """ONNX Adam: inputs (R, T, X..., G..., V..., H...) -> (X_new..., V_new..., H_new...)."""
-    attrs = _attrs(
-        alpha=alpha,
-        beta=beta,
-        epsilon=epsilon,
-        norm_coefficient=norm_coefficient,
-        norm_coefficient_post=norm_coefficient_post,
-    )
+    attrs = dict(alpha=alpha, beta=beta, epsilon=epsilon,
+                 norm_coefficient=norm_coefficient, norm_coefficient_post=norm_coefficient_post)
     return _run("Adam", R, T, tensors, attrs)
 
 
@@ -296,32 +290,25 @@ def op_function(op_name, shapes, dtype=tf.float32, r_dtype=None, jit_compile=Non
     """A ``tf.function`` with a flat input signature (R, T, *tensors) for one op.
 
     ``shapes`` holds one shape per optimized tensor (X_i, G_i and states share
-    it).  Meant for ``tf2onnx.convert.from_function`` and benchmarking.
+    it); attributes default as in the op's function.  Meant for
+    ``tf2onnx.convert.from_function`` and benchmarking.
     """
     spec = _OPS[op_name]
-    if op_name == "Momentum":
-        _check_mode(attrs.get("mode"))
-    attrs = {k: v if k == "mode" else _float32_attr(v) for k, v in {**_defaults(op_name), **attrs}.items()}
-    signature = [
-        tf.TensorSpec([], r_dtype or dtype, name="R"),
-        tf.TensorSpec([], tf.int64, name="T"),
-    ]
+    attrs = _prepare_attrs(op_name, {**(OPS[op_name].__kwdefaults__ or {}), **attrs})
+    signature = [tf.TensorSpec([], r_dtype or dtype, name="R"), tf.TensorSpec([], tf.int64, name="T")]
     for group in ("X", "G", *spec.states):
         signature += [tf.TensorSpec(shape, dtype, name=f"{group}{i}") for i, shape in enumerate(shapes)]
     return tf.function(_flat_body(spec, attrs), input_signature=signature, jit_compile=jit_compile)
-
-
-def _defaults(op_name):
-    """Keyword defaults of the public function (Momentum has none)."""
-    func = OPS[op_name]
-    return dict(func.__kwdefaults__ or {})
 
 
 def native_onnx_model(op_name, n_tensors, dtype=np.float32, shapes=None, **attrs):
     """A one-node ONNX model running the native ``ai.onnx.preview.training`` op.
 
     Inputs are named R, T, X0.., G0.., <state>0..; outputs X0_new.., <state>0_new...
-    Attributes not given use ONNX's defaults.
+    Attributes not given use ONNX's defaults.  ``shapes`` gives one shape per
+    optimized tensor (shared by X_i, G_i and its states; dims may be str/None).
+    Without it the tensors have unknown rank: valid ONNX IR and fine for
+    ``onnx.reference``, but ``onnx.checker`` insists on graph input/output shapes.
     """
     import onnx
     from onnx import helper
@@ -329,15 +316,14 @@ def native_onnx_model(op_name, n_tensors, dtype=np.float32, shapes=None, **attrs
     spec = _OPS[op_name]
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     shapes = shapes or [None] * n_tensors
+
+    def values(group, suffix=""):
+        return [helper.make_tensor_value_info(f"{group}{i}{suffix}", elem, shapes[i]) for i in range(n_tensors)]
+
     inputs = [helper.make_tensor_value_info("R", elem, []), helper.make_tensor_value_info("T", onnx.TensorProto.INT64, [])]
-    outputs = []
-    for group in ("X", "G", *spec.states):
-        inputs += [helper.make_tensor_value_info(f"{group}{i}", elem, shapes[i]) for i in range(n_tensors)]
-    for group in ("X", *spec.states):
-        outputs += [helper.make_tensor_value_info(f"{group}{i}_new", elem, None) for i in range(n_tensors)]
-    node = helper.make_node(
-        op_name, [v.name for v in inputs], [v.name for v in outputs], domain=DOMAIN, **attrs
-    )
+    inputs += [v for group in ("X", "G", *spec.states) for v in values(group)]
+    outputs = [v for group in ("X", *spec.states) for v in values(group, "_new")]
+    node = helper.make_node(op_name, [v.name for v in inputs], [v.name for v in outputs], domain=DOMAIN, **attrs)
     graph = helper.make_graph([node], f"{op_name.lower()}_step", inputs, outputs)
     return helper.make_model(
         graph,

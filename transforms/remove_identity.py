@@ -1,12 +1,13 @@
 """remove-identity: consumers of an Identity read its input directly.
 
-Identity, Snapshot, StopGradient and PreventGradient are no-ops at inference. An Identity that is
+Identity, Snapshot, StopGradient and PreventGradient are no-ops at inference, and so is IdentityN
+(Keras' custom-gradient activations such as swish), port by port. An Identity that is
 one of the graph's outputs or inputs keeps its name (it is the interface); one with control inputs
 keeps its meaning only if those edges move to its consumers, so it is left alone.
 """
 from __future__ import annotations
 
-from tfsurgery.graph import Graph
+from tfsurgery.graph import Graph, Ref
 from tfsurgery.pipeline import Options, TransformReport, register
 
 _NO_OPS = frozenset({"Identity", "Snapshot", "StopGradient", "PreventGradient"})
@@ -17,6 +18,16 @@ def remove_identity(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("remove-identity")
     protected = options.protected
     for node in graph:
+        if node.op == "IdentityN" and node.name not in protected \
+                and not graph.control_inputs(node.name):
+            report.matched += 1
+            sources = graph.inputs(node.name)
+            for port, source in enumerate(sources):
+                graph.rewire(Ref(node.name, port), source)
+            graph.move_control_consumers(node.name, sources[0].node if sources else None)
+            graph.remove([node.name])
+            report.rewritten.append(node.name)
+            continue
         if node.op not in _NO_OPS:
             continue
         report.matched += 1

@@ -1,0 +1,339 @@
+"""Checked ONNX export: convert with tf2onnx, tidy with onnxruntime, check, run, compare.
+
+``export`` converts a GraphDef with tf2onnx, applies onnxruntime's *basic* graph optimizations
+(portable, standard-ONNX rewrites such as MatMul+Add → Gemm; skipped with ``ort_optimize=False``),
+runs ``onnx.checker``, runs the model in onnxruntime on the same feeds as ``tfsurgery.verify`` and
+compares with TensorFlow's outputs. Files are staged in a temporary directory next to the target and
+moved into place only if everything passed, so a failed export writes nothing.
+
+Failures: a graph tf2onnx cannot convert, or converts to something the checker or onnxruntime
+rejects, raises ``ExportError`` (the CLI exits 1: the graph ran in TensorFlow, so the *conversion*
+failed, as with a failed verification); bad options and GraphDefs over protobuf's 2 GB limit raise
+``io.InputError`` (exit 2).
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence
+from unittest import mock
+
+import numpy as np
+
+from tfsurgery import verify
+from tfsurgery.io import InputError
+
+DEFAULT_OPSET = 18              # newest opset tf2onnx 1.17 tests (14-18); its own default is 15
+PROTOBUF_LIMIT = 2 ** 31        # protobuf cannot serialize or parse a message this large
+# Above this GraphDef size, export with external data. Half the limit: tf2onnx may hold a weight
+# twice (e.g. a conv kernel and its transposed copy), so the ONNX model can outgrow the GraphDef.
+LARGE_MODEL_BYTES = PROTOBUF_LIMIT // 2
+EXTERNAL_MIN_BYTES = 1024       # smaller tensors stay inside the .onnx file
+STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
+NHWC_TO_NCHW = (0, 3, 1, 2)     # tf2onnx's --inputs-as-nchw handles rank-4 inputs only
+CPU = ["CPUExecutionProvider"]
+
+
+class ExportError(Exception):
+    """The graph could not be converted to a valid, runnable ONNX model (one line)."""
+
+
+@dataclasses.dataclass
+class OnnxExport:
+    path: Path
+    opset: int
+    node_count: int
+    op_histogram: Dict[str, int]
+    max_error: float
+    passed: bool                 # ONNX matches TensorFlow within tolerance; only then is it written
+    external_data: bool          # weights in <path>.data next to the model
+    tolerance: float = verify.DEFAULT_TOLERANCE
+    converted_node_count: int = 0    # straight out of tf2onnx, before onnxruntime's rewrites
+    outputs: List[verify.OutputError] = dataclasses.field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data.update(path=str(self.path), outputs=[o.as_dict() for o in self.outputs])
+        return data
+
+
+def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
+           opset: Optional[int] = None, inputs_as_nchw: Sequence[str] = (),
+           feeds: Optional[Dict[str, np.ndarray]] = None,
+           tolerance: float = verify.DEFAULT_TOLERANCE, large_model: Optional[bool] = None,
+           ort_optimize: bool = True, input_path=None, seed: int = 0) -> OnnxExport:
+    """Convert ``graph_def`` to ONNX at ``path`` and check it against TensorFlow.
+
+    ``large_model=None`` chooses external data when the GraphDef exceeds ``LARGE_MODEL_BYTES``.
+    ``feeds`` default to ``verify.make_feeds(graph_def, inputs, seed)`` (NHWC; transposed for
+    onnxruntime where ``inputs_as_nchw`` made the ONNX input NCHW). The model is written only if
+    ``passed``; ``input_path`` is never overwritten.
+    """
+    path = Path(path)
+    check_protobuf_size(graph_def.ByteSize(), "the graph")
+    opset = DEFAULT_OPSET if opset is None else opset
+    _check_opset(opset)
+    _check_target(path, input_path)
+    nchw = _nchw_inputs(graph_def, inputs, inputs_as_nchw)
+    large_model = graph_def.ByteSize() > LARGE_MODEL_BYTES if large_model is None else large_model
+    feeds = verify.make_feeds(graph_def, inputs, seed) if feeds is None else feeds
+    try:
+        expected = verify.run_graph(graph_def, feeds, outputs)
+    except verify.VerificationError as error:
+        raise ExportError(f"no TensorFlow reference to compare with: {error}") from None
+    with _staging(path) as stage:
+        model, storage = convert(graph_def, inputs, outputs, opset=opset, inputs_as_nchw=nchw,
+                                 large_model=large_model)
+        converted_nodes = len(model.graph.node)
+        staged = stage / path.name
+        save(model, storage, staged)
+        if ort_optimize:
+            optimize_with_onnxruntime(staged, external_data=large_model)
+        check(staged)
+        actual = run_onnx(staged, _onnx_feeds(feeds, nchw), outputs)
+        errors = [verify.output_error(name, e, a) for name, e, a in zip(outputs, expected, actual)]
+        hist = op_histogram(staged)
+        max_error = max((e.max_rel for e in errors), default=0.0)
+        external = staged.with_name(path.name + ".data").exists()
+        result = OnnxExport(path, opset, sum(hist.values()), hist, max_error,
+                            max_error <= tolerance, external, tolerance, converted_nodes, errors)
+        if result.passed:
+            _publish(stage, path)
+    return result
+
+
+# ---------------------------------------------------------------- steps
+def convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset: int,
+            inputs_as_nchw: Sequence[str] = (), large_model: bool = False):
+    """tf2onnx's (ModelProto, ExternalTensorStorage or None); unsupported ops → ExportError."""
+    import onnx
+    import tf2onnx
+    try:
+        with _numpy2_compat():
+            model, storage = tf2onnx.convert.from_graph_def(
+                graph_def, input_names=[_tensor(n) for n in inputs],
+                output_names=[_tensor(n) for n in outputs], opset=opset,
+                inputs_as_nchw=[_tensor(n) for n in inputs_as_nchw] or None,
+                large_model=large_model)
+    except Exception as error:   # tf2onnx raises ValueError, KeyError, AssertionError, ...
+        raise ExportError(f"tf2onnx cannot convert the graph: {_first_line(error)}") from None
+    # tf2onnx keeps going past unsupported ops and leaves them in as TF ops: name them all here.
+    unsupported = collections.Counter(n.op_type for n in model.graph.node
+                                      if not onnx.defs.has(n.op_type, n.domain))
+    if unsupported:
+        ops = ", ".join(f"{op} (x{count})" if count > 1 else op
+                        for op, count in sorted(unsupported.items()))
+        raise ExportError(f"tf2onnx cannot convert op(s) {ops} to ONNX opset {opset}")
+    return model, storage
+
+
+def save(model, storage, path: Path) -> None:
+    """Save the model; with tf2onnx's external tensor storage, as ``path`` + ``path.data``
+    (ONNX's standard external-data layout, not tf2onnx's zip, so onnxruntime can open it)."""
+    import onnx
+    from onnx.external_data_helper import set_external_data
+    if storage is not None:
+        data_name = path.name + ".data"
+        with open(path.with_name(data_name), "wb") as data:
+            for tensor in _tensors(model.graph):
+                if tensor.data_location != onnx.TensorProto.EXTERNAL:
+                    continue
+                key = {e.key: e.value for e in tensor.external_data}["location"]
+                tensor.raw_data = storage.name_to_tensor_data[key]
+                set_external_data(tensor, data_name, data.tell(), len(tensor.raw_data))
+                data.write(tensor.raw_data)
+                tensor.ClearField("raw_data")
+    onnx.save_model(model, str(path))
+
+
+def optimize_with_onnxruntime(path: Path, *, external_data: bool = False) -> bool:
+    """Replace the model at ``path`` with onnxruntime's basic-level rewrite of it (constant
+    folding, redundant nodes, MatMul+Add → Gemm: standard ONNX ops, portable). Kept only if every
+    node is still a standard ONNX op; returns whether it was kept."""
+    import onnx
+    import onnxruntime as ort
+    work = path.parent / "ort"
+    work.mkdir()
+    optimized = work / path.name
+    options = _session_options()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(optimized)
+    if external_data:
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", path.name + ".data")
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes",
+            str(EXTERNAL_MIN_BYTES))
+    try:
+        ort.InferenceSession(str(path), options, providers=CPU)
+    except Exception as error:   # onnxruntime raises its own Fail/InvalidGraph/... types
+        raise ExportError(f"onnxruntime cannot load the model: {_first_line(error)}") from None
+    model = onnx.load(str(optimized), load_external_data=False)
+    domains = {node.domain for node in _nodes(model.graph)}
+    kept = domains <= set(STANDARD_DOMAINS)
+    if kept:
+        # onnxruntime declares every domain it knows; keep the ones the graph uses.
+        keep = [o for o in model.opset_import if o.domain in domains | {""}]
+        del model.opset_import[:]
+        model.opset_import.extend(keep)
+        onnx.save_model(model, str(optimized))
+        path.with_name(path.name + ".data").unlink(missing_ok=True)
+        for produced in work.iterdir():
+            os.replace(produced, path.parent / produced.name)
+    shutil.rmtree(work)
+    return kept
+
+
+def check(path: Path) -> None:
+    """onnx.checker, by path so that external data and models over 2 GB work."""
+    import onnx
+    try:
+        onnx.checker.check_model(str(path))
+    except onnx.checker.ValidationError as error:
+        raise ExportError(f"onnx.checker rejects the model: {_first_line(error)}") from None
+
+
+def run_onnx(path: Path, feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -> List[np.ndarray]:
+    """Run the model once in onnxruntime (CPU); feeds keyed by ONNX input name."""
+    import onnxruntime as ort
+    try:
+        session = ort.InferenceSession(str(path), _session_options(), providers=CPU)
+        wanted = {i.name for i in session.get_inputs()}
+        return session.run([_tensor(n) for n in outputs],
+                           {k: v for k, v in feeds.items() if k in wanted})
+    except Exception as error:   # onnxruntime's error types are not a public hierarchy
+        raise ExportError(f"onnxruntime cannot run the model: {_first_line(error)}") from None
+
+
+def op_histogram(path: Path) -> Dict[str, int]:
+    """Op type → count over the model's top-level nodes (an If counts once)."""
+    import onnx
+    model = onnx.load(str(path), load_external_data=False)
+    return dict(collections.Counter(node.op_type for node in model.graph.node))
+
+
+def check_protobuf_size(size: int, where: str) -> None:
+    """A frozen GraphDef over 2 GB cannot exist as one protobuf message: say what to do instead."""
+    if size >= PROTOBUF_LIMIT:
+        raise InputError(
+            f"{where} is {size / 2 ** 30:.1f} GiB, beyond protobuf's 2 GiB limit for a frozen "
+            "GraphDef; start from the SavedModel instead (for ONNX: python -m tf2onnx.convert "
+            "--saved-model DIR --large_model)")
+
+
+# ---------------------------------------------------------------- helpers
+def _check_opset(opset: int) -> None:
+    from tf2onnx import __version__, constants
+    supported = sorted(constants.OPSET_TO_IR_VERSION)
+    if opset not in supported:
+        raise InputError(f"--opset {opset}: tf2onnx {__version__} supports opsets "
+                         f"{supported[0]}-{supported[-1]}")
+
+
+def _check_target(path: Path, input_path) -> None:
+    if not path.parent.is_dir():
+        raise InputError(f"{path}: output directory {path.parent} does not exist")
+    if input_path is None:
+        return
+    for target in (path, path.with_name(path.name + ".data")):
+        if target.exists() and Path(input_path).exists() and os.path.samefile(target, input_path):
+            raise InputError(f"{target}: refusing to overwrite the input file; choose another -o")
+
+
+def _nchw_inputs(graph_def, inputs: Sequence[str], names: Sequence[str]) -> List[str]:
+    """Check that each name is a rank-4 graph input (tf2onnx silently ignores anything else)."""
+    from tfsurgery.graph import Graph
+    graph = Graph(graph_def, check_inputs=False)
+    plain = {n.split(":")[0]: n for n in inputs}
+    chosen = []
+    for name in names:
+        if name.split(":")[0] not in plain:
+            raise InputError(f"--inputs-as-nchw: {name!r} is not one of the graph's inputs "
+                             f"({', '.join(inputs) or 'none'})")
+        node = graph.node(name.split(":")[0])
+        if len(verify.placeholder_shape(node)) != 4:
+            raise InputError(f"--inputs-as-nchw: {name!r} is not a rank-4 (NHWC) input")
+        chosen.append(plain[name.split(":")[0]])
+    return chosen
+
+
+def _onnx_feeds(feeds: Dict[str, np.ndarray], nchw: Sequence[str]) -> Dict[str, np.ndarray]:
+    transposed = {_tensor(n) for n in nchw}
+    return {_tensor(k): np.transpose(v, NHWC_TO_NCHW) if _tensor(k) in transposed else v
+            for k, v in feeds.items()}
+
+
+@contextlib.contextmanager
+def _staging(path: Path) -> Iterator[Path]:
+    """A temporary directory next to ``path`` (same filesystem, so moving in is a rename)."""
+    try:
+        stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    except OSError as error:
+        raise InputError(f"{path}: cannot write ({error.strerror})") from None
+    try:
+        yield stage
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _publish(stage: Path, path: Path) -> None:
+    """Move the staged model into place: its data file first, then the model that points at it."""
+    data = stage / (path.name + ".data")
+    try:
+        if data.exists():
+            os.replace(data, path.with_name(data.name))
+        os.replace(stage / path.name, path)
+    except OSError as error:
+        raise InputError(f"{path}: cannot write ({error.strerror})") from None
+
+
+@contextlib.contextmanager
+def _numpy2_compat():
+    """tf2onnx 1.17's large-model path calls np.product, which numpy 2 removed."""
+    if hasattr(np, "product"):
+        yield
+    else:
+        with mock.patch.object(np, "product", np.prod, create=True):
+            yield
+
+
+def _session_options():
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.log_severity_level = 3          # errors only: no "removing initializer" chatter
+    return options
+
+
+def _nodes(graph) -> Iterator:
+    """Every node, including those in If/Loop bodies."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from _nodes(sub)
+
+
+def _tensors(graph) -> Iterator:
+    """Every tensor that can hold weights: initializers and tensor attributes, subgraphs too."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from _tensors(sub)
+
+
+def _tensor(name: str) -> str:
+    return name if ":" in name else name + ":0"
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:300]
