@@ -3,6 +3,12 @@
 Feeds are random but seeded, shaped from each placeholder's ``shape`` attribute (unknown batch → 2,
 other unknown dims → 16). The original runs with its training flags fed ``False``. The error of an
 output is max|optimized − original| / max|original|, i.e. scaled to the output's magnitude.
+
+Float32 arithmetic done in another order (a folded weight is rounded once, not twice) differs in the
+last bit, and a deep network can amplify that: the *noise floor* is how far the original's own
+outputs move when its float inputs move by one rounding step (relative 2^-23). A result passes if
+its error is within the tolerance, or within NOISE_FACTOR × the noise floor — the original itself
+cannot be reproduced more closely than that in float32. Both figures are reported.
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from tfsurgery.graph import Graph
 UNKNOWN_BATCH = 2
 UNKNOWN_DIM = 16
 DEFAULT_TOLERANCE = 1e-4
+NOISE_FACTOR = 4
 
 
 @dataclasses.dataclass
@@ -34,17 +41,23 @@ class Verification:
     outputs: List[OutputError]
     tolerance: float
     reference: str = "original graph, training flags False"
+    noise_floor: float = 0.0        # the original's own output change for a 1-ulp input change
 
     @property
     def max_error(self) -> float:
         return max((o.max_rel for o in self.outputs), default=0.0)
 
     @property
+    def allowed(self) -> float:
+        return max(self.tolerance, NOISE_FACTOR * self.noise_floor)
+
+    @property
     def passed(self) -> bool:
-        return self.max_error <= self.tolerance
+        return self.max_error <= self.allowed
 
     def as_dict(self) -> dict:
         return {"passed": self.passed, "max_error": self.max_error, "tolerance": self.tolerance,
+                "noise_floor": self.noise_floor, "allowed": self.allowed,
                 "reference": self.reference, "outputs": [o.as_dict() for o in self.outputs]}
 
 
@@ -126,6 +139,13 @@ def output_error(name: str, reference: np.ndarray, result: np.ndarray) -> Output
                        tuple(reference.shape))
 
 
+def nudge(feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """Float feeds moved by about one float32 rounding step; others unchanged."""
+    step = np.float32(2.0 ** -23)
+    return {k: (v * (1 + step)).astype(v.dtype) if v.dtype.kind == "f" else v
+            for k, v in feeds.items()}
+
+
 def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
            training_flags: Sequence[str] = (), *, tolerance: float = DEFAULT_TOLERANCE,
            seed: int = 0, feeds: Optional[Dict[str, np.ndarray]] = None,
@@ -142,6 +162,10 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
                                    if k.split(":")[0] in optimized_inputs}, outputs)
     errors = [output_error(name, e, a) for name, e, a in zip(outputs, expected, actual)]
     verification = Verification(errors, tolerance)
+    if verification.max_error > tolerance:      # only then is the floor worth a third run
+        nudged = run_graph(original, {**nudge(feeds), **flags}, outputs)
+        verification.noise_floor = max(output_error(n, e, a).max_rel
+                                       for n, e, a in zip(outputs, expected, nudged))
     if reference_note:
         verification.reference = reference_note
     return verification
