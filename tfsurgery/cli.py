@@ -1,6 +1,7 @@
-"""Command line: ``tfsurgery optimize|inspect ...`` and ``python scripts/optimize.py ...``.
+"""Command line: ``tfsurgery optimize|inspect|export ...`` and ``python scripts/optimize.py ...``.
 
-Exit status: 0 success, 1 verification failed, 2 bad input (one line on stderr, no traceback).
+Exit status: 0 success, 1 verification failed (TF graphs or ONNX vs TF, or ONNX conversion failed),
+2 bad input (one line on stderr, no traceback).
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ EXAMPLES = """examples:
   tfsurgery optimize frozen.pb --bn-fold     # -> frozen_optimized.pb next to the input
   tfsurgery optimize model.pbtxt -o lean.pb --outputs logits --training-flag is_train
   tfsurgery inspect frozen.pb --bn-fold      # what would change, without writing anything
+  tfsurgery optimize frozen.pb --bn-fold --onnx lean.onnx   # also export to ONNX, checked
+  tfsurgery export frozen.pb --bn-fold       # -> frozen.onnx next to the input (no .pb written)
 """
 
 
@@ -39,6 +42,25 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="errors only")
 
 
+def _verify_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-verify", action="store_true",
+                        help="skip the numeric check of the optimized graph against the original")
+    parser.add_argument("--tolerance", type=float, default=None,
+                        help="max allowed output error relative to the output's magnitude "
+                             "(default 1e-4; also used for ONNX vs TensorFlow)")
+    parser.add_argument("--report-json", metavar="PATH", help="write the report as JSON")
+
+
+def _onnx_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--opset", type=int, default=None,
+                        help="ONNX opset for tf2onnx (default 18, the newest it tests)")
+    parser.add_argument("--inputs-as-nchw", metavar="A,B",
+                        help="make these rank-4 NHWC inputs NCHW in the ONNX model (tf2onnx)")
+    parser.add_argument("--raw-onnx", action="store_true",
+                        help="keep tf2onnx's output as is (skip onnxruntime's basic graph "
+                             "optimizations, e.g. MatMul+Add -> Gemm)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tfsurgery import __version__
     parser = argparse.ArgumentParser(
@@ -52,20 +74,27 @@ def build_parser() -> argparse.ArgumentParser:
                               epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(optimize)
     optimize.add_argument("-o", "--output", help="output file (default: <input>_optimized.pb)")
-    optimize.add_argument("--no-verify", action="store_true", help="skip the numeric check")
-    optimize.add_argument("--tolerance", type=float, default=None,
-                          help="max allowed output error relative to the output's magnitude "
-                               "(default 1e-4)")
-    optimize.add_argument("--report-json", metavar="PATH", help="write the report as JSON")
+    _verify_options(optimize)
+    optimize.add_argument("--onnx", metavar="PATH",
+                          help="also export the optimized graph to ONNX, checked against TF")
+    _onnx_options(optimize)
 
     inspect = sub.add_parser("inspect", help="show the graph's interface and what each transform "
                              "would change (dry run)")
     _common(inspect)
     inspect.add_argument("--report-json", metavar="PATH", help="write the report as JSON")
+
+    export = sub.add_parser("export", help="optimize, verify and export to ONNX, checked with "
+                            "onnx.checker and onnxruntime against TensorFlow",
+                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(export)
+    export.add_argument("-o", "--output", help="ONNX file (default: <input stem>.onnx)")
+    _verify_options(export)
+    _onnx_options(export)
     return parser
 
 
-SUBCOMMANDS = ("optimize", "inspect")
+SUBCOMMANDS = ("optimize", "inspect", "export")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -93,6 +122,8 @@ def _setup_logging(args) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")      # before TensorFlow is imported
     import tensorflow as tf
     tf.get_logger().setLevel(logging.DEBUG if args.verbose else logging.ERROR)
+    # tf2onnx logs its progress at INFO and unsupported ops at ERROR; we report those ourselves.
+    logging.getLogger("tf2onnx").setLevel(logging.DEBUG if args.verbose else logging.CRITICAL)
 
 
 def _silence_native_stderr() -> None:
@@ -115,12 +146,19 @@ def _silence_native_stderr() -> None:
 
 def _run(args) -> int:
     from tfsurgery import api
-    from tfsurgery.io import InputError
+    from tfsurgery.io import KERAS_SUFFIXES, InputError
     from tfsurgery.pipeline import UnknownTransform
     try:
         transforms = api.choose_transforms(_split(args.transforms), bn_fold=args.bn_fold)
     except UnknownTransform as error:
         raise InputError(str(error)) from None
+    if getattr(args, "opset", None) is not None:
+        from tfsurgery.onnx_export import check_opset
+        check_opset(args.opset)                 # before minutes of optimizing, not after
+    graph_file = Path(args.input) if args.input else None
+    if graph_file and graph_file.is_file() and graph_file.suffix.lower() not in KERAS_SUFFIXES:
+        from tfsurgery.onnx_export import check_protobuf_size
+        check_protobuf_size(graph_file.stat().st_size, args.input)   # parsing would just fail
     source = api.load(args.input) if args.input else api.demo()
     if args.command == "inspect":
         return _inspect(args, source, transforms)
@@ -133,9 +171,13 @@ def _say(args, text: str = "") -> None:
 
 
 def _optimize(args, source, transforms) -> int:
+    """``optimize`` (writes the .pb, and the ONNX model with --onnx) and ``export`` (ONNX only).
+    All or nothing: any failed check exits 1 with nothing written."""
     from tfsurgery import api, report
-    from tfsurgery.io import InputError
-    output = Path(args.output) if args.output else api.default_output_path(source)
+    exporting = args.command == "export"
+    output = None if exporting else (Path(args.output) if args.output
+                                     else api.default_output_path(source))
+    onnx_path = _onnx_path(args, source)
     result = api.optimize(source, transforms, inputs=_split(args.inputs),
                           outputs=_split(args.outputs), training_flags=args.training_flag,
                           verify=not args.no_verify, tolerance=args.tolerance)
@@ -146,23 +188,91 @@ def _optimize(args, source, transforms) -> int:
     for line in report.transform_lines(result.reports, verbose=args.verbose):
         _say(args, line)
     data = result.as_report()
+    code = _check_verification(args, result)
+    if code == 0 and onnx_path is not None:
+        code = _export_onnx(args, source, result, onnx_path, data)
     if args.report_json:
         api.write_json(args.report_json, data, input_path=source.path)
+    if code:
+        return code
+    if output is not None:
+        api.save(result.graph_def, output, input_path=source.path)
+        _say(args, f"wrote {output}")
+    if onnx_path is not None:
+        _say(args, f"wrote {onnx_path}")
+    return 0
+
+
+def _check_verification(args, result) -> int:
     if result.verification is not None:
         v = result.verification
-        _say(args, f"verification: max error {v.max_error:.3g} (tolerance {v.tolerance:g}; "
-                   f"reference: {v.reference})")
+        floor = f", float32 noise floor {v.noise_floor:.3g}" if v.noise_floor else ""
+        _say(args, f"verification: max error {v.max_error:.3g} (tolerance {v.tolerance:g}"
+                   f"{floor}; reference: {v.reference})")
         if not v.passed:
             print(f"tfsurgery: verification FAILED: max error {v.max_error:.3g} exceeds "
-                  f"{v.tolerance:g}; nothing written", file=sys.stderr)
+                  f"{v.allowed:.3g}; nothing written", file=sys.stderr)
             return 1
     elif result.verification_error:
         print(f"tfsurgery: verification FAILED: {result.verification_error}; nothing written",
               file=sys.stderr)
         return 1
-    api.save(result.graph_def, output, input_path=source.path)
-    _say(args, f"wrote {output}")
     return 0
+
+
+def _onnx_path(args, source) -> Optional[Path]:
+    from tfsurgery import api
+    if args.command != "export":
+        return Path(args.onnx) if args.onnx else None
+    if args.output:
+        return Path(args.output)
+    if source.path is None:
+        return Path.cwd() / f"{api.DEMO_NAME}.onnx"
+    stem = source.path.name if source.path.is_dir() else source.path.stem
+    return source.path.with_name(f"{stem}.onnx")
+
+
+def _export_onnx(args, source, result, path: Path, data: dict) -> int:
+    """Export, print the TF-vs-ONNX table, record the outcome in ``data``; 1 if it failed.
+    A conversion failure exits 1, not 2: the graph ran in TensorFlow, the conversion is what
+    failed (as with a failed verification)."""
+    from tfsurgery import onnx_export, report, verify
+    tolerance = verify.DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
+    try:
+        exported = onnx_export.export(
+            result.graph_def, result.inputs, result.outputs, path, opset=args.opset,
+            inputs_as_nchw=_split(args.inputs_as_nchw), tolerance=tolerance,
+            ort_optimize=not args.raw_onnx, input_path=source.path)
+    except onnx_export.ExportError as error:
+        data["onnx"] = {"path": str(path), "passed": False, "error": str(error)}
+        print(f"tfsurgery: ONNX export FAILED: {error}; nothing written", file=sys.stderr)
+        return 1
+    data["onnx"] = exported.as_dict()
+    _say(args, f"ONNX (opset {exported.opset}): {exported.node_count} nodes "
+               f"({exported.converted_node_count} from tf2onnx)"
+               f"{', weights in ' + path.name + '.data' if exported.external_data else ''}")
+    _say(args, report.format_table(
+        _side_by_side(report.summary(result.graph_def), exported),
+        headers=("TF after", "", "ONNX", "")))
+    _say(args, f"ONNX check: max error {exported.max_error:.3g} vs TensorFlow "
+               f"(tolerance {exported.tolerance:g}; onnx.checker passed)")
+    if not exported.passed:
+        print(f"tfsurgery: ONNX check FAILED: onnxruntime differs from TensorFlow by "
+              f"{exported.max_error:.3g} (tolerance {exported.tolerance:g}); nothing written",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _side_by_side(tf_summary: dict, exported) -> List[tuple]:
+    """Rows (TF op, count, ONNX op, count), each side by count, node totals first."""
+    def ranked(hist):
+        return sorted(hist.items(), key=lambda kv: (-kv[1], kv[0]))
+    left = [("nodes", tf_summary["nodes"])] + ranked(tf_summary["ops"])
+    right = [("nodes", exported.node_count)] + ranked(exported.op_histogram)
+    right += [("", "")] * (len(left) - len(right))
+    left += [("", "")] * (len(right) - len(left))
+    return [l + r for l, r in zip(left, right)]
 
 
 def _inspect(args, source, transforms) -> int:

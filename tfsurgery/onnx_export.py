@@ -77,7 +77,7 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
     path = Path(path)
     check_protobuf_size(graph_def.ByteSize(), "the graph")
     opset = DEFAULT_OPSET if opset is None else opset
-    _check_opset(opset)
+    check_opset(opset)
     _check_target(path, input_path)
     nchw = _nchw_inputs(graph_def, inputs, inputs_as_nchw)
     large_model = graph_def.ByteSize() > LARGE_MODEL_BYTES if large_model is None else large_model
@@ -222,12 +222,12 @@ def check_protobuf_size(size: int, where: str) -> None:
     if size >= PROTOBUF_LIMIT:
         raise InputError(
             f"{where} is {size / 2 ** 30:.1f} GiB, beyond protobuf's 2 GiB limit for a frozen "
-            "GraphDef; start from the SavedModel instead (for ONNX: python -m tf2onnx.convert "
-            "--saved-model DIR --large_model)")
+            "GraphDef; convert the SavedModel instead: python -m tf2onnx.convert --saved-model "
+            "DIR --large_model --output OUT.onnx")
 
 
 # ---------------------------------------------------------------- helpers
-def _check_opset(opset: int) -> None:
+def check_opset(opset: int) -> None:
     from tf2onnx import __version__, constants
     supported = sorted(constants.OPSET_TO_IR_VERSION)
     if opset not in supported:

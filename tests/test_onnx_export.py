@@ -1,0 +1,195 @@
+"""ONNX export: lean article model, checker + onnxruntime vs TensorFlow, NCHW inputs, external
+data, and the CLI's --onnx / export, including failures (exit 1) and bad input (exit 2)."""
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from conftest import optimize
+from tfsurgery import onnx_export, verify
+from tfsurgery.cli import main
+from tfsurgery.io import InputError
+
+LEAN_OPS = {"Conv", "Relu", "MaxPool", "Transpose", "Reshape", "Gemm", "Softmax"}
+
+
+@pytest.fixture(scope="module")
+def lean(article):
+    """The article model optimized with --bn-fold (verified in TF)."""
+    result = optimize(article)
+    assert result.verification.passed
+    return result
+
+
+@pytest.fixture
+def pb(tmp_path, article):
+    """A private copy of the article model: CLI outputs land next to it, in tmp_path."""
+    path = tmp_path / "article.pb"
+    path.write_bytes(article.graph_def.SerializeToString())
+    return path
+
+
+def ort_vs_tf(path, graph_def, inputs, outputs, nchw=()):
+    """An independent check of a written model: onnxruntime on it vs TensorFlow."""
+    feeds = verify.make_feeds(graph_def, inputs)
+    expected = verify.run_graph(graph_def, feeds, outputs)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    actual = session.run([o + ":0" for o in outputs],
+                         {k + ":0": np.transpose(v, (0, 3, 1, 2)) if k in nchw else v
+                          for k, v in feeds.items()})
+    return max(verify.output_error(o, e, a).max_rel
+               for o, e, a in zip(outputs, expected, actual))
+
+
+def leftovers(directory):
+    """Staging directories an export left behind (there should be none)."""
+    return [p.name for p in directory.iterdir() if p.name.startswith(".")]
+
+
+# ---------------------------------------------------------------- the API
+def test_optimized_article_exports_lean_checked_and_equal(lean, tmp_path):
+    out = tmp_path / "lean.onnx"
+    result = onnx_export.export(lean.graph_def, lean.inputs, lean.outputs, out)
+    assert result.passed and result.max_error < 1e-5
+    assert result.opset == onnx_export.DEFAULT_OPSET and not result.external_data
+    assert "If" not in result.op_histogram and result.node_count <= 14
+    assert set(result.op_histogram) <= LEAN_OPS
+    assert result.converted_node_count == result.node_count + 1     # MatMul+Add -> Gemm
+    onnx.checker.check_model(str(out))
+    model = onnx.load(str(out))
+    assert len(model.graph.node) == result.node_count
+    assert {o.domain for o in model.opset_import} <= {"", "ai.onnx.ml"}
+    assert ort_vs_tf(out, lean.graph_def, lean.inputs, lean.outputs) < 1e-5
+    assert leftovers(tmp_path) == []
+
+
+def test_unoptimized_article_keeps_every_cond_as_if(article, tmp_path):
+    result = onnx_export.export(article.graph_def, article.inputs, article.outputs,
+                                tmp_path / "raw.onnx", ort_optimize=False)
+    assert result.passed
+    assert result.op_histogram["If"] == 6 and result.node_count == 24
+
+
+def test_raw_tf2onnx_output_is_kept_on_request(lean, tmp_path):
+    result = onnx_export.export(lean.graph_def, lean.inputs, lean.outputs,
+                                tmp_path / "raw.onnx", ort_optimize=False)
+    assert result.passed and result.node_count == result.converted_node_count
+    assert {"MatMul", "Add"} <= set(result.op_histogram) and "Gemm" not in result.op_histogram
+
+
+def test_inputs_as_nchw_on_a_conv_model(tmp_path):
+    from models.tf1 import conv_bn
+    built = conv_bn()                                   # input [2, 6, 6, 3] NHWC
+    nhwc = onnx_export.export(built.graph_def, built.inputs, built.outputs, tmp_path / "a.onnx")
+    out = tmp_path / "nchw.onnx"
+    nchw = onnx_export.export(built.graph_def, built.inputs, built.outputs, out,
+                              inputs_as_nchw=["input"])
+    assert nhwc.passed and nchw.passed and nchw.max_error < 1e-5
+    dims = [d.dim_value for d in onnx.load(str(out)).graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [2, 3, 6, 6]
+    assert nchw.op_histogram.get("Transpose", 0) == nhwc.op_histogram["Transpose"] - 1
+    assert ort_vs_tf(out, built.graph_def, built.inputs, built.outputs, nchw=("input",)) < 1e-5
+
+
+@pytest.mark.parametrize("ort_optimize", [True, False])
+def test_large_model_path_writes_external_data(tmp_path, monkeypatch, ort_optimize):
+    from models.tf1 import conv_bn
+    built = conv_bn(cin=8, cout=16)                     # a 3x3x8x16 kernel: over 1024 elements
+    monkeypatch.setattr(onnx_export, "LARGE_MODEL_BYTES", 0)
+    out = tmp_path / "big.onnx"
+    result = onnx_export.export(built.graph_def, built.inputs, built.outputs, out,
+                                ort_optimize=ort_optimize)
+    assert result.passed and result.external_data
+    data = tmp_path / "big.onnx.data"
+    assert data.stat().st_size >= 3 * 3 * 8 * 16 * 4
+    model = onnx.load(str(out), load_external_data=False)
+    assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    onnx.checker.check_model(str(out))
+    assert ort_vs_tf(out, built.graph_def, built.inputs, built.outputs) < 1e-5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.onnx", "big.onnx.data"]
+
+
+def test_mismatch_is_reported_and_nothing_written(lean, tmp_path, monkeypatch):
+    real = onnx_export.run_onnx
+    monkeypatch.setattr(onnx_export, "run_onnx",
+                        lambda *a: [x + 0.1 for x in real(*a)])   # a conversion bug
+    out = tmp_path / "bad.onnx"
+    result = onnx_export.export(lean.graph_def, lean.inputs, lean.outputs, out)
+    assert not result.passed and result.max_error > 0.01
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_graph_over_the_protobuf_limit_is_bad_input(lean, tmp_path, monkeypatch):
+    monkeypatch.setattr(onnx_export, "PROTOBUF_LIMIT", 1000)
+    with pytest.raises(InputError, match="SavedModel"):
+        onnx_export.export(lean.graph_def, lean.inputs, lean.outputs, tmp_path / "x.onnx")
+
+
+# ---------------------------------------------------------------- the CLI
+def test_optimize_with_onnx_writes_both_and_reports(pb, tmp_path, capsys):
+    out, model = tmp_path / "lean.pb", tmp_path / "lean.onnx"
+    code = main(["optimize", str(pb), "--bn-fold", "-o", str(out), "--onnx", str(model),
+                 "--report-json", str(tmp_path / "r.json")])
+    assert code == 0 and out.exists() and model.exists()
+    text = capsys.readouterr().out
+    assert "TF after" in text and "Gemm" in text and "ONNX check: max error" in text
+    report = json.loads((tmp_path / "r.json").read_text())["onnx"]
+    assert report["passed"] and report["node_count"] <= 14 and "If" not in report["op_histogram"]
+    assert report["path"] == str(model) and report["opset"] == 18
+
+
+def test_export_subcommand_writes_stem_onnx_next_to_the_input(pb, tmp_path):
+    assert main(["export", str(pb), "--bn-fold", "-q", "--opset", "15",
+                 "--inputs-as-nchw", "input"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["article.onnx", "article.pb"]
+    model = onnx.load(str(tmp_path / "article.onnx"))
+    assert model.opset_import[0].version == 15 and len(model.graph.node) <= 13
+
+
+def test_export_of_the_demo_lands_in_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", "--bn-fold", "-q"]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["article_cnn.onnx"]
+
+
+def test_onnx_mismatch_exits_1_with_the_error_and_writes_nothing(pb, tmp_path, monkeypatch,
+                                                                 capsys):
+    real = onnx_export.run_onnx
+    monkeypatch.setattr(onnx_export, "run_onnx", lambda *a: [x * 1.5 for x in real(*a)])
+    code = main([str(pb), "--bn-fold", "--onnx", str(tmp_path / "m.onnx"), "-q"])
+    err = capsys.readouterr().err
+    assert code == 1 and "ONNX check FAILED" in err and "tolerance 0.0001" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["article.pb"]     # not even the .pb
+
+
+def test_unconvertible_op_exits_1_with_one_line(tmp_path, capsys):
+    import tensorflow as tf
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [2, 3], name="input")
+        tf.raw_ops.Betainc(a=x * x + 1, b=x * x + 2, x=tf.sigmoid(x), name="output")
+    src = tmp_path / "betainc.pb"
+    src.write_bytes(graph.as_graph_def().SerializeToString())
+    assert main(["export", str(src)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot convert op(s) Betainc" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["betainc.pb"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--opset", "99"], "supports opsets"),
+    (["--inputs-as-nchw", "nope"], "not one of the graph's inputs"),
+    (["-o", "{pb}"], "overwrite the input"),
+])
+def test_bad_onnx_options_exit_2(pb, capsys, args, message):
+    code = main(["export", str(pb)] + [a.format(pb=pb) for a in args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and message in err
+    assert sorted(p.name for p in pb.parent.iterdir()) == ["article.pb"]
+
+
+def test_pb_over_the_protobuf_limit_exits_2_pointing_to_savedmodel(pb, monkeypatch, capsys):
+    monkeypatch.setattr(onnx_export, "PROTOBUF_LIMIT", 1000)
+    assert main(["export", str(pb)]) == 2
+    assert "SavedModel" in capsys.readouterr().err
