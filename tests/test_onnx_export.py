@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 
 from conftest import optimize
-from tfsurgery import onnx_export, verify
+from tfsurgery import io, onnx_export, verify
 from tfsurgery.cli import main
 from tfsurgery.io import InputError
 
@@ -122,7 +122,7 @@ def test_mismatch_is_reported_and_nothing_written(lean, tmp_path, monkeypatch):
 
 
 def test_graph_over_the_protobuf_limit_is_bad_input(lean, tmp_path, monkeypatch):
-    monkeypatch.setattr(onnx_export, "PROTOBUF_LIMIT", 1000)
+    monkeypatch.setattr(io, "PROTOBUF_LIMIT", 1000)
     with pytest.raises(InputError, match="SavedModel"):
         onnx_export.export(lean.graph_def, lean.inputs, lean.outputs, tmp_path / "x.onnx")
 
@@ -190,6 +190,6 @@ def test_bad_onnx_options_exit_2(pb, capsys, args, message):
 
 
 def test_pb_over_the_protobuf_limit_exits_2_pointing_to_savedmodel(pb, monkeypatch, capsys):
-    monkeypatch.setattr(onnx_export, "PROTOBUF_LIMIT", 1000)
+    monkeypatch.setattr(io, "PROTOBUF_LIMIT", 1000)
     assert main(["export", str(pb)]) == 2
     assert "SavedModel" in capsys.readouterr().err

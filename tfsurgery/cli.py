@@ -30,7 +30,10 @@ def _split(text: Optional[str]) -> List[str]:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("input", nargs="?", help="frozen graph (.pb or .pbtxt); omitted: the demo")
+    parser.add_argument("input", nargs="?", help="frozen graph (.pb/.pbtxt), SavedModel directory "
+                        "or Keras .keras/.h5 file; omitted: the demo model")
+    parser.add_argument("--signature", default="serving_default",
+                        help="SavedModel signature to optimize (default: serving_default)")
     parser.add_argument("--bn-fold", action="store_true",
                         help="fold batch norm into the preceding conv/matmul")
     parser.add_argument("--inputs", help="comma-separated input node names (default: detected)")
@@ -146,7 +149,7 @@ def _silence_native_stderr() -> None:
 
 def _run(args) -> int:
     from tfsurgery import api
-    from tfsurgery.io import KERAS_SUFFIXES, InputError
+    from tfsurgery.io import InputError
     from tfsurgery.pipeline import UnknownTransform
     try:
         transforms = api.choose_transforms(_split(args.transforms), bn_fold=args.bn_fold)
@@ -155,11 +158,7 @@ def _run(args) -> int:
     if getattr(args, "opset", None) is not None:
         from tfsurgery.onnx_export import check_opset
         check_opset(args.opset)                 # before minutes of optimizing, not after
-    graph_file = Path(args.input) if args.input else None
-    if graph_file and graph_file.is_file() and graph_file.suffix.lower() not in KERAS_SUFFIXES:
-        from tfsurgery.onnx_export import check_protobuf_size
-        check_protobuf_size(graph_file.stat().st_size, args.input)   # parsing would just fail
-    source = api.load(args.input) if args.input else api.demo()
+    source = api.load(args.input, args.signature) if args.input else api.demo()
     if args.command == "inspect":
         return _inspect(args, source, transforms)
     return _optimize(args, source, transforms)

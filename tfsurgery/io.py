@@ -118,6 +118,7 @@ def load_graph_def(path) -> graph_pb2.GraphDef:
         raise InputError(f"{path}: no such file")
     if path.is_dir():
         raise InputError(f"{path}: is a directory, not a .pb/.pbtxt file")
+    check_protobuf_size(path.stat().st_size, str(path))      # parsing would just fail
     try:
         data = path.read_bytes()
     except OSError as error:
@@ -136,6 +137,18 @@ def load_graph_def(path) -> graph_pb2.GraphDef:
         raise InputError(f"{path}: not a valid {kind} GraphDef ({first_line[:160]})") from None
     check_graph_def(graph_def, str(path))
     return graph_def
+
+
+PROTOBUF_LIMIT = 2 ** 31          # one protobuf message cannot be larger
+
+
+def check_protobuf_size(size: int, where: str) -> None:
+    """A frozen GraphDef over 2 GB cannot exist as one protobuf message: say what to do instead."""
+    if size >= PROTOBUF_LIMIT:
+        raise InputError(
+            f"{where} is {size / 2 ** 30:.1f} GiB, beyond protobuf's 2 GiB limit for a frozen "
+            "GraphDef; pass the SavedModel directory instead (or convert it directly: "
+            "python -m tf2onnx.convert --saved-model DIR --large_model --output OUT.onnx)")
 
 
 def check_graph_def(graph_def: graph_pb2.GraphDef, where: str = "graph") -> None:

@@ -26,10 +26,9 @@ from unittest import mock
 import numpy as np
 
 from tfsurgery import verify
-from tfsurgery.io import InputError
+from tfsurgery.io import PROTOBUF_LIMIT, InputError, check_protobuf_size
 
 DEFAULT_OPSET = 18              # newest opset tf2onnx 1.17 tests (14-18); its own default is 15
-PROTOBUF_LIMIT = 2 ** 31        # protobuf cannot serialize or parse a message this large
 # Above this GraphDef size, export with external data. Half the limit: tf2onnx may hold a weight
 # twice (e.g. a conv kernel and its transposed copy), so the ONNX model can outgrow the GraphDef.
 LARGE_MODEL_BYTES = PROTOBUF_LIMIT // 2
@@ -215,15 +214,6 @@ def op_histogram(path: Path) -> Dict[str, int]:
     import onnx
     model = onnx.load(str(path), load_external_data=False)
     return dict(collections.Counter(node.op_type for node in model.graph.node))
-
-
-def check_protobuf_size(size: int, where: str) -> None:
-    """A frozen GraphDef over 2 GB cannot exist as one protobuf message: say what to do instead."""
-    if size >= PROTOBUF_LIMIT:
-        raise InputError(
-            f"{where} is {size / 2 ** 30:.1f} GiB, beyond protobuf's 2 GiB limit for a frozen "
-            "GraphDef; convert the SavedModel instead: python -m tf2onnx.convert --saved-model "
-            "DIR --large_model --output OUT.onnx")
 
 
 # ---------------------------------------------------------------- helpers
