@@ -43,7 +43,7 @@ class _StepRecorder(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         opt = self.model.optimizer
-        if not opt.built:  # slot variables are created by the first update
+        if not opt.built:  # keras builds it lazily inside the first train step
             opt.build(self.model.trainable_variables)
         epoch_batch = slice(batch * BATCH, (batch + 1) * BATCH)
         with tf.GradientTape() as tape:

@@ -11,7 +11,7 @@ import tensorflow as tf
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from tfsurgery import training_ops
+from tfsurgery import training_bench, training_ops
 from tfsurgery.training_ops import adagrad, adam, momentum, native_onnx_model
 
 GROUPS = {"Momentum": 3, "Adagrad": 3, "Adam": 4}
@@ -136,10 +136,12 @@ def test_t_zero_rule_differs_from_t_positive(op):
     tensors = [np.abs(rng.standard_normal(3)) for _ in range(GROUPS[op])]
     step = training_ops.op_function(op, [(3,)], tf.float64, **attrs)
     r = tf.constant(0.1, tf.float64)
+    x_new = {}
     for t in (0, 1, 5):
-        t = tf.constant(t, tf.int64)
-        np.testing.assert_allclose(step(r, t, *tensors)[0], _reference(op, attrs, r.numpy(), t.numpy(), [[a] for a in tensors])[0], rtol=1e-12)
-    assert not np.allclose(step(r, tf.constant(0, tf.int64), *tensors)[0], step(r, tf.constant(1, tf.int64), *tensors)[0])
+        x_new[t] = step(r, tf.constant(t, tf.int64), *tensors)[0].numpy()
+        expected = _reference(op, attrs, r.numpy(), np.int64(t), [[a] for a in tensors])[0]
+        np.testing.assert_allclose(x_new[t], expected, rtol=1e-12)
+    assert not np.allclose(x_new[0], x_new[1])
 
 
 def test_graph_is_raw_elementwise_ops_without_control_flow():
@@ -194,14 +196,34 @@ X = np.ones((2, 3), np.float32)
     (lambda: adagrad(0.1, 1, X, np.ones((4,), np.float32), X), ValueError, "not broadcastable"),
     (lambda: adagrad(np.ones(2, np.float32), 1, X, X, X), ValueError, "R must be a scalar"),
     (lambda: adagrad(0.1, np.ones(1, np.int64), X, X, X), ValueError, "T must be a scalar"),
-    (lambda: adagrad(0.1, 1, X.astype(np.float16), X.astype(np.float16), X.astype(np.float16)), TypeError, "float32 or all float64"),
+    (lambda: adagrad(0.1, 1, *[X.astype(np.float16)] * 3), TypeError, "float32 or all float64"),
     (lambda: adagrad(0.1, 1, X, X.astype(np.float64), X), TypeError, "float32 or all float64"),
     (lambda: adagrad(np.int64(1), 1, X, X, X), TypeError, "R must be float32 or float64"),
     (lambda: adagrad(0.1, np.int32(1), X, X, X), TypeError, "T must be int64"),
     (lambda: adagrad(0.1, 1.0, X, X, X), TypeError, "T must be int64"),
-    (lambda: momentum(0.1, 1, X, X, X, alpha=0.9, beta=1.0, mode="nesterv", norm_coefficient=0.0), ValueError, "mode must be one of"),
+    (lambda: momentum(0.1, 1, X, X, X, alpha=0.9, beta=1.0, mode="nesterv", norm_coefficient=0.0),
+     ValueError, "mode must be one of"),
 ])
 def test_bad_calls_raise(call, error, message):
     with pytest.raises(error, match=message):
         call()
 
+
+
+# ---------------------------------------------------------------------------
+# Benchmark plumbing (no timing assertions)
+# ---------------------------------------------------------------------------
+
+
+def test_benchmark_shapes_are_resnet50_trainable_weights():
+    shapes = training_bench.resnet50_shapes()
+    assert len(shapes) == 214
+    assert sum(int(np.prod(s)) for s in shapes) == 25_583_592
+
+
+def test_benchmark_runs_and_reports_ratios():
+    # adam_step_benchmark itself checks that every variant computes the fused kernel's step.
+    result = training_bench.adam_step_benchmark(repeats=2, shapes=[(64, 32), (32,), ()])
+    assert (result["n_tensors"], result["n_parameters"]) == (3, 64 * 32 + 32 + 1)
+    assert set(result["ratio_to_fused"]) == {"onnx", "onnx_jit", "onnx_jit_assign"}
+    assert all(np.isfinite(r) and r > 0 for r in result["ratio_to_fused"].values())

@@ -10,7 +10,8 @@ with ``R = learning_rate`` and an update count ``T`` derived from keras'
   Adagrad's first update uses the undecayed rate ``R``).
 * ``OnnxAdam``: ``T = iterations + 1`` -- the 1-based step of the Adam paper,
   so the first update is already bias-corrected; with ``T = 0`` ONNX skips
-  the correction and the first step would be ~``R / sqrt(1 - beta)`` long.
+  the correction and the first step would be ``R (1 - alpha) / sqrt(1 - beta)``
+  long per coordinate (~3.2 R with the defaults) instead of ~R.
   With the norm coefficients at 0 this equals ``keras.optimizers.Adam``.
 
 ``onnx_t(iterations)`` applies the mapping; ``onnx_state(variable)`` gives the
@@ -46,9 +47,8 @@ class _OnnxOptimizer(keras.optimizers.Optimizer):
     def update_step(self, gradient, variable, learning_rate):
         states = self.onnx_state(variable)
         t = self.onnx_t(tf.convert_to_tensor(self.iterations, tf.int64))
-        outputs = self.op(
-            learning_rate, t, variable, tf.cast(gradient, variable.dtype), *states, **self._attrs()
-        )
+        gradient = tf.cast(gradient, variable.dtype)
+        outputs = self.op(learning_rate, t, variable, gradient, *states, **self._attrs())
         for target, value in zip([variable, *states], outputs):
             self.assign(target, value)
 

@@ -320,7 +320,10 @@ def native_onnx_model(op_name, n_tensors, dtype=np.float32, shapes=None, **attrs
     def values(group, suffix=""):
         return [helper.make_tensor_value_info(f"{group}{i}{suffix}", elem, shapes[i]) for i in range(n_tensors)]
 
-    inputs = [helper.make_tensor_value_info("R", elem, []), helper.make_tensor_value_info("T", onnx.TensorProto.INT64, [])]
+    inputs = [
+        helper.make_tensor_value_info("R", elem, []),
+        helper.make_tensor_value_info("T", onnx.TensorProto.INT64, []),
+    ]
     inputs += [v for group in ("X", "G", *spec.states) for v in values(group)]
     outputs = [v for group in ("X", *spec.states) for v in values(group, "_new")]
     node = helper.make_node(op_name, [v.name for v in inputs], [v.name for v in outputs], domain=DOMAIN, **attrs)
