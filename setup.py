@@ -17,6 +17,8 @@ setup(
         "tf2onnx>=1.17",
         "onnx>=1.17",
         "onnxruntime>=1.20",
+        "graphviz",          # DOT text for --picture
+        "graphviz-pure",     # a self-contained `dot` (used when Graphviz itself is not installed)
     ],
     extras_require={
         "test": ["pytest", "hypothesis", "tf_keras>=2.21,<2.22"],

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from pathlib import Path
 from typing import List, Optional, Sequence
 
@@ -12,6 +13,14 @@ from tfsurgery import io, pipeline, report, verify as verify_mod
 from tfsurgery.pipeline import Options, TransformReport
 
 DEMO_NAME = "article_cnn"
+LARGE_GRAPH = 20_000          # above this many nodes, long steps say what they are doing
+log = logging.getLogger("tfsurgery")
+
+
+def progress(graph_def, message: str) -> None:
+    """Progress for long steps: shown by default on large graphs, with -v always."""
+    large = len(graph_def.node) > LARGE_GRAPH
+    log.log(logging.INFO if large else logging.DEBUG, message)
 
 
 @dataclasses.dataclass
@@ -84,10 +93,13 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
     inputs, outputs = io.resolve_interface(source.graph_def, list(inputs) or source.inputs,
                                            list(outputs) or source.outputs, flags)
     options = Options(inputs=inputs, outputs=outputs, training_flags=flags)
+    progress(source.graph_def, f"optimizing {len(source.graph_def.node)} nodes: "
+                               f"{', '.join(transforms)}")
     graph_def, reports = pipeline.run(source.graph_def, transforms, options)
     detected_flags = find_training_flags(source.graph_def, flags)
     result = Result(graph_def, reports, inputs, outputs, detected_flags, source.graph_def)
     if verify:
+        progress(source.graph_def, "verifying: running the original and the optimized graph")
         try:
             result.verification = check(source.graph_def, result, options,
                                         tolerance=verify_mod.DEFAULT_TOLERANCE

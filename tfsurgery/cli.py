@@ -22,6 +22,8 @@ EXAMPLES = """examples:
   tfsurgery inspect frozen.pb --bn-fold      # what would change, without writing anything
   tfsurgery optimize frozen.pb --bn-fold --onnx lean.onnx   # also export to ONNX, checked
   tfsurgery export frozen.pb --bn-fold       # -> frozen.onnx next to the input (no .pb written)
+  tfsurgery optimize frozen.pb --bn-fold --picture diff.svg --picture-scope backend/bn_1
+  tfsurgery bench frozen.pb --bn-fold        # latency before/after in TF and onnxruntime
 """
 
 
@@ -64,6 +66,13 @@ def _onnx_options(parser: argparse.ArgumentParser) -> None:
                              "optimizations, e.g. MatMul+Add -> Gemm)")
 
 
+def _picture_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--picture", metavar="OUT.svg|OUT.png",
+                        help="draw the graph before and after side by side (Graphviz)")
+    parser.add_argument("--picture-scope", metavar="PREFIX",
+                        help="draw only nodes whose name starts with PREFIX (for big graphs)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tfsurgery import __version__
     parser = argparse.ArgumentParser(
@@ -81,11 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--onnx", metavar="PATH",
                           help="also export the optimized graph to ONNX, checked against TF")
     _onnx_options(optimize)
+    _picture_options(optimize)
 
     inspect = sub.add_parser("inspect", help="show the graph's interface and what each transform "
                              "would change (dry run)")
     _common(inspect)
     inspect.add_argument("--report-json", metavar="PATH", help="write the report as JSON")
+    _picture_options(inspect)
 
     export = sub.add_parser("export", help="optimize, verify and export to ONNX, checked with "
                             "onnx.checker and onnxruntime against TensorFlow",
@@ -94,10 +105,18 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", help="ONNX file (default: <input stem>.onnx)")
     _verify_options(export)
     _onnx_options(export)
+    _picture_options(export)
+
+    bench = sub.add_parser("bench", help="latency before and after, in TensorFlow and "
+                           "onnxruntime (interleaved runs, median and spread)")
+    _common(bench)
+    bench.add_argument("--runs", type=int, default=50, help="timed runs per variant (default 50)")
+    bench.add_argument("--no-onnx", action="store_true", help="TensorFlow only")
+    bench.add_argument("--report-json", metavar="PATH", help="write the timings as JSON")
     return parser
 
 
-SUBCOMMANDS = ("optimize", "inspect", "export")
+SUBCOMMANDS = ("optimize", "inspect", "export", "bench")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -161,6 +180,8 @@ def _run(args) -> int:
     source = api.load(args.input, args.signature) if args.input else api.demo()
     if args.command == "inspect":
         return _inspect(args, source, transforms)
+    if args.command == "bench":
+        return _bench(args, source, transforms)
     return _optimize(args, source, transforms)
 
 
@@ -199,7 +220,16 @@ def _optimize(args, source, transforms) -> int:
         _say(args, f"wrote {output}")
     if onnx_path is not None:
         _say(args, f"wrote {onnx_path}")
+    _draw(args, source, result)
     return 0
+
+
+def _draw(args, source, result) -> None:
+    if args.picture:
+        from tfsurgery import picture
+        picture.before_after(source.graph_def, result.graph_def, args.picture,
+                             scope=args.picture_scope)
+        _say(args, f"wrote {args.picture}")
 
 
 def _check_verification(args, result) -> int:
@@ -236,7 +266,9 @@ def _export_onnx(args, source, result, path: Path, data: dict) -> int:
     A conversion failure exits 1, not 2: the graph ran in TensorFlow, the conversion is what
     failed (as with a failed verification)."""
     from tfsurgery import onnx_export, report, verify
+    from tfsurgery.api import progress
     tolerance = verify.DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
+    progress(result.graph_def, f"exporting to ONNX with tf2onnx: {path}")
     try:
         exported = onnx_export.export(
             result.graph_def, result.inputs, result.outputs, path, opset=args.opset,
@@ -292,6 +324,36 @@ def _inspect(args, source, transforms) -> int:
         _say(args, line)
     if args.report_json:
         api.write_json(args.report_json, result.as_report(), input_path=source.path)
+    _draw(args, source, result)
+    return 0
+
+
+def _bench(args, source, transforms) -> int:
+    from tfsurgery import api, latency, report
+    if args.runs < 1:
+        raise api.io.InputError("--runs must be at least 1")
+    result = api.optimize(source, transforms, inputs=_split(args.inputs),
+                          outputs=_split(args.outputs), training_flags=args.training_flag)
+    code = _check_verification(args, result)
+    if code:
+        return code
+    timings = latency.bench(source.graph_def, result.graph_def, result.inputs, result.outputs,
+                            result.training_flags, runs=args.runs, onnx=not args.no_onnx)
+    by_runtime = {}
+    for t in timings:
+        by_runtime.setdefault(t.runtime, {})[t.variant] = t
+    rows = [(runtime, f"{v['original'].median_ms:.3f} ± {v['original'].spread_ms:.3f}",
+             f"{v['optimized'].median_ms:.3f} ± {v['optimized'].spread_ms:.3f}",
+             f"{v['original'].median_ms / v['optimized'].median_ms:.2f}x")
+            for runtime, v in by_runtime.items()]
+    _say(args, f"{source.label}: {len(source.graph_def.node)} → {len(result.graph_def.node)} "
+               f"nodes; median ± interquartile range over {args.runs} interleaved runs, ms")
+    _say(args, report.format_table(rows, headers=("runtime", "original", "optimized",
+                                                  "speed-up")))
+    if args.report_json:
+        api.write_json(args.report_json, {"runs": args.runs,
+                                          "timings": [t.as_dict() for t in timings]},
+                       input_path=source.path)
     return 0
 
 

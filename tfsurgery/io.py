@@ -8,6 +8,7 @@ and an output path equal to the input path is refused.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -21,6 +22,9 @@ from tfsurgery.graph import Graph, GraphError, parse_ref
 VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable",
                           "_VarHandlesOp"})
 TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
+
+
+log = logging.getLogger("tfsurgery")
 
 
 class InputError(Exception):
@@ -55,6 +59,7 @@ def load_model(path, signature: str = "serving_default") -> Loaded:
 
 def load_saved_model(path: Path, signature: str = "serving_default") -> Loaded:
     import tensorflow as tf
+    log.info("loading and freezing the SavedModel %s", path)
     try:
         loaded = tf.saved_model.load(str(path))
     except Exception as error:  # noqa: BLE001 - TF raises many types for a broken SavedModel
@@ -70,6 +75,7 @@ def load_saved_model(path: Path, signature: str = "serving_default") -> Loaded:
 def load_keras(path: Path) -> Loaded:
     """A Keras 3 ``.keras``/``.h5`` file (legacy Keras 2 ``.h5`` through tf_keras)."""
     import tensorflow as tf
+    log.info("loading and freezing the Keras model %s", path)
     try:
         model = tf.keras.models.load_model(str(path), compile=False)
     except Exception as keras3_error:  # noqa: BLE001
@@ -192,10 +198,17 @@ def write_atomically(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())           # mkstemp's 0600 is not what users expect
         os.replace(tmp, path)
     except OSError as error:
         Path(tmp).unlink(missing_ok=True)
         raise InputError(f"{path}: cannot write ({error.strerror})") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -77,6 +78,7 @@ class TransformReport:
                 "seconds": round(self.seconds, 4)}
 
 
+log = logging.getLogger("tfsurgery")
 Transform = Callable[[Graph, Options], TransformReport]
 _REGISTRY: Dict[str, Transform] = {}
 
@@ -130,4 +132,6 @@ def run(graph_def: graph_pb2.GraphDef, transforms: Sequence[str],
         report.seconds = time.perf_counter() - start
         report.removed_nodes = before - len(graph)
         reports.append(report)
+        log.debug("%s: %d rewritten, %d skipped, %d nodes left (%.3f s)", name,
+                  len(report.rewritten), len(report.skipped), len(graph), report.seconds)
     return graph.to_graph_def(), reports

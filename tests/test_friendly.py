@@ -1,0 +1,68 @@
+"""The friendly parts: pictures, the bench subcommand, --version/--help, progress logging."""
+import json
+
+import pytest
+
+from tfsurgery import __version__, api, latency, picture
+from tfsurgery.cli import main
+from tfsurgery.io import InputError
+
+
+def test_picture_before_and_after(article_pb, tmp_path, capsys):
+    out = tmp_path / "diff.svg"
+    code = main([str(article_pb), "--bn-fold", "-o", str(tmp_path / "x.pb"), "--picture", str(out)])
+    assert code == 0
+    svg = out.read_text()
+    assert svg.lstrip().startswith("<?xml") and "before (150 nodes)" in svg
+    assert "FusedBatchNormV3" in svg and "after (26 nodes)" in svg
+    png = tmp_path / "scope.png"
+    assert main(["inspect", str(article_pb), "--bn-fold", "--picture", str(png),
+                 "--picture-scope", "backend/bn_1"]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_picture_refuses_unknown_formats_and_huge_graphs(article, tmp_path, monkeypatch):
+    with pytest.raises(InputError, match=".svg or .png"):
+        picture.before_after(article.graph_def, article.graph_def, tmp_path / "x.pdf")
+    monkeypatch.setattr(picture, "MAX_NODES", 10)
+    with pytest.raises(InputError, match="--picture-scope"):
+        picture.before_after(article.graph_def, article.graph_def, tmp_path / "x.svg")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_subcommand_reports_both_runtimes(article_pb, tmp_path, capsys):
+    report = tmp_path / "bench.json"
+    assert main(["bench", str(article_pb), "--bn-fold", "--runs", "3",
+                 "--report-json", str(report)]) == 0
+    text = capsys.readouterr().out
+    assert "tensorflow" in text and "onnxruntime" in text and "speed-up" in text
+    timings = json.loads(report.read_text())["timings"]
+    assert {(t["runtime"], t["variant"]) for t in timings} == {
+        (r, v) for r in ("tensorflow", "onnxruntime") for v in ("original", "optimized")}
+    assert all(t["median_ms"] > 0 for t in timings)
+
+
+def test_interleaved_timing_takes_turns():
+    calls = []
+    times = latency.interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                                runs=3, warmup=1)
+    assert calls == ["a", "b"] + ["a", "b"] * 3
+    assert [len(v) for v in times.values()] == [3, 3]
+
+
+def test_version_and_help(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and __version__ in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["optimize", "--help"])
+    text = capsys.readouterr().out
+    assert "--bn-fold" in text and "examples:" in text
+
+
+def test_verbose_logs_progress(article_pb, tmp_path, caplog):
+    import logging
+    with caplog.at_level(logging.DEBUG, logger="tfsurgery"):
+        assert main([str(article_pb), "-v", "-o", str(tmp_path / "x.pb")]) == 0
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "verifying" in messages and "remove-switch-merge" in messages

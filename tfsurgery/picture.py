@@ -1,0 +1,83 @@
+"""Pictures of a graph before and after, like the article's TensorBoard screenshots.
+
+The DOT text comes from the ``graphviz`` package; the drawing from Graphviz's ``dot`` if it is
+installed, else from ``graphviz-pure`` (a self-contained port installed with tfsurgery). Constants are
+left out (they are the weights, not the structure); ``scope`` keeps only nodes under a name prefix,
+for graphs too big to read whole.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from tfsurgery.graph import Graph
+from tfsurgery.io import InputError, write_atomically
+
+MAX_NODES = 1500            # beyond this a drawing is unreadable (and slow): ask for a scope
+FORMATS = ("svg", "png")
+COLOURS = {  # op families, so what a transform removed stands out
+    "Switch": "#f4a6a6", "Merge": "#f4a6a6", "Enter": "#f4a6a6", "Exit": "#f4a6a6",
+    "NextIteration": "#f4a6a6", "LoopCond": "#f4a6a6",
+    "FusedBatchNorm": "#ffd27f", "FusedBatchNormV2": "#ffd27f", "FusedBatchNormV3": "#ffd27f",
+    "Rsqrt": "#ffd27f", "RandomUniform": "#d7b5ff",
+    "Conv2D": "#a8c8ff", "DepthwiseConv2dNative": "#a8c8ff", "Conv3D": "#a8c8ff",
+    "MatMul": "#a8c8ff", "Conv2DBackpropInput": "#a8c8ff", "BiasAdd": "#bfe8c0",
+    "Placeholder": "#eeeeee", "PlaceholderWithDefault": "#eeeeee",
+}
+
+
+def dot_source(graph_def, title: str, scope: Optional[str] = None):
+    """A graphviz cluster for one graph (prefixing node ids with the title keeps two apart)."""
+    import graphviz
+    graph = Graph(graph_def, check_inputs=False)
+    shown = [n for n in graph if n.op != "Const" and (not scope or n.name.startswith(scope))]
+    if len(shown) > MAX_NODES:
+        raise InputError(f"{title}: {len(shown)} nodes is too many to draw; pick a part with "
+                         "--picture-scope PREFIX")
+    names = {n.name for n in shown}
+    cluster = graphviz.Digraph(name=f"cluster_{title}")
+    cluster.attr(label=f"{title} ({len(graph_def.node)} nodes)", fontsize="20")
+    for node in shown:
+        short = node.name.rsplit("/", 1)[-1]
+        cluster.node(f"{title}//{node.name}", f"{node.op}\n{short}", shape="box", style="filled",
+                     fillcolor=COLOURS.get(node.op, "white"), tooltip=node.name, fontsize="10")
+    for node in shown:
+        for ref in graph.inputs(node.name):
+            if ref.node in names:
+                cluster.edge(f"{title}//{ref.node}", f"{title}//{node.name}")
+        for control in graph.control_inputs(node.name):
+            if control in names:
+                cluster.edge(f"{title}//{control}", f"{title}//{node.name}", style="dashed")
+    return cluster
+
+
+def before_after(before, after, path, scope: Optional[str] = None) -> Path:
+    """Draw both graphs side by side into ``path`` (.svg or .png), atomically."""
+    import graphviz
+    path = Path(path)
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise InputError(f"{path}: --picture must end in .svg or .png")
+    drawing = graphviz.Digraph(graph_attr={"rankdir": "TB", "compound": "true"})
+    drawing.subgraph(dot_source(before, "before", scope))
+    drawing.subgraph(dot_source(after, "after", scope))
+    write_atomically(path, render(drawing.source, fmt))
+    return path
+
+
+def render(source: str, fmt: str) -> bytes:
+    program = shutil.which("dot") or shutil.which("graphviz-pure")
+    if program is None:
+        raise InputError("drawing needs Graphviz: pip install graphviz-pure (or install Graphviz)")
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "graph.gv", Path(tmp) / f"graph.{fmt}"
+        src.write_text(source)
+        done = subprocess.run([program, f"-T{fmt}", str(src), "-o", str(out)],
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode != 0 or not out.exists():
+            message = (done.stderr.strip().splitlines() or ["no output"])[0]
+            raise InputError(f"Graphviz could not draw the graph: {message}")
+        return out.read_bytes()
