@@ -101,9 +101,9 @@ def run_grappler(meta_graph, config):
                                       graph_id=b"tfsurgery_benchmark")
 
 
-def run_tfsurgery(built):
+def run_tfsurgery(built) -> api.Result:
     source = source_of(built)
-    return api.optimize(source, api.choose_transforms(bn_fold=True), verify=False).graph_def
+    return api.optimize(source, api.choose_transforms(bn_fold=True), verify=False)
 
 
 def parse_and_serialize(data: bytes) -> None:
@@ -237,6 +237,9 @@ def benchmark_model(name: str, built, *, repeats: int = 3, opset: int = onnx_exp
         "grappler": lambda: run_grappler(meta_graph, config),
         "tfsurgery": lambda: run_tfsurgery(built),
     }, repeats)
+    ours = timed["tfsurgery"]["result"]
+    if ours is not None:
+        timed["tfsurgery"]["result"] = ours.graph_def
     graphs = {"original": built.graph_def}
     graphs.update({k: timed[k]["result"] for k in VARIANTS[1:] if timed[k]["result"] is not None})
 
@@ -251,6 +254,8 @@ def benchmark_model(name: str, built, *, repeats: int = 3, opset: int = onnx_exp
         else:
             rows[variant] = {"error": timed[variant]["error"]}
         rows[variant]["seconds"] = timed[variant]["seconds"] if variant in timed else None
+    if ours is not None:     # where tfsurgery's time goes (last repeat)
+        rows["tfsurgery"]["transform_seconds"] = {r.name: r.seconds for r in ours.reports}
     return {"model": name, "graph_bytes": len(data), "floor_seconds": timed["floor"]["seconds"],
             "variants": rows, "ratios": time_ratios(rows, timed["floor"]["seconds"])}
 
@@ -472,11 +477,16 @@ def render_model(model: dict) -> str:
              f"({model['graph_bytes'] / 2 ** 20:.1f} MiB); tfsurgery / Grappler: "
              f"{fmt_ratio(ratios['tfsurgery_over_grappler'])}; tfsurgery / floor: "
              f"{fmt_ratio(ratios['tfsurgery_over_floor'])}"]
+    ours = model["variants"]["tfsurgery"]
+    if ours.get("transform_seconds"):
+        notes.append("tfsurgery time by transform: " + ", ".join(
+            f"{name} {fmt_seconds(sec)}" for name, sec in ours["transform_seconds"].items()))
+    if ours.get("onnx", {}).get("histogram"):
+        notes.append("tfsurgery ONNX ops (tf2onnx): " + histogram_text(ours["onnx"]["histogram"]))
     for variant in VARIANTS:
         row = model["variants"][variant]
-        for key in ("run_error",):
-            if key in row:
-                notes.append(f"{variant}: {row[key]}")
+        if "run_error" in row:
+            notes.append(f"{variant}: {row['run_error']}")
         if "onnx" in row and "error" in row["onnx"]:
             notes.append(f"{variant} ONNX: {row['onnx']['error']}")
     return "\n".join([f"### {model['model']}", "", markdown_table(header, model_rows(model)), "",
@@ -509,6 +519,11 @@ def render_training(section) -> str:
     if rows:
         lines.append(markdown_table(["variant", *tables], rows))
     return title + "\n".join(lines)
+
+
+def histogram_text(histogram: dict) -> str:
+    ordered = sorted(histogram.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{count} {op}" for op, count in ordered)
 
 
 def format_value(value) -> str:

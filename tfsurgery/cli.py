@@ -47,10 +47,31 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="errors only")
 
 
+class UsageError(Exception):
+    pass
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage mistakes get one line and exit status 2, like every other bad input."""
+
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value != float("inf")):      # also rejects nan
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}")
+    return value
+
+
 def _verify_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-verify", action="store_true",
                         help="skip the numeric check of the optimized graph against the original")
-    parser.add_argument("--tolerance", type=float, default=None,
+    parser.add_argument("--tolerance", type=_tolerance, default=None,
                         help="max allowed output error relative to the output's magnitude "
                              "(default 1e-4; also used for ONNX vs TensorFlow)")
     parser.add_argument("--report-json", metavar="PATH", help="write the report as JSON")
@@ -75,12 +96,12 @@ def _picture_options(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from tfsurgery import __version__
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="tfsurgery", description="Make trained TensorFlow graphs lean for inference, "
         "and prove the numbers did not change.", epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"tfsurgery {__version__}")
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", parser_class=OneLineParser)
 
     optimize = sub.add_parser("optimize", help="optimize a graph and verify it (default)",
                               epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -123,7 +144,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["optimize"] + argv
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as error:
+        print(f"tfsurgery: error: {error}", file=sys.stderr)
+        return 2
     _setup_logging(args)
     from tfsurgery.io import InputError
     try:

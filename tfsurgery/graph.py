@@ -325,6 +325,23 @@ class Graph:
             order.extend(name for name in self.nodes if name not in placed)
         return order
 
+    def num_outputs(self, name: str) -> Optional[int]:
+        """How many outputs the node has, from its op's definition (None for unknown ops)."""
+        from tensorflow.python.framework import op_def_registry
+        node = self.nodes[name]
+        op_def = op_def_registry.get(node.op)
+        if op_def is None:
+            return None
+        count = 0
+        for arg in op_def.output_arg:
+            if arg.number_attr:
+                count += node.attr[arg.number_attr].i
+            elif arg.type_list_attr:
+                count += len(node.attr[arg.type_list_attr].list.type)
+            else:
+                count += 1
+        return count
+
     def op_histogram(self) -> Dict[str, int]:
         counts: Dict[str, int] = defaultdict(int)
         for node in self.nodes.values():

@@ -238,12 +238,22 @@ def detect_outputs(graph_def) -> List[str]:
 def resolve_interface(graph_def, inputs: Sequence[str] = (), outputs: Sequence[str] = (),
                       training_flags: Sequence[str] = ()) -> Tuple[List[str], List[str]]:
     """Check user-given input/output names against the graph, or detect them."""
-    names = {n.name for n in graph_def.node}
+    graph = Graph(graph_def)
     for kind, given in (("input", inputs), ("output", outputs)):
-        missing = [g for g in given if parse_ref(g).node not in names]
+        missing = [g for g in given if parse_ref(g).node not in graph]
         if missing:
             raise InputError(f"unknown {kind} name {', '.join(map(repr, missing))}: "
                              "no such node in the graph")
+        for name in given:
+            ref = parse_ref(name)
+            ports = graph.num_outputs(ref.node)
+            if ports is not None and ref.port >= ports:
+                raise InputError(f"{kind} '{name}': {graph.op(ref.node)} node '{ref.node}' has "
+                                 f"{ports} output(s)")
+    for name in inputs:
+        op = graph.op(name)
+        if op not in ("Placeholder", "PlaceholderV2", "PlaceholderWithDefault"):
+            raise InputError(f"input '{name}' is a {op} node, not a Placeholder to feed")
     inputs = list(inputs) or detect_inputs(graph_def, training_flags)
     outputs = list(outputs) or detect_outputs(graph_def)
     if not outputs:

@@ -105,13 +105,16 @@ def run_graph(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -
     with tf.Graph().as_default() as graph:
         try:
             tf.compat.v1.import_graph_def(graph_def, name="")
-        except (ValueError, TypeError) as error:
+        except (ValueError, TypeError, tf.errors.OpError) as error:   # e.g. an unknown op
             raise VerificationError(f"TensorFlow cannot import the graph: "
                                     f"{str(error).splitlines()[0]}") from None
         with tf.compat.v1.Session(graph=graph) as session:
             try:
                 return session.run([_tensor(o) for o in outputs],
                                    {_tensor(k): v for k, v in feeds.items()})
+            except (ValueError, KeyError, TypeError) as error:   # e.g. a feed of the wrong shape
+                raise VerificationError(f"TensorFlow cannot run the graph: "
+                                        f"{str(error).splitlines()[0]}") from None
             except tf.errors.OpError as error:
                 raise VerificationError(f"TensorFlow cannot run the graph: "
                                         f"{error.message.splitlines()[0]}") from None

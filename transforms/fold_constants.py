@@ -77,6 +77,11 @@ def evaluate(graph: Graph, tensors: List[str]) -> List[np.ndarray]:
             return session.run([_tensor_name(t) for t in tensors])
 
 
+def tf_errors():
+    import tensorflow as tf
+    return tf.errors
+
+
 def _tensor_name(ref: str) -> str:
     return ref if ":" in ref else ref + ":0"
 
@@ -94,7 +99,14 @@ def fold_constants(graph: Graph, options: Options) -> TransformReport:
     if not wanted:
         return report
     tensors = [str(Ref(name, port)) for name, ports in wanted.items() for port in ports]
-    values = dict(zip(tensors, evaluate(graph, tensors)))
+    try:
+        values = dict(zip(tensors, evaluate(graph, tensors)))
+    except (ValueError, TypeError, KeyError, tf_errors().OpError) as error:
+        # TensorFlow rejects the constant part (a malformed graph): fold nothing, say why; the
+        # verification run of the original then reports the input as broken.
+        report.notes.append("TensorFlow could not evaluate the constant subgraphs, nothing "
+                            f"folded: {str(error).strip().splitlines()[0][:200]}")
+        return report
     for name, ports in wanted.items():
         report.matched += 1
         results = {port: values[str(Ref(name, port))] for port in ports}
