@@ -33,6 +33,7 @@ VARIANTS = ("original", "optimize_for_inference", "grappler", "tfsurgery")
 SCALING_BLOCKS = (200, 2000, 20000)       # ~10 nodes per block: 2k, 20k, 200k nodes
 QUICK_SCALING_BLOCKS = (200, 2000)
 TOLERANCE = 1e-4
+GRAPPLER_OPTIMIZERS = ("constfold", "arithmetic")
 FLAT_RATIO = 1.5      # "time per node stays flat": slowest / fastest µs per node at most this
 
 # What "left over" means (documented in the Markdown).
@@ -86,11 +87,11 @@ def grappler_meta_graph(built):
         return tf.compat.v1.train.export_meta_graph(graph=graph)
 
 
-def grappler_config():
+def grappler_config(optimizers: Sequence[str] = GRAPPLER_OPTIMIZERS):
     from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
     config = config_pb2.ConfigProto()
     rewrite = config.graph_options.rewrite_options
-    rewrite.optimizers.extend(["constfold", "arithmetic"])
+    rewrite.optimizers.extend(optimizers)
     rewrite.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
     return config
 
@@ -227,10 +228,11 @@ def measure_variant(graph_def, built, feeds, reference, opset: int) -> dict:
 
 
 def benchmark_model(name: str, built, *, repeats: int = 3, opset: int = onnx_export.DEFAULT_OPSET,
+                    grappler_optimizers: Sequence[str] = GRAPPLER_OPTIMIZERS,
                     seed: int = 0) -> dict:
     """All four variants of one model: structure, error, time, ONNX; plus the parse floor."""
     data = built.graph_def.SerializeToString()
-    meta_graph, config = grappler_meta_graph(built), grappler_config()
+    meta_graph, config = grappler_meta_graph(built), grappler_config(grappler_optimizers)
     timed = time_interleaved({
         "floor": lambda: parse_and_serialize(data),
         "optimize_for_inference": lambda: run_optimize_for_inference(built),
@@ -328,6 +330,7 @@ def machine_info() -> dict:
             "os": platform.platform(), "python": platform.python_version(),
             "tensorflow": tf.__version__, "tf2onnx": tf2onnx.__version__,
             "onnxruntime": onnxruntime.__version__,
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
@@ -393,17 +396,20 @@ def check_targets(result: dict) -> List[dict]:
 # ---------------------------------------------------------------- the whole run
 def run(models: Sequence[str] = MODELS, *, repeats: int = 3, input_size: Optional[int] = None,
         opset: int = onnx_export.DEFAULT_OPSET, scaling_blocks: Sequence[int] = SCALING_BLOCKS,
-        training_ops: bool = False, training_repeats: int = 10,
+        grappler_optimizers: Sequence[str] = GRAPPLER_OPTIMIZERS, training_ops: bool = False,
+        training_repeats: int = 10,
         log: Callable[[str], None] = lambda _: None) -> dict:
     result = {"machine": machine_info(),
               "settings": {"repeats": repeats, "input_size": input_size or 32, "opset": opset,
+                           "grappler_optimizers": list(grappler_optimizers),
                            "tolerance": TOLERANCE},
               "models": [], "scaling": [], "training_ops": None}
     for name in models:
         log(f"building {name}")
         built = build_model(name, input_size)
         log(f"benchmarking {name} ({len(built.graph_def.node)} nodes)")
-        result["models"].append(benchmark_model(name, built, repeats=repeats, opset=opset))
+        result["models"].append(benchmark_model(name, built, repeats=repeats, opset=opset,
+                                                grappler_optimizers=grappler_optimizers))
     if scaling_blocks:
         log(f"scaling run: {', '.join(map(str, scaling_blocks))} blocks")
         result["scaling"] = scaling_run(scaling_blocks)
@@ -429,7 +435,7 @@ ends the chain and is not counted. *cond/dropout*: Switch + Merge + RandomUnifor
 def fmt_seconds(value) -> str:
     if value is None:
         return "–"
-    return f"{value * 1e3:.1f} ms" if value < 10 else f"{value:.1f} s"
+    return f"{value * 1e3:.1f} ms" if value < 1 else f"{value:.2f} s"
 
 
 def fmt_ratio(value) -> str:
@@ -536,7 +542,7 @@ def format_value(value) -> str:
 
 def render_targets(checks: List[dict]) -> str:
     rows = [[c["target"], c["value"], "met" if c["met"] else "**missed**"] for c in checks]
-    return "## Targets\n\n" + markdown_table(["target", "measured", ""], rows, "lrl")
+    return "## Targets\n\n" + markdown_table(["target", "measured", ""], rows, "lll")
 
 
 def render_markdown(result: dict) -> str:
@@ -546,7 +552,8 @@ def render_markdown(result: dict) -> str:
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM; {m['os']}; "
         f"Python {m['python']}, TensorFlow {m['tensorflow']}, tf2onnx {m['tf2onnx']}, "
-        f"onnxruntime {m['onnxruntime']}; {m['date']}.",
+        f"onnxruntime {m['onnxruntime']}; {m['date']}; load average at start "
+        f"{' / '.join(map(str, m['load_average_at_start']))} (1/5/15 min).",
         "",
         f"Regenerate: `python scripts/benchmark.py --training-ops` (this run: "
         f"{s['repeats']} interleaved repeats, median; Keras applications at input "
@@ -554,9 +561,10 @@ def render_markdown(result: dict) -> str:
         "",
         "Variants: **original**; **optimize_for_inference** = "
         "`optimize_for_inference_lib.optimize_for_inference` (inputs, outputs, input dtype); "
-        "**grappler** = `tf_optimizer.OptimizeGraph` with `constfold` + `arithmetic`, one "
-        "iteration, outputs as fetch nodes (time of the OptimizeGraph call only, not of building "
-        "the MetaGraph); **tfsurgery** = `api.optimize(..., choose_transforms(bn_fold=True), "
+        f"**grappler** = `tf_optimizer.OptimizeGraph` with "
+        f"{' + '.join(f'`{o}`' for o in s['grappler_optimizers'])}, one iteration, outputs as "
+        "fetch nodes (time of the OptimizeGraph call only, not of building the MetaGraph); "
+        "**tfsurgery** = `api.optimize(..., choose_transforms(bn_fold=True), "
         "verify=False)` (load excluded, GraphDef in → GraphDef out). No peer gets special "
         "treatment of training flags: each is run as users run it.",
         "",

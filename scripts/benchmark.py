@@ -1,0 +1,71 @@
+"""Benchmark tfsurgery against optimize_for_inference_lib and offline Grappler.
+
+    python scripts/benchmark.py                      # everything -> docs/benchmark.{md,json}
+    python scripts/benchmark.py --quick              # small models, no 200k-node run
+    python scripts/benchmark.py --models ResNet50 --repeats 5 --training-ops
+
+The logic lives in tfsurgery/benchmark.py; this file only parses options and writes the results.
+"""
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from tfsurgery import benchmark, io, onnx_export  # noqa: E402
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=None,
+                        help=f"comma-separated, from {', '.join(benchmark.MODELS)} (default: all)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"only {', '.join(benchmark.QUICK_MODELS)}; scaling to 20k nodes")
+    parser.add_argument("--repeats", type=int, default=3, help="timing repeats (median)")
+    parser.add_argument("--input-size", type=int, default=None,
+                        help="Keras applications' input size (default 32)")
+    parser.add_argument("--opset", type=int, default=onnx_export.DEFAULT_OPSET)
+    parser.add_argument("--grappler-optimizers", default=",".join(benchmark.GRAPPLER_OPTIMIZERS),
+                        help="Grappler optimizers for the peer (default: %(default)s)")
+    parser.add_argument("--no-scaling", action="store_true", help="skip the synthetic scaling run")
+    parser.add_argument("--training-ops", action="store_true",
+                        help="also run tfsurgery.training_bench.adam_step_benchmark")
+    parser.add_argument("--training-repeats", type=int, default=10)
+    parser.add_argument("--out-md", type=Path, default=ROOT / "docs" / "benchmark.md")
+    parser.add_argument("--out-json", type=Path, default=ROOT / "docs" / "benchmark.json")
+    args = parser.parse_args(argv)
+    default = benchmark.QUICK_MODELS if args.quick else benchmark.MODELS
+    args.models = args.models.split(",") if args.models else list(default)
+    unknown = [m for m in args.models if m not in benchmark.MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(benchmark.MODELS)}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    blocks = () if args.no_scaling else (
+        benchmark.QUICK_SCALING_BLOCKS if args.quick else benchmark.SCALING_BLOCKS)
+    result = benchmark.run(args.models, repeats=args.repeats, input_size=args.input_size,
+                           opset=args.opset, scaling_blocks=blocks,
+                           grappler_optimizers=args.grappler_optimizers.split(","),
+                           training_ops=args.training_ops,
+                           training_repeats=args.training_repeats,
+                           log=lambda line: print(f"[benchmark] {line}", file=sys.stderr,
+                                                  flush=True))
+    markdown = benchmark.render_markdown(result)
+    print(markdown)
+    for path, data in ((args.out_md, markdown),
+                       (args.out_json, json.dumps(result, indent=2, default=str) + "\n")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        io.write_atomically(path, data.encode())
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

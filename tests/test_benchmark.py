@@ -1,0 +1,69 @@
+"""Smoke test of the benchmark logic on the article model: structure and node counts, no timing."""
+import json
+
+import pytest
+
+from models.tf1 import article_cnn
+from tfsurgery import benchmark
+
+
+@pytest.fixture(scope="module")
+def result():
+    row = benchmark.benchmark_model("article_cnn", article_cnn(), repeats=1)
+    data = {"machine": benchmark.machine_info(), "models": [row], "scaling": [],
+            "training_ops": None,
+            "settings": {"repeats": 1, "input_size": 32, "opset": 18, "tolerance": 1e-4,
+                         "grappler_optimizers": ["constfold", "arithmetic"]}}
+    data["targets"] = benchmark.check_targets(data)
+    return data
+
+
+def variants(result):
+    return result["models"][0]["variants"]
+
+
+def test_every_variant_is_measured(result):
+    rows = variants(result)
+    assert set(rows) == set(benchmark.VARIANTS)
+    for name, row in rows.items():
+        if "error" in row:                       # a peer may fail; then it says why
+            assert name != "tfsurgery" and row["error"]
+            continue
+        assert row["nodes"] > 0 and "bn_total" in row["leftover"]
+        assert row["max_error"] is not None
+        assert name == "original" or row["seconds"] > 0
+    assert result["models"][0]["floor_seconds"] > 0
+    json.dumps(result, default=str)              # what --out-json writes
+
+
+def test_original_has_what_tfsurgery_removes(result):
+    left = variants(result)["original"]["leftover"]
+    assert left["FusedBatchNorm*"] == 6 and left["Switch"] > 0 and left["RandomUniform"] == 3
+    assert variants(result)["original"]["onnx"]["if"] == 6
+
+
+def test_tfsurgery_row(result):
+    row = variants(result)["tfsurgery"]
+    assert row["leftover"]["bn_total"] == 0 and row["leftover"]["cond_dropout_total"] == 0
+    assert row["nodes"] == 26
+    assert row["max_error"] <= benchmark.TOLERANCE
+    assert row["onnx"]["if"] == 0
+    assert row["onnx"]["ort_basic_nodes"] <= 14 and row["onnx"]["nodes"] <= 15
+    assert "fold-batch-norm" in row["transform_seconds"]
+
+
+def test_targets_and_markdown(result):
+    targets = {t["target"]: t for t in result["targets"]}
+    article = [t for name, t in targets.items() if name.startswith("article_cnn")]
+    assert len(article) == 4 and all(t["met"] for t in article)
+    text = benchmark.render_markdown(result)
+    assert "### article_cnn" in text and "| tfsurgery | 26 | 0 | 0 |" in text
+    assert result["machine"]["cpu"] in text
+
+
+def test_training_section_renders_any_dict():
+    section = {"n_tensors": 2, "median_seconds": {"fused": 0.1, "onnx": 0.2},
+               "ratio_to_fused": {"onnx": 2.0}}
+    text = benchmark.render_training(section)
+    assert "| fused | 0.1 | – |" in text and "| onnx | 0.2 | 2 |" in text
+    assert "Not run" in benchmark.render_training({"error": "missing"})
