@@ -214,12 +214,17 @@ class Graph:
 
     def add_const(self, name: str, value, dtype=None, device: str = "") -> str:
         """Add a Const holding ``value`` (numpy or scalar); returns its (unique) name."""
-        tf = _tf()
-        tensor = tf.make_tensor_proto(value, dtype=dtype)
+        tensor = _tf().make_tensor_proto(value, dtype=dtype)
         node = self.new_node("Const", name, attrs={
-            "dtype": attr_value_pb2.AttrValue(type=tensor.dtype),
-            "value": attr_value_pb2.AttrValue(tensor=tensor)}, device=device)
+            "dtype": attr_value_pb2.AttrValue(type=tensor.dtype)}, device=device)
+        node.attr["value"].tensor.CopyFrom(tensor)      # one copy of the (maybe large) values
         return node.name
+
+    def const_nbytes(self, name: str) -> int:
+        """Size of a Const's value, from its shape and dtype (no decoding)."""
+        tensor = self.nodes[name].attr["value"].tensor
+        count = int(np.prod([d.size for d in tensor.tensor_shape.dim], dtype=np.int64))
+        return count * _tf().dtypes.as_dtype(tensor.dtype).size
 
     def set_const_value(self, name: str, value, dtype=None) -> None:
         """Replace a Const's value in place (callers make sure no one else depends on it)."""
@@ -261,11 +266,16 @@ class Graph:
                 self.set_input(consumer.node, consumer.index, Ref(new, 0, True))
 
     def remove_input(self, name: str, index: int) -> None:
+        self.remove_inputs(name, [index])
+
+    def remove_inputs(self, name: str, indices: Iterable[int]) -> None:
+        """Drop the inputs at ``indices`` from node ``name`` (one re-index, however many)."""
         node = self.nodes[name]
         refs = list(node.input)
         for i, text in enumerate(refs):
             self._consumers[parse_ref(text).node].pop((name, i), None)
-        del refs[index]
+        dropped = set(indices)
+        refs = [text for i, text in enumerate(refs) if i not in dropped]
         del node.input[:]
         node.input.extend(refs)
         for i, text in enumerate(refs):
@@ -326,21 +336,7 @@ class Graph:
         return order
 
     def num_outputs(self, name: str) -> Optional[int]:
-        """How many outputs the node has, from its op's definition (None for unknown ops)."""
-        from tensorflow.python.framework import op_def_registry
-        node = self.nodes[name]
-        op_def = op_def_registry.get(node.op)
-        if op_def is None:
-            return None
-        count = 0
-        for arg in op_def.output_arg:
-            if arg.number_attr:
-                count += node.attr[arg.number_attr].i
-            elif arg.type_list_attr:
-                count += len(node.attr[arg.type_list_attr].list.type)
-            else:
-                count += 1
-        return count
+        return num_outputs(self.nodes[name])
 
     def op_histogram(self) -> Dict[str, int]:
         counts: Dict[str, int] = defaultdict(int)
@@ -354,6 +350,23 @@ class Graph:
         graph_def.library.CopyFrom(self._library)
         graph_def.node.extend(self.nodes.values())
         return graph_def
+
+
+def num_outputs(node: node_def_pb2.NodeDef) -> Optional[int]:
+    """How many outputs a node has, from its op's definition (None for unknown ops)."""
+    from tensorflow.python.framework import op_def_registry
+    op_def = op_def_registry.get(node.op)
+    if op_def is None:
+        return None
+    count = 0
+    for arg in op_def.output_arg:
+        if arg.number_attr:
+            count += node.attr[arg.number_attr].i
+        elif arg.type_list_attr:
+            count += len(node.attr[arg.type_list_attr].list.type)
+        else:
+            count += 1
+    return count
 
 
 def _attr(value) -> attr_value_pb2.AttrValue:

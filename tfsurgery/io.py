@@ -17,7 +17,7 @@ from typing import List, Sequence, Tuple
 from google.protobuf import message, text_format
 from tensorflow.core.framework import graph_pb2
 
-from tfsurgery.graph import Graph, GraphError, parse_ref
+from tfsurgery.graph import Graph, GraphError, num_outputs, parse_ref
 
 VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable",
                           "_VarHandlesOp"})
@@ -238,7 +238,7 @@ def detect_outputs(graph_def) -> List[str]:
 def resolve_interface(graph_def, inputs: Sequence[str] = (), outputs: Sequence[str] = (),
                       training_flags: Sequence[str] = ()) -> Tuple[List[str], List[str]]:
     """Check user-given input/output names against the graph, or detect them."""
-    graph = Graph(graph_def)
+    graph = {node.name: node for node in graph_def.node}      # a light index: names only
     for kind, given in (("input", inputs), ("output", outputs)):
         missing = [g for g in given if parse_ref(g).node not in graph]
         if missing:
@@ -246,12 +246,12 @@ def resolve_interface(graph_def, inputs: Sequence[str] = (), outputs: Sequence[s
                              "no such node in the graph")
         for name in given:
             ref = parse_ref(name)
-            ports = graph.num_outputs(ref.node)
+            ports = num_outputs(graph[ref.node])
             if ports is not None and ref.port >= ports:
-                raise InputError(f"{kind} '{name}': {graph.op(ref.node)} node '{ref.node}' has "
+                raise InputError(f"{kind} '{name}': {graph[ref.node].op} node '{ref.node}' has "
                                  f"{ports} output(s)")
     for name in inputs:
-        op = graph.op(name)
+        op = graph[parse_ref(name).node].op
         if op not in ("Placeholder", "PlaceholderV2", "PlaceholderWithDefault"):
             raise InputError(f"input '{name}' is a {op} node, not a Placeholder to feed")
     inputs = list(inputs) or detect_inputs(graph_def, training_flags)

@@ -39,7 +39,7 @@ class Linear:
     channel_axis: int        # output-channel axis of the op's output
     channels: int
     dtype: object            # the op's T attribute (AttrValue)
-    scale_weights: callable  # (W, s) -> W * s along the output-channel axis
+    scale_weights: callable  # (W, s) -> W * s along the output-channel axis, in place
 
 
 def _data_format_axis(graph: Graph, name: str, rank: int) -> int:
@@ -57,8 +57,9 @@ def linear_op(graph: Graph, name: str) -> Optional[Linear]:
     dtype = graph.node(name).attr["T"]
 
     def along(axis):
-        def scale(w, s):
-            return w * s.reshape([-1 if i == axis else 1 for i in range(w.ndim)])
+        def scale(w, s):            # in place: w is a fresh array from const_value
+            w *= s.reshape([-1 if i == axis else 1 for i in range(w.ndim)])
+            return w
         return scale
 
     if op == "MatMul":
@@ -68,7 +69,8 @@ def linear_op(graph: Graph, name: str) -> Optional[Linear]:
     channel_axis = _data_format_axis(graph, name, rank)
     if op == "DepthwiseConv2dNative":       # kernel [h, w, in, multiplier]: channel = in*mult + m
         def scale_depthwise(w, s):
-            return w * s.reshape(1, 1, w.shape[2], w.shape[3])
+            w *= s.reshape(1, 1, w.shape[2], w.shape[3])
+            return w
         return Linear(name, weight_ref, 4, channel_axis, shape[2] * shape[3] if shape else 0,
                       dtype, scale_depthwise)
     if op == "Conv2DBackpropInput":         # kernel [h, w, out, in]
@@ -212,9 +214,11 @@ def write_weights(graph: Graph, lin: Linear, weights: np.ndarray) -> None:
 
 def fold_chain(graph: Graph, lin: Linear, chain: Chain) -> None:
     weights = graph.const_value(lin.weight)
-    dtype = weights.dtype            # half/bfloat16 weights: math in float64, cast back
-    write_weights(graph, lin, lin.scale_weights(weights.astype(np.float64), chain.scale)
-                  .astype(dtype))
+    dtype = weights.dtype
+    # float32/64 weights: one rounding of W * s in their own type. half/bfloat16: in float32.
+    math_type = dtype if dtype in (np.float32, np.float64) else np.float32
+    scaled = lin.scale_weights(weights.astype(math_type, copy=False), chain.scale.astype(math_type))
+    write_weights(graph, lin, scaled.astype(dtype, copy=False))
     last = chain.nodes[-1]
     device = graph.node(last).device
     bias = graph.add_const(f"{last}/folded_bias", chain.shift.astype(dtype), device=device)

@@ -7,7 +7,7 @@ and stay.
 """
 from __future__ import annotations
 
-from tfsurgery.graph import Graph, parse_ref
+from tfsurgery.graph import Graph
 from tfsurgery.pipeline import Options, TransformReport, register
 
 
@@ -34,10 +34,10 @@ def _ready_at_once(graph: Graph, name: str) -> bool:
 def drop_pointless_control_edges(graph: Graph) -> int:
     dropped = 0
     for name in graph.topological_order():        # producers first: a NoOp may become input-less
-        node = graph.node(name)
-        for index in reversed(range(len(node.input))):
-            ref = parse_ref(node.input[index])
-            if ref.control and ref.node in graph and _ready_at_once(graph, ref.node):
-                graph.remove_input(name, index)
-                dropped += 1
+        pointless = [index for index, text in enumerate(graph.node(name).input)
+                     if text.startswith("^") and text[1:] in graph
+                     and _ready_at_once(graph, text[1:])]
+        if pointless:
+            graph.remove_inputs(name, pointless)
+            dropped += len(pointless)
     return dropped
