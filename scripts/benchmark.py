@@ -26,8 +26,8 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help=f"only {', '.join(benchmark.QUICK_MODELS)}; scaling to 20k nodes")
     parser.add_argument("--repeats", type=int, default=3, help="timing repeats (median)")
-    parser.add_argument("--input-size", type=int, default=None,
-                        help="Keras applications' input size (default 32)")
+    parser.add_argument("--input-size", type=int, default=224,
+                        help="Keras applications' input size (default 224, ImageNet's)")
     parser.add_argument("--opset", type=int, default=onnx_export.DEFAULT_OPSET)
     parser.add_argument("--grappler-optimizers", default=",".join(benchmark.GRAPPLER_OPTIMIZERS),
                         help="Grappler optimizers for the peer (default: %(default)s)")
