@@ -170,3 +170,20 @@ def test_keras_applications_reach_the_floor(name, max_nodes):
     if max_nodes:
         assert len(result.graph_def.node) <= max_nodes
     assert "IdentityN" not in ops(result.graph_def)
+
+
+@pytest.mark.parametrize("data_format", ["NDHWC", "NCDHW"])
+def test_conv3d_with_fused_batch_norm_folds_in_both_layouts(data_format):
+    r = np.random.default_rng(27)
+    with tf1.v1_graph() as graph:
+        shape = [2, 4, 4, 4, 3] if data_format == "NDHWC" else [2, 3, 4, 4, 4]
+        x = tf.compat.v1.placeholder(tf.float32, shape, name="input")
+        kernel = tf.constant(r.standard_normal((2, 2, 2, 3, 5)).astype(np.float32))
+        y = tf.raw_ops.Conv3D(input=x, filter=kernel, strides=[1] * 5, padding="SAME",
+                              data_format=data_format)
+        bn = {k: tf.constant(v) for k, v in tf1.random_bn(r, 5).items()}
+        tf.nn.relu(tf1.fused_bn(y, bn, data_format=data_format), name="output")
+    result = optimize(BuiltModel(graph.as_graph_def(), ["input"], ["output"]))
+    assert sorted(set(ops(result.graph_def))) == ["BiasAdd", "Const", "Conv3D", "Placeholder",
+                                                  "Relu"]
+    assert result.verification.max_error < 1e-5
