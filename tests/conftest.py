@@ -45,3 +45,26 @@ def article_pb(tmp_path_factory, article):
     path = tmp_path_factory.mktemp("article") / "article.pb"
     path.write_bytes(article.graph_def.SerializeToString())
     return path
+
+
+# ---------------------------------------------------------------- property/fuzz test budget
+# `pytest --long` runs the property tests with many more examples (5000 instead of 200);
+# TFSURGERY_PROPERTY_EXAMPLES=N overrides the number either way.
+_LONG_RUN = {"on": False}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--long", action="store_true", default=False,
+                     help="run the hypothesis property tests with 5000 examples")
+
+
+def pytest_configure(config):
+    _LONG_RUN["on"] = bool(config.getoption("--long", default=False))
+
+
+def property_examples(default=200, long=5000):
+    """How many examples a property test draws: env override, else --long, else the default."""
+    value = os.environ.get("TFSURGERY_PROPERTY_EXAMPLES")
+    if value:
+        return int(value)
+    return long if _LONG_RUN["on"] else default
