@@ -72,23 +72,19 @@ class Graph:
     """An editable, indexed copy of a GraphDef (the caller's GraphDef is never touched)."""
 
     def __init__(self, graph_def: graph_pb2.GraphDef, *, check_inputs: bool = True):
+        if check_inputs:
+            check_structure(graph_def)
         self._versions = copy.deepcopy(graph_def.versions)
         self._library = copy.deepcopy(graph_def.library)
         self.nodes: Dict[str, node_def_pb2.NodeDef] = {}
         self._consumers: Dict[str, Dict[Tuple[str, int], Ref]] = defaultdict(dict)
         for original in graph_def.node:
-            if original.name in self.nodes:
-                raise GraphError(f"duplicate node name '{original.name}'")
             node = node_def_pb2.NodeDef()
             node.CopyFrom(original)
             self.nodes[node.name] = node
         for node in self.nodes.values():
             for index, text in enumerate(node.input):
                 ref = parse_ref(text)
-                if check_inputs and ref.node not in self.nodes:
-                    kind = "control input" if ref.control else "input"
-                    raise GraphError(f"node '{node.name}' has {kind} '{text}' but no node "
-                                     f"'{ref.node}' exists")
                 self._consumers[ref.node][(node.name, index)] = ref
 
     # ---------------------------------------------------------------- reading
@@ -144,7 +140,7 @@ class Graph:
         value = node.attr[key]
         kind = value.WhichOneof("value")
         if kind == "s":
-            return value.s.decode()
+            return value.s.decode(errors="replace")
         if kind == "type":
             return _tf().dtypes.as_dtype(value.type)
         if kind == "shape":
@@ -350,6 +346,32 @@ class Graph:
         graph_def.library.CopyFrom(self._library)
         graph_def.node.extend(self.nodes.values())
         return graph_def
+
+
+def check_structure(graph_def: graph_pb2.GraphDef) -> None:
+    """Unique names; every input names an existing node and, where the op is known, one of its
+    outputs. Raises GraphError; copies nothing."""
+    nodes: Dict[str, node_def_pb2.NodeDef] = {}
+    for node in graph_def.node:
+        if node.name in nodes:
+            raise GraphError(f"duplicate node name '{node.name}'")
+        nodes[node.name] = node
+    outputs: Dict[str, Optional[int]] = {}
+    for node in graph_def.node:
+        for text in node.input:
+            ref = parse_ref(text)
+            producer = nodes.get(ref.node)
+            if producer is None:
+                kind = "control input" if ref.control else "input"
+                raise GraphError(f"node '{node.name}' has {kind} '{text}' but no node "
+                                 f"'{ref.node}' exists")
+            if ref.control or ref.port == 0:
+                continue
+            if ref.node not in outputs:
+                outputs[ref.node] = num_outputs(producer)
+            if outputs[ref.node] is not None and ref.port >= outputs[ref.node]:
+                raise GraphError(f"node '{node.name}' reads '{text}' but {producer.op} "
+                                 f"'{ref.node}' has {outputs[ref.node]} output(s)")
 
 
 def num_outputs(node: node_def_pb2.NodeDef) -> Optional[int]:

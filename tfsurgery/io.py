@@ -17,7 +17,7 @@ from typing import List, Sequence, Tuple
 from google.protobuf import message, text_format
 from tensorflow.core.framework import graph_pb2
 
-from tfsurgery.graph import Graph, GraphError, num_outputs, parse_ref
+from tfsurgery.graph import GraphError, check_structure, num_outputs, parse_ref
 
 VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable",
                           "_VarHandlesOp"})
@@ -169,9 +169,24 @@ def check_graph_def(graph_def: graph_pb2.GraphDef, where: str = "graph") -> None
             "(tf.compat.v1.graph_util.convert_variables_to_constants) or pass the SavedModel "
             "directory instead")
     try:
-        Graph(graph_def)
+        check_structure(graph_def)
     except GraphError as error:
         raise InputError(f"{where}: {error}") from None
+    check_constants(graph_def, where)
+
+
+def check_constants(graph_def: graph_pb2.GraphDef, where: str) -> None:
+    """Every Const holds a tensor TensorFlow can decode (a bad dtype or a shape that disagrees
+    with the data would otherwise surface as a crash deep inside a transform)."""
+    import tensorflow as tf
+    for node in graph_def.node:
+        if node.op != "Const":
+            continue
+        try:
+            tf.make_ndarray(node.attr["value"].tensor)
+        except Exception as error:  # noqa: BLE001 - TypeError, ValueError, ... all mean "corrupt"
+            raise InputError(f"{where}: Const '{node.name}' holds an invalid tensor "
+                             f"({_first_line(error)})") from None
 
 
 def save_graph_def(graph_def: graph_pb2.GraphDef, path, *, input_path=None) -> Path:

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from tfsurgery.graph import Graph
+from tfsurgery.io import InputError
 
 UNKNOWN_BATCH = 2
 UNKNOWN_DIM = 16
@@ -73,8 +74,9 @@ def placeholder_shape(node) -> List[int]:
     import tensorflow as tf
     shape = tf.TensorShape(node.attr["shape"].shape) if "shape" in node.attr else \
         tf.TensorShape(None)
-    if shape.rank is None:
-        return [UNKNOWN_BATCH]
+    if shape.rank is None:       # guessing a rank can crash TF kernels outright (oneDNN aborts)
+        raise InputError(f"input '{node.name}' has unknown rank, so no test input can be "
+                                 "made for it; give the placeholder a shape, or use --no-verify")
     return [d if d is not None else (UNKNOWN_BATCH if i == 0 else UNKNOWN_DIM)
             for i, d in enumerate(shape.as_list())]
 

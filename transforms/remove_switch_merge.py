@@ -71,11 +71,13 @@ def remove_switch_merge(graph: Graph, options: Options) -> TransformReport:
     """Collapse conds round by round: a nested cond's predicate passes through its outer cond's
     Switch, so it becomes a constant only once the outer cond is gone."""
     report = TransformReport("remove-switch-merge")
-    dead_total = 0
+    dead_total, handled = 0, set()
     while True:
-        live_port = constant_switches(graph)
+        # A Switch kept alive by a protected reader on its dead side is handled once, not forever.
+        live_port = {s: p for s, p in constant_switches(graph).items() if s not in handled}
         if not live_port:
             break
+        handled.update(live_port)
         report.matched += len(live_port)
         dead_total += collapse(graph, live_port, options, report)
     if report.matched:
