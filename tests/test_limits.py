@@ -1,0 +1,185 @@
+"""Limits: a 200k-node graph through every transform (no recursion, bounded memory and time), and
+protobuf's 2 GiB ceiling — tested without building 2 GiB in CI.
+
+Memory is measured in a fresh subprocess as the peak resident set (Linux VmHWM, reset just before
+the run through /proc/self/clear_refs) minus the resident set before it, relative to the serialized
+graph size. Measured here (TF 2.21, protobuf 7.36 upb, 20k conv+BN blocks, 72 MB): about 9.5x —
+the index's copy of the nodes alone is ~6.5x (upb holds a parsed GraphDef in ~2.8x its wire size,
+each standalone NodeDef copy more), to_graph_def's copy adds ~2x. The issue's target is ~3x.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tfsurgery import io
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCKS = 20_000                       # x 10 nodes per block = 200k nodes
+HARD_BOUND = 12.0                     # measured ~9.5x; fails on a real regression
+ISSUE_TARGET = 5.0                    # the issue asks for ~3x; with margin
+GiB = 2 ** 30
+PROTOBUF_LIMIT = 2 ** 31
+
+_MEASURE = textwrap.dedent("""
+    import gc, json, os, sys, time
+    sys.path.insert(0, sys.argv[1])
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from models import synthetic
+    from tfsurgery import pipeline
+
+    def status(key):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+
+    blocks = int(sys.argv[2])
+    options = pipeline.Options(inputs=["input"], outputs=["output"])
+    order = list(pipeline.DEFAULT_ORDER)            # every transform (verification is not one)
+    pipeline.run(synthetic.repeated_blocks(2).graph_def, order, options)      # warm up imports
+    graph_def = synthetic.repeated_blocks(blocks).graph_def
+    size = graph_def.ByteSize()
+    gc.collect()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")                            # reset the peak RSS (VmHWM) to the current RSS
+        reset = True
+    except OSError:
+        reset = False
+    before = status("VmRSS")
+    sys.setrecursionlimit(200)                      # any per-node recursion would hit this
+    start = time.perf_counter()
+    out, reports = pipeline.run(graph_def, order, options)
+    seconds = time.perf_counter() - start
+    sys.setrecursionlimit(1000)
+    peak = status("VmHWM")
+    print(json.dumps({
+        "nodes": len(graph_def.node), "bytes": size, "out_nodes": len(out.node),
+        "out_ops": sorted({n.op for n in out.node}), "seconds": seconds,
+        "peak_delta": peak - before, "peak_reset": reset,
+        "reports": {r.name: [len(r.rewritten), r.removed_nodes, round(r.seconds, 2)]
+                    for r in reports}}))
+""")
+
+
+@pytest.fixture(scope="module")
+def big_run(tmp_path_factory):
+    script = tmp_path_factory.mktemp("limits") / "measure.py"
+    script.write_text(_MEASURE)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run([sys.executable, str(script), str(ROOT), str(BLOCKS)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(done.stdout.strip().splitlines()[-1])
+    data["ratio"] = data["peak_delta"] / data["bytes"]
+    print(f"\n200k nodes: {data['bytes'] / 2 ** 20:.0f} MiB serialized, pipeline "
+          f"{data['seconds']:.1f} s, peak +{data['peak_delta'] / 2 ** 20:.0f} MiB = "
+          f"{data['ratio']:.1f}x the serialized size; {data['reports']}")
+    return data
+
+
+def test_200k_nodes_go_through_every_transform(big_run):
+    assert big_run["nodes"] >= 200_000
+    # every block: conv+bias+BN -> Conv2D + BiasAdd (+ 2 Const) + Relu; plus input and output
+    assert big_run["out_nodes"] == 5 * BLOCKS + 2, big_run["reports"]
+    assert not [op for op in big_run["out_ops"] if op.startswith("FusedBatchNorm")]
+    assert big_run["reports"]["fold-batch-norm"][0] == BLOCKS
+    assert big_run["seconds"] < 300, big_run        # linear passes: ~15 s here
+
+
+def test_200k_nodes_peak_memory_is_bounded(big_run):
+    if not big_run["peak_reset"]:
+        pytest.skip("cannot reset the peak RSS (/proc/self/clear_refs) on this system")
+    assert big_run["ratio"] <= HARD_BOUND, big_run
+
+
+@pytest.mark.xfail(strict=True, reason="gap: peak memory is ~9.5x the serialized graph (the "
+                   "Graph index copies every NodeDef (~6.5x) and to_graph_def copies again); the "
+                   "issue asks for ~3x")
+def test_200k_nodes_peak_memory_meets_the_issue_target(big_run):
+    if not big_run["peak_reset"]:
+        pytest.skip("cannot reset the peak RSS (/proc/self/clear_refs) on this system")
+    assert big_run["ratio"] <= ISSUE_TARGET, big_run
+
+
+# ---------------------------------------------------------------- protobuf's 2 GiB limit
+@pytest.fixture
+def huge_sparse_pb(tmp_path, monkeypatch):
+    """A 2 GiB + 1 byte .pb that takes no disk space (sparse) and must never be read into memory:
+    reading it fails the test instead of allocating 2 GiB."""
+    path = tmp_path / "huge.pb"
+    with open(path, "wb") as handle:
+        handle.truncate(PROTOBUF_LIMIT + 1)
+    real = Path.read_bytes
+
+    def guarded(self):
+        if self.exists() and self.stat().st_size >= PROTOBUF_LIMIT:
+            raise AssertionError(f"read {self} ({self.stat().st_size} bytes) into memory")
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", guarded)
+    return path
+
+
+def test_cli_refuses_a_graph_file_over_2gib_without_reading_it(huge_sparse_pb, capsys):
+    from tfsurgery.cli import main
+    code = main([str(huge_sparse_pb), "--bn-fold"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "2 GiB" in err[0] or "2 GB" in err[0], err
+    assert sorted(p.name for p in huge_sparse_pb.parent.iterdir()) == ["huge.pb"]
+
+
+def test_loader_refuses_a_graph_file_over_2gib_without_reading_it(huge_sparse_pb):
+    with pytest.raises(io.InputError, match="2 GiB|2 GB"):
+        io.load_graph_def(huge_sparse_pb)
+
+
+class _HugeGraphDef:
+    """Stands in for an optimized GraphDef of 2 GiB + 100 bytes (BN folding copies a shared
+    weight, so a graph just under the limit can grow past it). protobuf (upb) serializes such a
+    message without complaint, but no protobuf parser — TensorFlow's included — reads it back."""
+
+    node = ()
+
+    def ByteSize(self):
+        return PROTOBUF_LIMIT + 100
+
+    def SerializeToString(self, **kwargs):
+        raise AssertionError("serialized a GraphDef beyond protobuf's 2 GiB limit")
+
+
+@pytest.mark.xfail(strict=True, reason="bug: io.save_graph_def serializes a GraphDef over 2 GiB "
+                   "and writes a .pb no protobuf parser can read back (upb does not refuse; "
+                   "ParseFromString then fails with 'Wire format was corrupt')")
+def test_saving_a_graph_over_2gib_is_refused(tmp_path):
+    with pytest.raises(io.InputError, match="2 GiB|2 GB"):
+        io.save_graph_def(_HugeGraphDef(), tmp_path / "out.pb")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="bug: as test_saving_a_graph_over_2gib_is_refused")
+@pytest.mark.skipif(os.environ.get("TFSURGERY_HUGE_TESTS") != "1",
+                    reason="builds a real 2.2 GiB GraphDef (~7 GB RAM, ~1 min); "
+                           "set TFSURGERY_HUGE_TESTS=1")
+def test_real_graph_over_2gib_is_refused_on_save(tmp_path):
+    from tensorflow.core.framework import graph_pb2
+    graph_def = graph_pb2.GraphDef()
+    half = (PROTOBUF_LIMIT // 2 + 64 * 2 ** 20) // 4 * 4
+    for i in range(2):
+        node = graph_def.node.add(name=f"weights_{i}", op="Const")
+        node.attr["dtype"].type = 1
+        tensor = node.attr["value"].tensor
+        tensor.dtype = 1
+        tensor.tensor_shape.dim.add(size=half // 4)
+        tensor.tensor_content = bytes(half)
+    assert graph_def.ByteSize() >= PROTOBUF_LIMIT
+    with pytest.raises(io.InputError, match="2 GiB|2 GB"):
+        io.save_graph_def(graph_def, tmp_path / "out.pb")
+    assert list(tmp_path.iterdir()) == []
