@@ -262,9 +262,6 @@ def test_report_json_that_cannot_be_written_exits_2_and_writes_no_graph(work, ca
                      "--report-json", work / "a_file" / "r.json"], capsys, work)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the --report-json file is written before the graph; "
-                   "when the graph then cannot be written (exit 2) the report stays behind, "
-                   "describing a run whose output does not exist")
 def test_output_that_cannot_be_written_leaves_no_report_behind(work, capsys):
     (work / "out_dir").mkdir()
     assert_rejected([work / "good.pb", "-o", work / "out_dir", "--report-json", work / "r.json"],
@@ -386,17 +383,11 @@ def _data_format_of_the_wrong_kind(g):
     bias_add.attr["data_format"].type = tf.complex128.as_datatype_enum
 
 
-@pytest.mark.xfail(strict=True, reason="bug: attributes are not checked against the op's "
-                   "definition: a FusedBatchNorm whose epsilon is a type crashes fold-batch-norm "
-                   "(TypeError: float + DType)")
 def test_float_attribute_holding_a_type_exits_2(work, article, capsys):
     path = write_graph(work, "eps.pb", modified(article.graph_def, _epsilon_of_the_wrong_kind))
     assert_rejected([path, "--bn-fold"], capsys, work)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: attributes are not checked against the op's "
-                   "definition: a BiasAdd whose data_format is a type crashes fold-batch-norm "
-                   "(AttributeError: 'DType' object has no attribute 'startswith')")
 def test_string_attribute_holding_a_type_exits_2(work, article, capsys):
     path = write_graph(work, "fmt.pb", modified(article.graph_def, _data_format_of_the_wrong_kind))
     assert_rejected([path, "--bn-fold"], capsys, work)
@@ -407,10 +398,6 @@ def _output_dead_when_not_training(g):
     ident.input[0] += ":1"       # the inference branch reads the Switch's *training* port
 
 
-@pytest.mark.xfail(strict=True, reason="bug: when the outputs are dead with training=False, "
-                   "remove-switch-merge deletes everything they read but keeps them: with "
-                   "--no-verify tfsurgery writes a graph with dangling inputs that it then refuses "
-                   "to load (with verification: exit 2, 'the input graph does not run')")
 def test_output_dead_when_not_training_is_refused_even_without_verification(work, article,
                                                                              capsys):
     path = write_graph(work, "dead.pb", modified(article.graph_def, _output_dead_when_not_training))

@@ -93,21 +93,10 @@ def _negated_conds_collapse(spec):
     check_optimized(build(spec))
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a cond on LogicalNot(training) survives: "
-                   "remove-switch-merge runs before fold-constants turns the predicate into a "
-                   "constant, so Switch/Merge (and the BN behind them) stay, and a second run "
-                   "changes the graph again")
 def test_conds_on_a_negated_training_flag_collapse_too():
     _negated_conds_collapse()
 
 
-@pytest.mark.xfail(strict=True, reason="bug: verification runs the original graph in a default "
-                   "Session, whose grappler aborts the process on NCHW Conv2D -> Mul(const) -> "
-                   "Mul(const) (tensor_shape.cc 'Check failed: size >= 0' in "
-                   "ConstantFolding::MulConvPushDown; a TF bug). Running the verification (and "
-                   "fold-constants) Sessions with rewrite_options.disable_meta_optimizer avoids "
-                   "it; "
-                   "then also drop strategies._dodge_grappler_abort")
 def test_nchw_conv_then_two_muls_does_not_abort_verification(tmp_path):
     """In a subprocess: the failure kills the interpreter (SIGABRT)."""
     import os

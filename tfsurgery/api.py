@@ -95,7 +95,10 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
     options = Options(inputs=inputs, outputs=outputs, training_flags=flags)
     progress(source.graph_def, f"optimizing {len(source.graph_def.node)} nodes: "
                                f"{', '.join(transforms)}")
-    graph_def, reports = pipeline.run(source.graph_def, transforms, options)
+    try:
+        graph_def, reports = pipeline.run(source.graph_def, transforms, options)
+    except pipeline.TransformError as error:
+        raise io.InputError(str(error)) from None
     detected_flags = find_training_flags(source.graph_def, flags)
     result = Result(graph_def, reports, inputs, outputs, detected_flags, source.graph_def)
     if verify:

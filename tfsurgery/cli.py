@@ -202,6 +202,11 @@ def _run(args) -> int:
     if getattr(args, "opset", None) is not None:
         from tfsurgery.onnx_export import check_opset
         check_opset(args.opset)                 # before minutes of optimizing, not after
+    if getattr(args, "picture", None) and Path(args.picture).suffix.lower() not in (".svg", ".png"):
+        raise InputError(f"{args.picture}: --picture must end in .svg or .png")
+    for option in ("output", "report_json", "onnx", "picture"):
+        if getattr(args, option, None):
+            api.io.check_writable(getattr(args, option))
     source = api.load(args.input, args.signature) if args.input else api.demo()
     if args.command == "inspect":
         return _inspect(args, source, transforms)
@@ -236,17 +241,16 @@ def _optimize(args, source, transforms) -> int:
     code = _check_verification(args, result)
     if code == 0 and onnx_path is not None:
         code = _export_onnx(args, source, result, onnx_path, data)
-    if args.report_json:
-        api.write_json(args.report_json, data, input_path=source.path)
-    if code:
-        return code
-    if output is not None:
+    if code == 0 and output is not None:
         api.save(result.graph_def, output, input_path=source.path)
         _say(args, f"wrote {output}")
-    if onnx_path is not None:
+    if code == 0 and onnx_path is not None:
         _say(args, f"wrote {onnx_path}")
-    _draw(args, source, result)
-    return 0
+    if args.report_json:           # last: it describes outputs that now exist (or a failed check)
+        api.write_json(args.report_json, data, input_path=source.path)
+    if code == 0:
+        _draw(args, source, result)
+    return code
 
 
 def _draw(args, source, result) -> None:

@@ -358,6 +358,7 @@ def check_structure(graph_def: graph_pb2.GraphDef) -> None:
         nodes[node.name] = node
     outputs: Dict[str, Optional[int]] = {}
     for node in graph_def.node:
+        check_attr_kinds(node)
         for text in node.input:
             ref = parse_ref(text)
             producer = nodes.get(ref.node)
@@ -372,6 +373,27 @@ def check_structure(graph_def: graph_pb2.GraphDef) -> None:
             if outputs[ref.node] is not None and ref.port >= outputs[ref.node]:
                 raise GraphError(f"node '{node.name}' reads '{text}' but {producer.op} "
                                  f"'{ref.node}' has {outputs[ref.node]} output(s)")
+
+
+# OpDef attribute types → the AttrValue field that must hold them.
+_ATTR_FIELDS = {"string": "s", "int": "i", "float": "f", "bool": "b", "type": "type",
+                "shape": "shape", "tensor": "tensor", "func": "func"}
+
+
+def check_attr_kinds(node: node_def_pb2.NodeDef) -> None:
+    """Each attribute the op defines holds a value of the kind its definition says."""
+    from tensorflow.python.framework import op_def_registry
+    op_def = op_def_registry.get(node.op)
+    if op_def is None:
+        return
+    for attr in op_def.attr:
+        if attr.name not in node.attr:
+            continue
+        held = node.attr[attr.name].WhichOneof("value")
+        wanted = "list" if attr.type.startswith("list(") else _ATTR_FIELDS.get(attr.type)
+        if held is not None and wanted is not None and held != wanted:
+            raise GraphError(f"node '{node.name}' ({node.op}): attribute '{attr.name}' should be "
+                             f"a {attr.type}, not a {held}")
 
 
 def num_outputs(node: node_def_pb2.NodeDef) -> Optional[int]:

@@ -194,12 +194,27 @@ def save_graph_def(graph_def: graph_pb2.GraphDef, path, *, input_path=None) -> P
     path = Path(path)
     if input_path is not None and _same_file(path, Path(input_path)):
         raise InputError(f"{path}: refusing to overwrite the input file; choose another -o")
+    if graph_def.ByteSize() >= PROTOBUF_LIMIT:      # it would serialize, but never parse again
+        raise InputError(f"{path}: the optimized graph is {graph_def.ByteSize() / 2 ** 30:.1f} "
+                         "GiB, beyond protobuf's 2 GiB limit; it cannot be saved as one GraphDef")
     if path.suffix.lower() in TEXT_SUFFIXES:
         data = text_format.MessageToString(graph_def).encode()
     else:
         data = graph_def.SerializeToString(deterministic=True)
     write_atomically(path, data)
     return path
+
+
+def check_writable(path) -> None:
+    """Fail early (before minutes of work) if ``path`` cannot be written as a file."""
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise InputError(f"{path}: cannot write (is a directory)")
+    if not directory.is_dir():
+        raise InputError(f"{path}: output directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise InputError(f"{path}: cannot write (directory not writable)")
 
 
 def write_atomically(path: Path, data: bytes) -> None:

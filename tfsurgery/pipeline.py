@@ -101,6 +101,11 @@ class UnknownTransform(ValueError):
     pass
 
 
+class TransformError(ValueError):
+    """The graph cannot be transformed as asked, through no fault of the transform (e.g. an output
+    that does not exist at inference). The CLI reports it as bad input."""
+
+
 def resolve_transforms(names: Optional[Sequence[str]] = None, *, bn_fold: bool = False) -> List[str]:
     """The transform names to run: the user's list (checked), or the defaults (+ BN folding)."""
     known = registry()

@@ -101,6 +101,16 @@ def make_feeds(graph_def, inputs: Sequence[str], seed: int = 0) -> Dict[str, np.
     return feeds
 
 
+def plain_session_config():
+    """A Session config that runs the graph's ops as written: no Grappler rewrites (they would
+    blur what is being checked, cost time, and have been seen to abort the process)."""
+    import tensorflow as tf
+    config = tf.compat.v1.ConfigProto()
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
+    return config
+
+
 def run_graph(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -> List[np.ndarray]:
     """Run a GraphDef once in a TF1 Session."""
     import tensorflow as tf
@@ -110,7 +120,7 @@ def run_graph(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -
         except (ValueError, TypeError, tf.errors.OpError) as error:   # e.g. an unknown op
             raise VerificationError(f"TensorFlow cannot import the graph: "
                                     f"{str(error).splitlines()[0]}") from None
-        with tf.compat.v1.Session(graph=graph) as session:
+        with tf.compat.v1.Session(graph=graph, config=plain_session_config()) as session:
             try:
                 return session.run([_tensor(o) for o in outputs],
                                    {_tensor(k): v for k, v in feeds.items()})
@@ -118,8 +128,8 @@ def run_graph(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -
                 raise VerificationError(f"TensorFlow cannot run the graph: "
                                         f"{str(error).splitlines()[0]}") from None
             except tf.errors.OpError as error:
-                raise VerificationError(f"TensorFlow cannot run the graph: "
-                                        f"{error.message.splitlines()[0]}") from None
+                message = " ".join(error.message.split())[:300]
+                raise VerificationError(f"TensorFlow cannot run the graph: {message}") from None
 
 
 def _tensor(name: str) -> str:

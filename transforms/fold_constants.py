@@ -14,6 +14,7 @@ from typing import Dict, List, Set
 import numpy as np
 
 from tfsurgery.graph import Graph, Ref
+from tfsurgery.verify import plain_session_config
 from tfsurgery.pipeline import Options, TransformReport, register
 
 NEVER_FOLD = frozenset({
@@ -33,14 +34,15 @@ def _is_foldable_op(op: str) -> bool:
 
 
 def constant_nodes(graph: Graph) -> Set[str]:
-    """Nodes whose every input (data and control) is a Const or itself constant."""
+    """Nodes computed from constants alone: Consts and NoOps whose (control) inputs are all
+    constant, and foldable ops whose every input is."""
     constant: Set[str] = set()
     for name in graph.topological_order():
         node = graph.node(name)
-        if node.op == "Const" and not node.input:
+        inputs_constant = all(ref.node in constant for ref in map(_parse, node.input))
+        if node.op in ("Const", "NoOp") and inputs_constant:
             constant.add(name)
-        elif node.input and _is_foldable_op(node.op) and all(
-                ref.node in constant for ref in map(_parse, node.input)):
+        elif node.input and inputs_constant and _is_foldable_op(node.op):
             constant.add(name)
     return constant
 
@@ -54,7 +56,7 @@ def frontier(graph: Graph, constant: Set[str], options: Options) -> Dict[str, Li
     """Computed constants someone non-constant reads (or that are outputs): name → ports read."""
     wanted: Dict[str, Set[int]] = {}
     for name in constant:
-        if graph.op(name) == "Const":
+        if graph.op(name) in ("Const", "NoOp"):
             continue
         for consumer in graph.consumers(name):
             if consumer.node not in constant:
@@ -70,13 +72,9 @@ def evaluate(graph: Graph, tensors: List[str]) -> List[np.ndarray]:
     needed = graph.ancestors(tensors)
     graph_def = tf.compat.v1.GraphDef()
     graph_def.node.extend(graph.node(n) for n in graph.topological_order() if n in needed)
-    # Run exactly these ops: Grappler rewriting them first would only cost time.
-    config = tf.compat.v1.ConfigProto()
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
     with tf.Graph().as_default() as tf_graph:
         tf.compat.v1.import_graph_def(graph_def, name="")
-        with tf.compat.v1.Session(graph=tf_graph, config=config) as session:
+        with tf.compat.v1.Session(graph=tf_graph, config=plain_session_config()) as session:
             return session.run([_tensor_name(t) for t in tensors])
 
 

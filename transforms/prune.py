@@ -1,14 +1,16 @@
 """prune: delete every node the graph's outputs do not need (control dependencies included).
 
-Control edges from an input-less Const or NoOp are dropped first: such a node is ready at once and
-has no effect, so waiting for it means nothing (frozen Keras graphs hang every weight on a NoOp that
-the output waits for). Edges from anything else — a Const inside a cond branch, say — carry meaning
-and stay.
+Control edges from nodes computed from constants alone (Consts, NoOps, stateless ops of constants)
+are dropped first: such a node is ready at once and has no effect, so waiting for it means nothing
+(frozen Keras graphs hang every weight on a NoOp that the output waits for; a collapsed cond leaves
+its constants waiting on the former predicate). Edges from anything else — a Const inside a live
+cond branch waits on a Switch, say — carry meaning and stay.
 """
 from __future__ import annotations
 
 from tfsurgery.graph import Graph
 from tfsurgery.pipeline import Options, TransformReport, register
+from transforms.fold_constants import constant_nodes
 
 
 @register("prune")
@@ -19,24 +21,20 @@ def prune(graph: Graph, options: Options) -> TransformReport:
         return report
     dropped = drop_pointless_control_edges(graph)
     if dropped:
-        report.notes.append(f"{dropped} control edges from input-less Const/NoOp nodes dropped")
+        report.notes.append(f"{dropped} control edges from constant-only nodes dropped")
     removed = graph.prune(options.outputs, keep=options.inputs)
     report.matched = len(removed)
     report.rewritten.extend(removed)
     return report
 
 
-def _ready_at_once(graph: Graph, name: str) -> bool:
-    node = graph.node(name)
-    return node.op in ("Const", "NoOp") and not node.input
-
-
 def drop_pointless_control_edges(graph: Graph) -> int:
+    """Remove control edges from nodes computed from constants alone (see module doc)."""
+    ready = constant_nodes(graph)
     dropped = 0
-    for name in graph.topological_order():        # producers first: a NoOp may become input-less
+    for name in graph.topological_order():
         pointless = [index for index, text in enumerate(graph.node(name).input)
-                     if text.startswith("^") and text[1:] in graph
-                     and _ready_at_once(graph, text[1:])]
+                     if text.startswith("^") and text[1:] in ready]
         if pointless:
             graph.remove_inputs(name, pointless)
             dropped += len(pointless)

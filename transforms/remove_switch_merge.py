@@ -15,20 +15,32 @@ from collections import deque
 import numpy as np
 
 from tfsurgery.graph import Graph, Ref
-from tfsurgery.pipeline import Options, TransformReport, register
+from tfsurgery.pipeline import Options, TransformError, TransformReport, register
+from transforms.fold_constants import constant_nodes, evaluate, tf_errors
 
 SWITCH_OPS = ("Switch", "RefSwitch")
 MERGE_OPS = ("Merge", "RefMerge")
 
 
 def constant_switches(graph: Graph) -> dict:
-    """Switch name → its live port, for every Switch whose predicate is a constant."""
+    """Switch name → its live port, for every Switch whose predicate is a constant — or is
+    computed from constants only (``LogicalNot(training)``), which TensorFlow then evaluates."""
+    predicates = {node.name: graph.inputs(node.name)[1] for node in graph
+                  if node.op in SWITCH_OPS}
+    values = {name: graph.const_value(ref) for name, ref in predicates.items()}
+    unknown = [name for name, value in values.items() if value is None]
+    computable = constant_nodes(graph) if unknown else set()
+    pending = {name: str(graph.resolve(predicates[name])) for name in unknown
+               if graph.resolve(predicates[name]).node in computable}
+    if pending:
+        try:
+            values.update(zip(pending, evaluate(graph, list(pending.values()))))
+        except (ValueError, TypeError, KeyError, tf_errors().OpError):
+            pass                   # TensorFlow rejects it: leave those conds as they are
     live = {}
-    for node in graph:
-        if node.op in SWITCH_OPS:
-            pred = graph.const_value(graph.inputs(node.name)[1])
-            if pred is not None and pred.size == 1:
-                live[node.name] = 1 if bool(np.asarray(pred).reshape(())) else 0
+    for name, value in values.items():
+        if value is not None and np.asarray(value).size == 1:
+            live[name] = 1 if bool(np.asarray(value).reshape(())) else 0
     return live
 
 
@@ -88,6 +100,11 @@ def remove_switch_merge(graph: Graph, options: Options) -> TransformReport:
 def collapse(graph: Graph, live_port: dict, options: Options, report: TransformReport) -> int:
     """Rewire around the given Switches and the Merges they decide; delete dead nodes."""
     dead, dead_tensors = dead_nodes(graph, live_port)
+    dead_outputs = sorted(options.protected & dead)
+    if dead_outputs:
+        raise TransformError(f"output '{dead_outputs[0]}' is on the dead side of a cond: with the "
+                             "training flags False (and other predicates as they are) it is "
+                             "never computed")
 
     def is_dead(ref: Ref) -> bool:
         return ref.node in dead or ref.tensor in dead_tensors
@@ -110,7 +127,7 @@ def collapse(graph: Graph, live_port: dict, options: Options, report: TransformR
         collapse_merge(graph, node, inputs[live[0]], live[0], options)
         report.rewritten.append(node.name)
 
-    removable = [name for name in dead if name not in options.protected]
+    removable = list(dead)
     graph.remove(removable)
     graph.remove([s for s in live_port if s in graph and not graph.consumers(s, control=True)])
     return len(removable)
