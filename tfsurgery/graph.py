@@ -76,12 +76,11 @@ class Graph:
             check_structure(graph_def)
         self._versions = copy.deepcopy(graph_def.versions)
         self._library = copy.deepcopy(graph_def.library)
-        self.nodes: Dict[str, node_def_pb2.NodeDef] = {}
+        # Copy-on-write: nodes are the caller's until first changed (see ``mutable``), so an
+        # index over a large graph costs little more than the graph itself.
+        self.nodes: Dict[str, node_def_pb2.NodeDef] = {n.name: n for n in graph_def.node}
+        self._owned: Set[str] = set()
         self._consumers: Dict[str, Dict[Tuple[str, int], Ref]] = defaultdict(dict)
-        for original in graph_def.node:
-            node = node_def_pb2.NodeDef()
-            node.CopyFrom(original)
-            self.nodes[node.name] = node
         for node in self.nodes.values():
             for index, text in enumerate(node.input):
                 ref = parse_ref(text)
@@ -181,6 +180,15 @@ class Graph:
         return node is not None and node.op == "Const" and ref.port == 0
 
     # ---------------------------------------------------------------- editing
+    def mutable(self, name: str) -> node_def_pb2.NodeDef:
+        """Node ``name``, safe to change: our own copy, never the caller's NodeDef."""
+        if name not in self._owned:
+            copy_ = node_def_pb2.NodeDef()
+            copy_.CopyFrom(self.nodes[name])
+            self.nodes[name] = copy_
+            self._owned.add(name)
+        return self.nodes[name]
+
     def unique_name(self, base: str) -> str:
         if base not in self.nodes:
             return base
@@ -193,6 +201,7 @@ class Graph:
         if node.name in self.nodes:
             raise GraphError(f"node '{node.name}' already exists")
         self.nodes[node.name] = node
+        self._owned.add(node.name)
         for index, text in enumerate(node.input):
             ref = parse_ref(text)
             self._consumers[ref.node][(node.name, index)] = ref
@@ -225,13 +234,13 @@ class Graph:
     def set_const_value(self, name: str, value, dtype=None) -> None:
         """Replace a Const's value in place (callers make sure no one else depends on it)."""
         tensor = _tf().make_tensor_proto(value, dtype=dtype)
-        node = self.nodes[name]
+        node = self.mutable(name)
         node.attr["dtype"].type = tensor.dtype
         node.attr["value"].tensor.CopyFrom(tensor)
 
     def set_input(self, name: str, index: int, new) -> None:
         """Make input ``index`` of node ``name`` read ``new`` (str or Ref)."""
-        node = self.nodes[name]
+        node = self.mutable(name)
         old = parse_ref(node.input[index])
         self._consumers[old.node].pop((name, index), None)
         new_ref = new if isinstance(new, Ref) else parse_ref(new)
@@ -266,7 +275,7 @@ class Graph:
 
     def remove_inputs(self, name: str, indices: Iterable[int]) -> None:
         """Drop the inputs at ``indices`` from node ``name`` (one re-index, however many)."""
-        node = self.nodes[name]
+        node = self.mutable(name)
         refs = list(node.input)
         for i, text in enumerate(refs):
             self._consumers[parse_ref(text).node].pop((name, i), None)
@@ -284,6 +293,7 @@ class Graph:
             node = self.nodes.pop(name, None)
             if node is None:
                 continue
+            self._owned.discard(name)
             for index, text in enumerate(node.input):
                 self._consumers[parse_ref(text).node].pop((name, index), None)
 

@@ -46,6 +46,7 @@ def freeze_training_flags(graph: Graph, options: Options) -> TransformReport:
         if not is_training_flag(node, options.training_flags):
             continue
         report.matched += 1
+        node = graph.mutable(node.name)
         for key in list(node.attr):
             del node.attr[key]
         for index in reversed(range(len(node.input))):   # PlaceholderWithDefault's default value
