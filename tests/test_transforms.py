@@ -215,3 +215,28 @@ def test_identity_outputs_keep_their_names_and_dead_nodes_go():
     assert ops(result.graph_def).count("Identity") == 1
     graph = Graph(result.graph_def)
     assert graph.ancestors(["output"]) == set(graph.nodes)   # nothing unreachable left
+
+
+def test_conds_on_data_dependent_predicates_are_kept_and_still_match():
+    import tensorflow as tf
+    from models.common import BuiltModel
+    r = np.random.default_rng(31)
+    with tf1.v1_graph() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="input")
+        training = tf1.training_placeholder()
+        w = tf.constant(r.standard_normal((4, 4)).astype(np.float32))
+        y = tf.compat.v1.cond(tf.reduce_mean(x) > 0, lambda: tf.matmul(x, w), lambda: -x)
+        y = tf.compat.v1.cond(training, lambda: y * 2.0, lambda: tf.identity(y))
+        tf.identity(y, name="output")
+    built = BuiltModel(graph.as_graph_def(), ["input"], ["output"], "training")
+    result = optimize(built)
+    kept = ops(result.graph_def)
+    assert kept.count("Switch") >= 2 and kept.count("Merge") == 1     # the data-dependent cond
+    assert "training" not in {n.name for n in result.graph_def.node}
+    assert_matches(result)
+    for seed in (1, 2, 3):        # both sides of the kept cond
+        feeds = verify.make_feeds(built.graph_def, built.inputs, seed=seed)
+        feeds["input"] += seed - 2.0
+        expected = verify.run_graph(built.graph_def, feeds, built.outputs)[0]
+        np.testing.assert_allclose(verify.run_graph(result.graph_def, feeds, built.outputs)[0],
+                                   expected, rtol=1e-6)
