@@ -341,9 +341,6 @@ class Graph:
             order.extend(name for name in self.nodes if name not in placed)
         return order
 
-    def num_outputs(self, name: str) -> Optional[int]:
-        return num_outputs(self.nodes[name])
-
     def op_histogram(self) -> Dict[str, int]:
         counts: Dict[str, int] = defaultdict(int)
         for node in self.nodes.values():

@@ -35,6 +35,7 @@ class Linear:
 
     name: str
     weight: Ref              # the weight input (as the node reads it)
+    weights: Optional[np.ndarray]   # its value, decoded once (None: not a constant)
     rank: int                # rank of the op's output
     channel_axis: int        # output-channel axis of the op's output
     channels: int
@@ -64,18 +65,20 @@ def linear_op(graph: Graph, name: str) -> Optional[Linear]:
 
     if op == "MatMul":
         axis = 0 if graph.attr(name, "transpose_b", False) else 1
-        return Linear(name, weight_ref, 2, 1, shape[axis] if shape else 0, dtype, along(axis))
+        return Linear(name, weight_ref, weight, 2, 1, shape[axis] if shape else 0, dtype,
+                      along(axis))
     rank = 5 if op == "Conv3D" else 4
     channel_axis = _data_format_axis(graph, name, rank)
     if op == "DepthwiseConv2dNative":       # kernel [h, w, in, multiplier]: channel = in*mult + m
         def scale_depthwise(w, s):
             w *= s.reshape(1, 1, w.shape[2], w.shape[3])
             return w
-        return Linear(name, weight_ref, 4, channel_axis, shape[2] * shape[3] if shape else 0,
-                      dtype, scale_depthwise)
+        return Linear(name, weight_ref, weight, 4, channel_axis,
+                      shape[2] * shape[3] if shape else 0, dtype, scale_depthwise)
     if op == "Conv2DBackpropInput":         # kernel [h, w, out, in]
-        return Linear(name, weight_ref, 4, channel_axis, shape[2] if shape else 0, dtype, along(2))
-    return Linear(name, weight_ref, rank, channel_axis, shape[-1] if shape else 0, dtype,
+        return Linear(name, weight_ref, weight, 4, channel_axis, shape[2] if shape else 0, dtype,
+                      along(2))
+    return Linear(name, weight_ref, weight, rank, channel_axis, shape[-1] if shape else 0, dtype,
                   along(rank - 1))
 
 
@@ -213,7 +216,7 @@ def write_weights(graph: Graph, lin: Linear, weights: np.ndarray) -> None:
 
 
 def fold_chain(graph: Graph, lin: Linear, chain: Chain) -> None:
-    weights = graph.const_value(lin.weight)
+    weights = lin.weights
     dtype = weights.dtype
     # float32/64 weights: one rounding of W * s in their own type. half/bfloat16: in float32.
     math_type = dtype if dtype in (np.float32, np.float64) else np.float32
@@ -283,7 +286,7 @@ def batch_norm_as_mul_add(graph: Graph, name: str) -> Optional[str]:
     params = [graph.const_value(ref) for ref in graph.inputs(name)[1:5]]
     channels = params[0].shape[0] if params[0] is not None else 0
     rank = 5 if fmt in ("NDHWC", "NCDHW") else 4
-    view = Linear(name, x, rank, _data_format_axis(graph, name, rank), channels,
+    view = Linear(name, x, None, rank, _data_format_axis(graph, name, rank), channels,
                   graph.node(name).attr["T"], None)
     step = batch_norm_step(graph, name, view)
     if isinstance(step, str):

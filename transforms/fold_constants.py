@@ -13,7 +13,7 @@ from typing import Dict, List, Set
 
 import numpy as np
 
-from tfsurgery.graph import Graph, Ref
+from tfsurgery.graph import Graph, Ref, parse_ref
 from tfsurgery.verify import plain_session_config
 from tfsurgery.pipeline import Options, TransformReport, register
 
@@ -39,17 +39,12 @@ def constant_nodes(graph: Graph) -> Set[str]:
     constant: Set[str] = set()
     for name in graph.topological_order():
         node = graph.node(name)
-        inputs_constant = all(ref.node in constant for ref in map(_parse, node.input))
+        inputs_constant = all(ref.node in constant for ref in map(parse_ref, node.input))
         if node.op in ("Const", "NoOp") and inputs_constant:
             constant.add(name)
         elif node.input and inputs_constant and _is_foldable_op(node.op):
             constant.add(name)
     return constant
-
-
-def _parse(text: str) -> Ref:
-    from tfsurgery.graph import parse_ref
-    return parse_ref(text)
 
 
 def frontier(graph: Graph, constant: Set[str], options: Options) -> Dict[str, List[int]]:
