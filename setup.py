@@ -10,18 +10,21 @@ setup(
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=["tfsurgery", "transforms", "models"],
+    # One installed package: the repository's transforms/ and models/ folders install inside it.
+    packages=["tfsurgery", "tfsurgery.transforms", "tfsurgery.models"],
+    package_dir={"tfsurgery": "tfsurgery", "tfsurgery.transforms": "transforms",
+                 "tfsurgery.models": "models"},
     install_requires=[
         "tensorflow>=2.21,<2.22",
         "numpy",
         "tf2onnx>=1.17",
         "onnx>=1.17",
         "onnxruntime>=1.20",
-        "graphviz",          # DOT text for --picture
-        "graphviz-pure",     # a self-contained `dot` (used when Graphviz itself is not installed)
     ],
     extras_require={
-        "test": ["pytest", "hypothesis", "tf_keras>=2.21,<2.22"],
+        "test": ["pytest", "hypothesis", "tf_keras>=2.21,<2.22", "graphviz", "graphviz-pure"],
+        # --picture: DOT text, and a self-contained `dot` when Graphviz itself is not installed.
+        "picture": ["graphviz", "graphviz-pure"],
     },
     entry_points={"console_scripts": ["tfsurgery=tfsurgery.cli:main"]},
 )

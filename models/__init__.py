@@ -1,4 +1,4 @@
 """Builders of the graphs tfsurgery is tested, benchmarked and demonstrated on."""
-from models.common import BuiltModel
+from tfsurgery.models.common import BuiltModel
 
 __all__ = ["BuiltModel"]

@@ -19,7 +19,7 @@ from tensorflow.core.framework import graph_pb2
 from tensorflow.python.framework.convert_to_constants import (
     convert_variables_to_constants_v2)
 
-from models.common import BuiltModel, rng
+from tfsurgery.models.common import BuiltModel, rng
 
 _APPLICATIONS = ("MobileNetV2", "ResNet50", "EfficientNetB0")
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -176,7 +176,7 @@ def tf_keras_model(seed: int = 0) -> BuiltModel:
     `sys.executable` in a child process that hands back the GraphDef through a temp file.
     """
     with tempfile.TemporaryDirectory() as tmp:
-        code = f"import models.keras_models as k; k._build_tf_keras_to({seed}, {tmp!r})"
+        code = f"import tfsurgery.models.keras_models as k; k._build_tf_keras_to({seed}, {tmp!r})"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             p for p in (_REPO_ROOT, os.environ.get("PYTHONPATH")) if p))
         proc = subprocess.run([sys.executable, "-c", code], env=env,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
-from models.common import BuiltModel, rng
-from models.tf1 import random_bias, random_bn, random_kernel
+from tfsurgery.models.common import BuiltModel, rng
+from tfsurgery.models.tf1 import random_bias, random_bn, random_kernel
 
 _INPUT = "input"
 

@@ -12,7 +12,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from models.common import BuiltModel, rng
+from tfsurgery.models.common import BuiltModel, rng
 
 _FUSED_BN = {
     "V1": tf.raw_ops.FusedBatchNorm,

@@ -4,7 +4,7 @@
     python scripts/benchmark.py --quick              # small models, no 200k-node run
     python scripts/benchmark.py --models ResNet50 --repeats 5 --training-ops
 
-The logic lives in tfsurgery/benchmark.py; this file only parses options and writes the results.
+The logic lives in benchmarks/harness.py (a development tool, not installed); this file only parses options and writes the results.
 """
 import argparse
 import json
@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tfsurgery import benchmark, io, onnx_export  # noqa: E402
+from benchmarks import harness as benchmark  # noqa: E402
+from tfsurgery import io, onnx_export  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -33,7 +34,7 @@ def parse_args(argv=None):
                         help="Grappler optimizers for the peer (default: %(default)s)")
     parser.add_argument("--no-scaling", action="store_true", help="skip the synthetic scaling run")
     parser.add_argument("--training-ops", action="store_true",
-                        help="also run tfsurgery.training_bench.adam_step_benchmark")
+                        help="also run benchmarks.training.adam_step_benchmark")
     parser.add_argument("--training-repeats", type=int, default=10)
     parser.add_argument("--out-md", type=Path, default=ROOT / "docs" / "benchmark.md")
     parser.add_argument("--out-json", type=Path, default=ROOT / "docs" / "benchmark.json")

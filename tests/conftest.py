@@ -1,7 +1,10 @@
 """Shared fixtures: test graphs are built once per session; helpers to optimize and inspect them."""
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# benchmarks/ (the development harness) is not installed: the tests import it from the checkout.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pytest  # noqa: E402
 
@@ -36,7 +39,7 @@ def consumers_of(graph_def, name):
 
 @pytest.fixture(scope="session")
 def article():
-    from models.tf1 import article_cnn
+    from tfsurgery.models.tf1 import article_cnn
     return article_cnn(seed=7)
 
 

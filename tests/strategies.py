@@ -39,7 +39,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 from hypothesis import strategies as st
 
-from models.common import BuiltModel
+from tfsurgery.models.common import BuiltModel
 
 BATCH, SIZE = 2, 5
 MAX_CHANNELS = 6
@@ -179,7 +179,7 @@ def graph_specs(draw, max_blocks: int = 4, negated: bool = False) -> GraphSpec:
 # ---------------------------------------------------------------- the builder
 def build(spec: GraphSpec) -> Built:
     import tensorflow as tf
-    from models import tf1
+    from tfsurgery.models import tf1
     return _Builder(spec, tf, tf1).run()
 
 

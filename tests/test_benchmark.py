@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from models.tf1 import article_cnn
-from tfsurgery import benchmark
+from tfsurgery.models.tf1 import article_cnn
+from benchmarks import harness as benchmark
 
 
 @pytest.fixture(scope="module")

@@ -91,7 +91,7 @@ def test_inspect_is_a_dry_run(article_pb, tmp_path, capsys):
 
 
 def test_verification_failure_exits_1_and_writes_nothing(article, tmp_path, monkeypatch, capsys):
-    from transforms import fold_batch_norm
+    from tfsurgery.transforms import fold_batch_norm
     real = fold_batch_norm.batch_norm_step
 
     def off_by_a_bit(graph, name, lin):          # a folding bug: the shift is wrong

@@ -5,7 +5,7 @@ import pytest
 
 from tfsurgery import __version__, api, latency, picture
 from tfsurgery.cli import main
-from tfsurgery.io import InputError
+from tfsurgery.errors import InputError
 
 
 def test_picture_before_and_after(article_pb, tmp_path, capsys):

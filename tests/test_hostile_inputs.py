@@ -354,7 +354,7 @@ def test_placeholder_of_unknown_rank_does_not_abort_the_process(tmp_path):
     import sys
     from pathlib import Path
     import numpy as np
-    from models import tf1
+    from tfsurgery.models import tf1
     with tf1.v1_graph() as graph:
         x = tf.compat.v1.placeholder(tf.float32, name="input")          # no shape at all
         kernel = tf.constant(np.ones([3, 3, 3, 4], np.float32))

@@ -29,7 +29,7 @@ _MEASURE = textwrap.dedent("""
     import gc, json, os, sys, time
     sys.path.insert(0, sys.argv[1])
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    from models import synthetic
+    from tfsurgery.models import synthetic
     from tfsurgery import pipeline
 
     def status(key):
@@ -40,7 +40,7 @@ _MEASURE = textwrap.dedent("""
 
     blocks = int(sys.argv[2])
     options = pipeline.Options(inputs=["input"], outputs=["output"])
-    order = list(pipeline.DEFAULT_ORDER)            # every transform (verification is not one)
+    order = list(pipeline.ORDER)            # every transform (verification is not one)
     pipeline.run(synthetic.repeated_blocks(2).graph_def, order, options)      # warm up imports
     wire = synthetic.repeated_blocks(blocks).graph_def.SerializeToString()
     size = len(wire)

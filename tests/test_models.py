@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from models import keras_models, synthetic, tf1
+from tfsurgery.models import keras_models, synthetic, tf1
 
 
 # --- helpers ----------------------------------------------------------------------------------

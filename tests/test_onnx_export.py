@@ -10,7 +10,7 @@ import pytest
 from conftest import optimize
 from tfsurgery import io, onnx_export, verify
 from tfsurgery.cli import main
-from tfsurgery.io import InputError
+from tfsurgery.errors import InputError
 
 LEAN_OPS = {"Conv", "Relu", "MaxPool", "Transpose", "Reshape", "Gemm", "Softmax"}
 
@@ -80,7 +80,7 @@ def test_raw_tf2onnx_output_is_kept_on_request(lean, tmp_path):
 
 
 def test_inputs_as_nchw_on_a_conv_model(tmp_path):
-    from models.tf1 import conv_bn
+    from tfsurgery.models.tf1 import conv_bn
     built = conv_bn()                                   # input [2, 6, 6, 3] NHWC
     nhwc = onnx_export.export(built.graph_def, built.inputs, built.outputs, tmp_path / "a.onnx")
     out = tmp_path / "nchw.onnx"
@@ -95,7 +95,7 @@ def test_inputs_as_nchw_on_a_conv_model(tmp_path):
 
 @pytest.mark.parametrize("ort_optimize", [True, False])
 def test_large_model_path_writes_external_data(tmp_path, monkeypatch, ort_optimize):
-    from models.tf1 import conv_bn
+    from tfsurgery.models.tf1 import conv_bn
     built = conv_bn(cin=8, cout=16)                     # a 3x3x8x16 kernel: over 1024 elements
     monkeypatch.setattr(onnx_export, "LARGE_MODEL_BYTES", 0)
     out = tmp_path / "big.onnx"

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, given, settings
 
 from conftest import optimize, property_examples
-from models.common import BuiltModel
+from tfsurgery.models.common import BuiltModel
 from strategies import BN_OPS, build, graph_specs
 from tfsurgery import verify
 from tfsurgery.graph import Graph
@@ -105,7 +105,7 @@ def test_nchw_conv_then_two_muls_does_not_abort_verification(tmp_path):
     from pathlib import Path
     import numpy as np
     import tensorflow as tf
-    from models import tf1
+    from tfsurgery.models import tf1
     with tf1.v1_graph() as graph:
         x = tf.compat.v1.placeholder(tf.float32, [2, 4, 5, 5], name="input")
         y = tf.nn.conv2d(x, tf.constant(np.ones([3, 3, 4, 4], np.float32)), 1, "SAME",

@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import optimize, ops, report_of, source_of
-from models import keras_models, tf1
-from models.common import BuiltModel
+from tfsurgery.models import keras_models, tf1
+from tfsurgery.models.common import BuiltModel
 from tfsurgery import api, io, pipeline
 from tfsurgery.graph import Graph
 

@@ -11,7 +11,8 @@ import tensorflow as tf
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from tfsurgery import training_bench, training_ops
+from benchmarks import training as training_bench
+from tfsurgery import training_ops
 from tfsurgery.training_ops import adagrad, adam, momentum, native_onnx_model
 
 GROUPS = {"Momentum": 3, "Adagrad": 3, "Adam": 4}

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from conftest import consumers_of, optimize, ops, report_of
-from models import tf1
+from tfsurgery.models import tf1
 from tfsurgery import pipeline, verify
 from tfsurgery.graph import Graph
 
@@ -219,7 +219,7 @@ def test_identity_outputs_keep_their_names_and_dead_nodes_go():
 
 def test_conds_on_data_dependent_predicates_are_kept_and_still_match():
     import tensorflow as tf
-    from models.common import BuiltModel
+    from tfsurgery.models.common import BuiltModel
     r = np.random.default_rng(31)
     with tf1.v1_graph() as graph:
         x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="input")

@@ -1,4 +1,8 @@
-"""The Python API the CLI is a thin shell over: load → optimize (+ verify) → save."""
+"""The Python API, and the one facade the CLI uses: load → optimize (+ verify) → save / export.
+
+Defaults (tolerance, output paths) are decided here, once. Everything below this layer (io, pipeline,
+verify, report, onnx_export, picture, latency) is reached through these functions.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -9,8 +13,12 @@ from typing import List, Optional, Sequence
 
 from tensorflow.core.framework import graph_pb2
 
-from tfsurgery import io, pipeline, report, verify as verify_mod
-from tfsurgery.pipeline import Options, TransformReport
+from tfsurgery import io, latency, onnx_export, pipeline, picture, report, verify as verify_mod
+from tfsurgery.errors import (InputError, OriginalDoesNotRun, TransformError, UnknownTransform,
+                              VerificationError)
+from tfsurgery.interface import find_training_flags, resolve_interface
+from tfsurgery.report import format_table, op_histogram, summary, transform_lines  # noqa: F401
+from tfsurgery.transform import Options, TransformReport
 
 DEMO_NAME = "article_cnn"
 LARGE_GRAPH = 20_000          # above this many nodes, long steps say what they are doing
@@ -43,6 +51,7 @@ class Result:
     outputs: List[str]
     training_flags: List[str]
     before: graph_pb2.GraphDef
+    tolerance: float = verify_mod.DEFAULT_TOLERANCE
     verification: Optional[verify_mod.Verification] = None
     verification_error: Optional[str] = None
 
@@ -65,7 +74,7 @@ def load(path, signature: str = "serving_default") -> Source:
 
 def demo() -> Source:
     """The embedded demo: the article's CNN (TF1 style, conds on a training flag)."""
-    from models.tf1 import article_cnn
+    from tfsurgery.models.tf1 import article_cnn      # the demo is built on demand only
     built = article_cnn()
     return Source(built.graph_def, label=f"demo model '{DEMO_NAME}'", inputs=built.inputs,
                   outputs=built.outputs,
@@ -73,47 +82,74 @@ def demo() -> Source:
 
 
 def default_output_path(source: Source) -> Path:
+    """``<input stem>_optimized.pb`` (or ``.pbtxt``) beside the input; for the demo, here."""
     if source.path is None:
         return Path.cwd() / f"{DEMO_NAME}_optimized.pb"
-    stem = source.path.name if source.path.is_dir() else source.path.stem
     suffix = ".pbtxt" if source.path.suffix.lower() == ".pbtxt" else ".pb"
-    return source.path.with_name(f"{stem}_optimized{suffix}")
+    return source.path.with_name(f"{_stem(source)}_optimized{suffix}")
+
+
+def default_onnx_path(source: Source) -> Path:
+    """``<input stem>.onnx`` beside the input; for the demo, here."""
+    if source.path is None:
+        return Path.cwd() / f"{DEMO_NAME}.onnx"
+    return source.path.with_name(f"{_stem(source)}.onnx")
+
+
+def _stem(source: Source) -> str:
+    return source.path.name if source.path.is_dir() else source.path.stem
 
 
 def choose_transforms(names: Sequence[str] = (), *, bn_fold: bool = False) -> List[str]:
-    return pipeline.resolve_transforms(list(names), bn_fold=bn_fold)
+    """The transforms to run (checked names; exit-2 material when unknown)."""
+    try:
+        return pipeline.resolve_transforms(list(names), bn_fold=bn_fold)
+    except UnknownTransform as error:
+        raise InputError(str(error)) from None
+
+
+def check_outputs(paths: Sequence, *, opset: Optional[int] = None,
+                  picture_path: Optional[str] = None) -> None:
+    """Before minutes of work: every output writable, the opset supported, drawing possible."""
+    if opset is not None:
+        onnx_export.check_opset(opset)
+    if picture_path:
+        if Path(picture_path).suffix.lower() not in (".svg", ".png"):
+            raise InputError(f"{picture_path}: --picture must end in .svg or .png")
+        picture.check_available()
+    for path in paths:
+        if path:
+            io.check_writable(path)
 
 
 def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str] = (),
              outputs: Sequence[str] = (), training_flags: Sequence[str] = (),
              verify: bool = True, tolerance: Optional[float] = None, seed: int = 0) -> Result:
     """Run ``transforms`` on the source graph, then (optionally) check the numbers."""
-    from transforms.freeze_training_flags import find_training_flags
+    tolerance = verify_mod.DEFAULT_TOLERANCE if tolerance is None else tolerance
     flags = list(dict.fromkeys(list(training_flags) + source.training_flags))
-    inputs, outputs = io.resolve_interface(source.graph_def, list(inputs) or source.inputs,
-                                           list(outputs) or source.outputs, flags)
+    inputs, outputs = resolve_interface(source.graph_def, list(inputs) or source.inputs,
+                                        list(outputs) or source.outputs, flags)
     options = Options(inputs=inputs, outputs=outputs, training_flags=flags)
     progress(source.graph_def, f"optimizing {len(source.graph_def.node)} nodes: "
                                f"{', '.join(transforms)}")
     try:
         graph_def, reports = pipeline.run(source.graph_def, transforms, options)
-    except pipeline.TransformError as error:
-        raise io.InputError(str(error)) from None
+    except TransformError as error:
+        raise InputError(str(error)) from None
     detected_flags = find_training_flags(source.graph_def, flags)
-    result = Result(graph_def, reports, inputs, outputs, detected_flags, source.graph_def)
+    result = Result(graph_def, reports, inputs, outputs, detected_flags, source.graph_def,
+                    tolerance)
     if verify:
         progress(source.graph_def, "verifying: running the original and the optimized graph")
         try:
-            result.verification = check(source.graph_def, result, options,
-                                        tolerance=verify_mod.DEFAULT_TOLERANCE
-                                        if tolerance is None else tolerance, seed=seed)
-        except verify_mod.VerificationError as error:
+            result.verification = check(source.graph_def, result, options, seed=seed)
+        except VerificationError as error:
             result.verification_error = str(error)
     return result
 
 
-def check(original, result: Result, options: Options, *, tolerance: float,
-          seed: int = 0) -> verify_mod.Verification:
+def check(original, result: Result, options: Options, *, seed: int = 0) -> verify_mod.Verification:
     """Verify ``result`` against the original. If dropout outside a cond was removed, the original
     is random; the reference is then the original with only that dropout turned off."""
     dropout = next((r for r in result.reports if r.name == "remove-dropout" and r.rewritten), None)
@@ -123,10 +159,10 @@ def check(original, result: Result, options: Options, *, tolerance: float,
         note = "original graph with dropout as identity, training flags False"
     try:
         return verify_mod.verify(reference, result.graph_def, result.inputs, result.outputs,
-                                 result.training_flags, tolerance=tolerance, seed=seed,
+                                 result.training_flags, tolerance=result.tolerance, seed=seed,
                                  reference_note=note)
-    except verify_mod.OriginalDoesNotRun as error:
-        raise io.InputError(str(error)) from None
+    except OriginalDoesNotRun as error:
+        raise InputError(str(error)) from None
 
 
 def save(graph_def, path, *, input_path=None) -> Path:
@@ -136,5 +172,43 @@ def save(graph_def, path, *, input_path=None) -> Path:
 def write_json(path, data: dict, *, input_path=None) -> None:
     path = Path(path)
     if input_path is not None and path.exists() and path.resolve() == Path(input_path).resolve():
-        raise io.InputError(f"{path}: refusing to overwrite the input file")
-    io.write_atomically(path, (json.dumps(data, indent=2, default=str) + "\n").encode())
+        raise InputError(f"{path}: refusing to overwrite the input file")
+    io.write_atomically(path, (json.dumps(data, indent=2, default=_json_value) + "\n").encode())
+
+
+def comparison_table(before: graph_pb2.GraphDef, after: graph_pb2.GraphDef) -> str:
+    """The before/after table: node count and the op counts that changed."""
+    return format_table(report.comparison_rows(summary(before), summary(after)))
+
+
+def _json_value(value):
+    """numpy scalars and arrays as real JSON numbers/booleans/lists (never strings)."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def export_onnx(result: Result, path, *, opset: Optional[int] = None,
+                inputs_as_nchw: Sequence[str] = (), ort_optimize: bool = True,
+                input_path=None) -> onnx_export.OnnxExport:
+    """Convert the optimized graph with tf2onnx and check it in onnxruntime against TensorFlow,
+    with the run's tolerance. Raises ``ExportError`` when that fails (nothing written)."""
+    progress(result.graph_def, f"exporting to ONNX with tf2onnx: {path}")
+    return onnx_export.export(result.graph_def, result.inputs, result.outputs, path, opset=opset,
+                              inputs_as_nchw=list(inputs_as_nchw), tolerance=result.tolerance,
+                              ort_optimize=ort_optimize, input_path=input_path)
+
+
+def draw(source: Source, result: Result, path, *, scope: Optional[str] = None) -> Path:
+    """The graph before and after, side by side (needs the ``picture`` extra)."""
+    return picture.before_after(source.graph_def, result.graph_def, path, scope=scope)
+
+
+def bench(source: Source, result: Result, *, runs: int = 50, onnx: bool = True) -> list:
+    """Latency of the original and the optimized graph, in TensorFlow and onnxruntime."""
+    if runs < 1:
+        raise InputError("--runs must be at least 1")
+    return latency.bench(source.graph_def, result.graph_def, result.inputs, result.outputs,
+                         result.training_flags, runs=runs, onnx=onnx)

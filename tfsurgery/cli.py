@@ -150,12 +150,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"tfsurgery: error: {error}", file=sys.stderr)
         return 2
     _setup_logging(args)
-    from tfsurgery.io import InputError
+    from tfsurgery.errors import InputError, StructureError
     try:
         return _run(args)
     except InputError as error:
         print(f"tfsurgery: error: {error}", file=sys.stderr)
         return 2
+    except StructureError as error:
+        print(f"tfsurgery: FAILED: {error}; nothing written", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("tfsurgery: interrupted", file=sys.stderr)
         return 130
@@ -193,20 +196,10 @@ def _silence_native_stderr() -> None:
 
 def _run(args) -> int:
     from tfsurgery import api
-    from tfsurgery.io import InputError
-    from tfsurgery.pipeline import UnknownTransform
-    try:
-        transforms = api.choose_transforms(_split(args.transforms), bn_fold=args.bn_fold)
-    except UnknownTransform as error:
-        raise InputError(str(error)) from None
-    if getattr(args, "opset", None) is not None:
-        from tfsurgery.onnx_export import check_opset
-        check_opset(args.opset)                 # before minutes of optimizing, not after
-    if getattr(args, "picture", None) and Path(args.picture).suffix.lower() not in (".svg", ".png"):
-        raise InputError(f"{args.picture}: --picture must end in .svg or .png")
-    for option in ("output", "report_json", "onnx", "picture"):
-        if getattr(args, option, None):
-            api.io.check_writable(getattr(args, option))
+    transforms = api.choose_transforms(_split(args.transforms), bn_fold=args.bn_fold)
+    api.check_outputs([getattr(args, option, None)              # before minutes of work
+                       for option in ("output", "report_json", "onnx", "picture")],
+                      opset=getattr(args, "opset", None), picture_path=getattr(args, "picture", None))
     source = api.load(args.input, args.signature) if args.input else api.demo()
     if args.command == "inspect":
         return _inspect(args, source, transforms)
@@ -223,7 +216,7 @@ def _say(args, text: str = "") -> None:
 def _optimize(args, source, transforms) -> int:
     """``optimize`` (writes the .pb, and the ONNX model with --onnx) and ``export`` (ONNX only).
     All or nothing: any failed check exits 1 with nothing written."""
-    from tfsurgery import api, report
+    from tfsurgery import api
     exporting = args.command == "export"
     output = None if exporting else (Path(args.output) if args.output
                                      else api.default_output_path(source))
@@ -233,9 +226,8 @@ def _optimize(args, source, transforms) -> int:
                           verify=not args.no_verify, tolerance=args.tolerance)
     _say(args, f"{source.label}: {len(source.graph_def.node)} → "
                f"{len(result.graph_def.node)} nodes")
-    _say(args, report.format_table(report.comparison_rows(
-        report.summary(source.graph_def), report.summary(result.graph_def))))
-    for line in report.transform_lines(result.reports, verbose=args.verbose):
+    _say(args, api.comparison_table(source.graph_def, result.graph_def))
+    for line in api.transform_lines(result.reports, verbose=args.verbose):
         _say(args, line)
     data = result.as_report()
     code = _check_verification(args, result)
@@ -255,9 +247,8 @@ def _optimize(args, source, transforms) -> int:
 
 def _draw(args, source, result) -> None:
     if args.picture:
-        from tfsurgery import picture
-        picture.before_after(source.graph_def, result.graph_def, args.picture,
-                             scope=args.picture_scope)
+        from tfsurgery import api
+        api.draw(source, result, args.picture, scope=args.picture_scope)
         _say(args, f"wrote {args.picture}")
 
 
@@ -282,28 +273,20 @@ def _onnx_path(args, source) -> Optional[Path]:
     from tfsurgery import api
     if args.command != "export":
         return Path(args.onnx) if args.onnx else None
-    if args.output:
-        return Path(args.output)
-    if source.path is None:
-        return Path.cwd() / f"{api.DEMO_NAME}.onnx"
-    stem = source.path.name if source.path.is_dir() else source.path.stem
-    return source.path.with_name(f"{stem}.onnx")
+    return Path(args.output) if args.output else api.default_onnx_path(source)
 
 
 def _export_onnx(args, source, result, path: Path, data: dict) -> int:
     """Export, print the TF-vs-ONNX table, record the outcome in ``data``; 1 if it failed.
     A conversion failure exits 1, not 2: the graph ran in TensorFlow, the conversion is what
     failed (as with a failed verification)."""
-    from tfsurgery import onnx_export, report, verify
-    from tfsurgery.api import progress
-    tolerance = verify.DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
-    progress(result.graph_def, f"exporting to ONNX with tf2onnx: {path}")
+    from tfsurgery import api
+    from tfsurgery.errors import ExportError
     try:
-        exported = onnx_export.export(
-            result.graph_def, result.inputs, result.outputs, path, opset=args.opset,
-            inputs_as_nchw=_split(args.inputs_as_nchw), tolerance=tolerance,
-            ort_optimize=not args.raw_onnx, input_path=source.path)
-    except onnx_export.ExportError as error:
+        exported = api.export_onnx(result, path, opset=args.opset,
+                                   inputs_as_nchw=_split(args.inputs_as_nchw),
+                                   ort_optimize=not args.raw_onnx, input_path=source.path)
+    except ExportError as error:
         data["onnx"] = {"path": str(path), "passed": False, "error": str(error)}
         print(f"tfsurgery: ONNX export FAILED: {error}; nothing written", file=sys.stderr)
         return 1
@@ -311,8 +294,8 @@ def _export_onnx(args, source, result, path: Path, data: dict) -> int:
     _say(args, f"ONNX (opset {exported.opset}): {exported.node_count} nodes "
                f"({exported.converted_node_count} from tf2onnx)"
                f"{', weights in ' + path.name + '.data' if exported.external_data else ''}")
-    _say(args, report.format_table(
-        _side_by_side(report.summary(result.graph_def), exported),
+    _say(args, api.format_table(
+        _side_by_side(api.summary(result.graph_def), exported),
         headers=("TF after", "", "ONNX", "")))
     _say(args, f"ONNX check: max error {exported.max_error:.3g} vs TensorFlow "
                f"(tolerance {exported.tolerance:g}; onnx.checker passed)")
@@ -336,20 +319,20 @@ def _side_by_side(tf_summary: dict, exported) -> List[tuple]:
 
 
 def _inspect(args, source, transforms) -> int:
-    from tfsurgery import api, report
+    from tfsurgery import api
     result = api.optimize(source, transforms, inputs=_split(args.inputs),
                           outputs=_split(args.outputs), training_flags=args.training_flag,
                           verify=False)
-    hist = report.op_histogram(source.graph_def)
+    hist = api.op_histogram(source.graph_def)
     _say(args, f"{source.label}: {len(source.graph_def.node)} nodes, "
                f"{source.graph_def.ByteSize()} bytes")
     _say(args, f"inputs:  {', '.join(result.inputs) or '(none)'}")
     _say(args, f"outputs: {', '.join(result.outputs)}")
     _say(args, f"training flags: {', '.join(result.training_flags) or '(none)'}")
-    _say(args, report.format_table(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])),
-                                   headers=("op", "count")))
+    _say(args, api.format_table(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])),
+                                headers=("op", "count")))
     _say(args, "dry run — what each transform would change:")
-    for line in report.transform_lines(result.reports, verbose=args.verbose):
+    for line in api.transform_lines(result.reports, verbose=args.verbose):
         _say(args, line)
     if args.report_json:
         api.write_json(args.report_json, result.as_report(), input_path=source.path)
@@ -358,16 +341,15 @@ def _inspect(args, source, transforms) -> int:
 
 
 def _bench(args, source, transforms) -> int:
-    from tfsurgery import api, latency, report
+    from tfsurgery import api
     if args.runs < 1:
-        raise api.io.InputError("--runs must be at least 1")
+        raise api.InputError("--runs must be at least 1")
     result = api.optimize(source, transforms, inputs=_split(args.inputs),
                           outputs=_split(args.outputs), training_flags=args.training_flag)
     code = _check_verification(args, result)
     if code:
         return code
-    timings = latency.bench(source.graph_def, result.graph_def, result.inputs, result.outputs,
-                            result.training_flags, runs=args.runs, onnx=not args.no_onnx)
+    timings = api.bench(source, result, runs=args.runs, onnx=not args.no_onnx)
     by_runtime = {}
     for t in timings:
         by_runtime.setdefault(t.runtime, {})[t.variant] = t
@@ -377,8 +359,8 @@ def _bench(args, source, transforms) -> int:
             for runtime, v in by_runtime.items()]
     _say(args, f"{source.label}: {len(source.graph_def.node)} → {len(result.graph_def.node)} "
                f"nodes; median ± interquartile range over {args.runs} interleaved runs, ms")
-    _say(args, report.format_table(rows, headers=("runtime", "original", "optimized",
-                                                  "speed-up")))
+    _say(args, api.format_table(rows, headers=("runtime", "original", "optimized",
+                                               "speed-up")))
     if args.report_json:
         api.write_json(args.report_json, {"runs": args.runs,
                                           "timings": [t.as_dict() for t in timings]},

@@ -17,9 +17,13 @@ import numpy as np
 
 from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2
 
-# Ops that forward their first input unchanged; constant lookups may look through them.
-IDENTITY_OPS = frozenset({"Identity", "IdentityN", "Snapshot", "StopGradient", "PreventGradient",
-                          "ReadVariableOp"})
+from tfsurgery.errors import GraphError
+from tfsurgery.ops import FORWARDING_OPS
+
+COLOCATION_ATTR = "_class"      # ["loc:@other_node", ...]: place this node with those
+COLOCATION_PREFIX = b"loc:@"
+BACK_EDGE_OPS = frozenset({"NextIteration", "RefNextIteration"})   # a while loop's back edge
+
 
 
 class Ref(NamedTuple):
@@ -53,10 +57,6 @@ def format_ref(node: str, port: int = 0, control: bool = False) -> str:
     return node if port == 0 else f"{node}:{port}"
 
 
-class GraphError(ValueError):
-    """A graph that cannot be indexed (duplicate names, dangling inputs, ...)."""
-
-
 class Consumer(NamedTuple):
     node: str          # the consuming node
     index: int         # position in its input list
@@ -81,10 +81,16 @@ class Graph:
         self.nodes: Dict[str, node_def_pb2.NodeDef] = {n.name: n for n in graph_def.node}
         self._owned: Set[str] = set()
         self._consumers: Dict[str, Dict[Tuple[str, int], Ref]] = defaultdict(dict)
+        self._colocated: Dict[str, Set[str]] = defaultdict(set)    # target → nodes naming it
         for node in self.nodes.values():
-            for index, text in enumerate(node.input):
-                ref = parse_ref(text)
-                self._consumers[ref.node][(node.name, index)] = ref
+            self._index_edges(node)
+
+    def _index_edges(self, node: node_def_pb2.NodeDef) -> None:
+        for index, text in enumerate(node.input):
+            ref = parse_ref(text)
+            self._consumers[ref.node][(node.name, index)] = ref
+        for target in colocation_targets(node):
+            self._colocated[target].add(node.name)
 
     # ---------------------------------------------------------------- reading
     def __contains__(self, name: str) -> bool:
@@ -152,7 +158,7 @@ class Graph:
         """Follow identity-like ops back to the tensor that really produces a value."""
         ref = ref if isinstance(ref, Ref) else parse_ref(ref)
         seen = set()
-        while ref.node in self.nodes and self.nodes[ref.node].op in IDENTITY_OPS \
+        while ref.node in self.nodes and self.nodes[ref.node].op in FORWARDING_OPS \
                 and ref.node not in seen:
             seen.add(ref.node)
             inputs = self.inputs(ref.node)
@@ -202,9 +208,7 @@ class Graph:
             raise GraphError(f"node '{node.name}' already exists")
         self.nodes[node.name] = node
         self._owned.add(node.name)
-        for index, text in enumerate(node.input):
-            ref = parse_ref(text)
-            self._consumers[ref.node][(node.name, index)] = ref
+        self._index_edges(node)
         return node
 
     def new_node(self, op: str, name: str, inputs: Iterable = (), attrs: Optional[dict] = None,
@@ -288,14 +292,76 @@ class Graph:
             self._consumers[ref.node][(name, i)] = ref
 
     def remove(self, names: Iterable[str]) -> None:
-        """Delete nodes (their own input edges go with them)."""
+        """Delete nodes (their own input edges go with them). Colocation constraints naming a
+        deleted node are dropped: TensorFlow refuses a graph whose ``_class`` names a missing node."""
+        removed = []
         for name in list(names):
             node = self.nodes.pop(name, None)
             if node is None:
                 continue
+            removed.append(name)
             self._owned.discard(name)
             for index, text in enumerate(node.input):
                 self._consumers[parse_ref(text).node].pop((name, index), None)
+            for target in colocation_targets(node):
+                self._colocated[target].discard(name)
+        for name in removed:
+            for holder in sorted(self._colocated.pop(name, ())):
+                if holder in self.nodes:
+                    self._drop_colocation(holder, name)
+
+    def _drop_colocation(self, holder: str, target: str) -> None:
+        node = self.mutable(holder)
+        gone = COLOCATION_PREFIX + target.encode()
+        kept = [s for s in node.attr[COLOCATION_ATTR].list.s if s != gone]
+        if kept:
+            del node.attr[COLOCATION_ATTR].list.s[:]
+            node.attr[COLOCATION_ATTR].list.s.extend(kept)
+        else:
+            del node.attr[COLOCATION_ATTR]
+
+    def structure_problem(self) -> Optional[str]:
+        """What is broken, if anything: an input naming no node or a port the node lacks, a
+        colocation naming no node, a cycle outside a while loop. None when the graph is sound."""
+        for producer, readers in self._consumers.items():
+            if not readers:
+                continue
+            if producer not in self.nodes:
+                (reader, _), ref = next(iter(readers.items()))
+                return f"node '{reader}' reads '{ref}' but no node '{producer}' exists"
+            top = max(ref.port for ref in readers.values())
+            if top > 0:
+                ports = num_outputs(self.nodes[producer])
+                if ports is not None and top >= ports:
+                    return (f"'{producer}:{top}' is read but {self.nodes[producer].op} "
+                            f"'{producer}' has {ports} output(s)")
+        for target, holders in self._colocated.items():
+            if holders and target not in self.nodes:
+                return f"node '{min(holders)}' is colocated with missing node '{target}'"
+        cycle = self._cycle_outside_loops()
+        return f"cycle outside a while loop through node '{cycle}'" if cycle else None
+
+    def _cycle_outside_loops(self) -> Optional[str]:
+        """A node on a cycle that no NextIteration closes (Kahn without the loops' back edges)."""
+        back = {name for name, node in self.nodes.items() if node.op in BACK_EDGE_OPS}
+        indegree = {name: sum(1 for ref in map(parse_ref, node.input)
+                              if ref.node in self.nodes and ref.node not in back)
+                    for name, node in self.nodes.items()}
+        ready = deque(name for name, d in indegree.items() if d == 0)
+        seen = 0
+        while ready:
+            name = ready.popleft()
+            seen += 1
+            if name in back:
+                continue
+            for (consumer, _index), _ref in self._consumers.get(name, {}).items():
+                if consumer in indegree:
+                    indegree[consumer] -= 1
+                    if indegree[consumer] == 0:
+                        ready.append(consumer)
+        if seen == len(self.nodes):
+            return None
+        return min(name for name, d in indegree.items() if d > 0)
 
     def ancestors(self, outputs: Iterable[str], *, include_control: bool = True) -> Set[str]:
         """Nodes the given node names depend on (themselves included); cycles are fine."""
@@ -353,6 +419,14 @@ class Graph:
         graph_def.library.CopyFrom(self._library)
         graph_def.node.extend(self.nodes.values())
         return graph_def
+
+
+def colocation_targets(node: node_def_pb2.NodeDef) -> List[str]:
+    """The node names a node's ``_class`` colocation attribute names."""
+    if COLOCATION_ATTR not in node.attr:
+        return []
+    return [s[len(COLOCATION_PREFIX):].decode(errors="replace")
+            for s in node.attr[COLOCATION_ATTR].list.s if s.startswith(COLOCATION_PREFIX)]
 
 
 def check_structure(graph_def: graph_pb2.GraphDef) -> None:

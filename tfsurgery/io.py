@@ -1,4 +1,4 @@
-"""Reading and writing graphs; finding a graph's inputs and outputs.
+"""Reading and writing graphs.
 
 Every failure a user can cause (missing file, corrupt protobuf, a graph with variables, ...) raises
 ``InputError`` with a one-line message; the CLI turns it into exit status 2. Outputs are written to a
@@ -12,23 +12,19 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import List
 
 from google.protobuf import message, text_format
 from tensorflow.core.framework import graph_pb2
 
-from tfsurgery.graph import GraphError, check_structure, num_outputs, parse_ref
+from tfsurgery.errors import GraphError, InputError
+from tfsurgery.graph import check_structure
+from tfsurgery.ops import VARIABLE_OPS, first_line
 
-VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable",
-                          "_VarHandlesOp"})
 TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
 
 
 log = logging.getLogger("tfsurgery")
-
-
-class InputError(Exception):
-    """Bad input from the user: reported as one line, exit status 2."""
 
 
 KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
@@ -63,7 +59,7 @@ def load_saved_model(path: Path, signature: str = "serving_default") -> Loaded:
     try:
         loaded = tf.saved_model.load(str(path))
     except Exception as error:  # noqa: BLE001 - TF raises many types for a broken SavedModel
-        raise InputError(f"{path}: cannot load the SavedModel ({_first_line(error)})") from None
+        raise InputError(f"{path}: cannot load the SavedModel ({first_line(error)})") from None
     signatures = dict(getattr(loaded, "signatures", {}))
     if signature not in signatures:
         known = ", ".join(sorted(signatures)) or "none"
@@ -84,7 +80,7 @@ def load_keras(path: Path) -> Loaded:
             model = tf_keras.models.load_model(str(path), compile=False)
         except Exception:  # noqa: BLE001 - report the Keras 3 error, the primary loader's
             raise InputError(f"{path}: cannot load the Keras model "
-                             f"({_first_line(keras3_error)})") from None
+                             f"({first_line(keras3_error)})") from None
     specs = [tf.TensorSpec(t.shape, t.dtype, name=_plain_name(t)) for t in model.inputs]
     function = tf.function(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=False))
     return freeze_concrete_function(function.get_concrete_function(*specs), str(path))
@@ -99,7 +95,7 @@ def freeze_concrete_function(function, where: str) -> Loaded:
     try:
         frozen = convert_variables_to_constants_v2(function)
     except Exception as error:  # noqa: BLE001
-        raise InputError(f"{where}: cannot freeze the model ({_first_line(error)})") from None
+        raise InputError(f"{where}: cannot freeze the model ({first_line(error)})") from None
     inputs = [t.op.name for t in frozen.inputs if t.dtype != tf.resource]
     outputs = [t.op.name for t in frozen.outputs]
     graph_def = frozen.graph.as_graph_def()
@@ -110,11 +106,6 @@ def freeze_concrete_function(function, where: str) -> Loaded:
 def _plain_name(tensor) -> str:
     name = getattr(tensor, "name", None) or "input"
     return name.split(":")[0].replace("/", "_")
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip().splitlines()
-    return (text[0] if text else type(error).__name__)[:200]
 
 
 def load_graph_def(path) -> graph_pb2.GraphDef:
@@ -139,8 +130,7 @@ def load_graph_def(path) -> graph_pb2.GraphDef:
             graph_def.ParseFromString(data)
     except (message.DecodeError, text_format.ParseError, UnicodeDecodeError, ValueError) as error:
         kind = "text" if path.suffix.lower() in TEXT_SUFFIXES else "binary"
-        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise InputError(f"{path}: not a valid {kind} GraphDef ({first_line[:160]})") from None
+        raise InputError(f"{path}: not a valid {kind} GraphDef ({first_line(error)})") from None
     check_graph_def(graph_def, str(path))
     return graph_def
 
@@ -186,7 +176,7 @@ def check_constants(graph_def: graph_pb2.GraphDef, where: str) -> None:
             tf.make_ndarray(node.attr["value"].tensor)
         except Exception as error:  # noqa: BLE001 - TypeError, ValueError, ... all mean "corrupt"
             raise InputError(f"{where}: Const '{node.name}' holds an invalid tensor "
-                             f"({_first_line(error)})") from None
+                             f"({first_line(error)})") from None
 
 
 def save_graph_def(graph_def: graph_pb2.GraphDef, path, *, input_path=None) -> Path:
@@ -246,46 +236,3 @@ def _same_file(a: Path, b: Path) -> bool:
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:
         return a.resolve() == b.resolve()
-
-
-# ---------------------------------------------------------------- interface detection
-def detect_inputs(graph_def, training_flags: Sequence[str] = ()) -> List[str]:
-    """Placeholders that must be fed and are not training flags (a PlaceholderWithDefault has a
-    value of its own and is not counted)."""
-    from transforms.freeze_training_flags import is_training_flag
-    return [n.name for n in graph_def.node
-            if n.op in ("Placeholder", "PlaceholderV2") and not is_training_flag(n, training_flags)]
-
-
-def detect_outputs(graph_def) -> List[str]:
-    """Nodes nothing consumes (excluding Const, NoOp and other leftovers that compute nothing)."""
-    consumed = {parse_ref(text).node for node in graph_def.node for text in node.input}
-    ignore = {"Const", "NoOp", "Placeholder", "PlaceholderWithDefault", "Assert", "SaveV2",
-              "RestoreV2"}
-    return [n.name for n in graph_def.node if n.name not in consumed and n.op not in ignore]
-
-
-def resolve_interface(graph_def, inputs: Sequence[str] = (), outputs: Sequence[str] = (),
-                      training_flags: Sequence[str] = ()) -> Tuple[List[str], List[str]]:
-    """Check user-given input/output names against the graph, or detect them."""
-    graph = {node.name: node for node in graph_def.node}      # a light index: names only
-    for kind, given in (("input", inputs), ("output", outputs)):
-        missing = [g for g in given if parse_ref(g).node not in graph]
-        if missing:
-            raise InputError(f"unknown {kind} name {', '.join(map(repr, missing))}: "
-                             "no such node in the graph")
-        for name in given:
-            ref = parse_ref(name)
-            ports = num_outputs(graph[ref.node])
-            if ports is not None and ref.port >= ports:
-                raise InputError(f"{kind} '{name}': {graph[ref.node].op} node '{ref.node}' has "
-                                 f"{ports} output(s)")
-    for name in inputs:
-        op = graph[parse_ref(name).node].op
-        if op not in ("Placeholder", "PlaceholderV2", "PlaceholderWithDefault"):
-            raise InputError(f"input '{name}' is a {op} node, not a Placeholder to feed")
-    inputs = list(inputs) or detect_inputs(graph_def, training_flags)
-    outputs = list(outputs) or detect_outputs(graph_def)
-    if not outputs:
-        raise InputError("could not find the graph's outputs; name them with --outputs")
-    return inputs, outputs

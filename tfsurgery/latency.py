@@ -14,6 +14,8 @@ from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 
+from tfsurgery.ops import tensor_name
+
 
 @dataclasses.dataclass
 class Timing:
@@ -56,8 +58,8 @@ def tf_runner(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str]):
     with graph.as_default():
         tf.compat.v1.import_graph_def(graph_def, name="")
     session = tf.compat.v1.Session(graph=graph)
-    fetches = [graph.get_tensor_by_name(o if ":" in o else o + ":0") for o in outputs]
-    feed = {graph.get_tensor_by_name(k if ":" in k else k + ":0"): v for k, v in feeds.items()
+    fetches = [graph.get_tensor_by_name(tensor_name(o)) for o in outputs]
+    feed = {graph.get_tensor_by_name(tensor_name(k)): v for k, v in feeds.items()
             if k.split(":")[0] in {n.name for n in graph_def.node}}
     return lambda: session.run(fetches, feed)
 
@@ -66,7 +68,7 @@ def ort_runner(model_path: Path, feeds: Dict[str, np.ndarray]):
     import onnxruntime as ort
     session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
-    feed = {k if ":" in k else k + ":0": v for k, v in feeds.items()}
+    feed = {tensor_name(k): v for k, v in feeds.items()}
     feed = {k: v for k, v in feed.items() if k in names}
     return lambda: session.run(None, feed)
 

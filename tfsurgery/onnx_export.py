@@ -26,7 +26,9 @@ from unittest import mock
 import numpy as np
 
 from tfsurgery import verify
-from tfsurgery.io import PROTOBUF_LIMIT, InputError, check_protobuf_size
+from tfsurgery.errors import ExportError, InputError
+from tfsurgery.io import PROTOBUF_LIMIT, check_protobuf_size
+from tfsurgery.ops import first_line, tensor_name
 
 DEFAULT_OPSET = 18              # newest opset tf2onnx 1.17 tests (14-18); its own default is 15
 # Above this GraphDef size, export with external data. Half the limit: tf2onnx may hold a weight
@@ -36,10 +38,6 @@ EXTERNAL_MIN_BYTES = 1024       # smaller tensors stay inside the .onnx file
 STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 NHWC_TO_NCHW = (0, 3, 1, 2)     # tf2onnx's --inputs-as-nchw handles rank-4 inputs only
 CPU = ["CPUExecutionProvider"]
-
-
-class ExportError(Exception):
-    """The graph could not be converted to a valid, runnable ONNX model (one line)."""
 
 
 @dataclasses.dataclass
@@ -115,12 +113,12 @@ def convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset: 
     try:
         with _numpy2_compat():
             model, storage = tf2onnx.convert.from_graph_def(
-                graph_def, input_names=[_tensor(n) for n in inputs],
-                output_names=[_tensor(n) for n in outputs], opset=opset,
-                inputs_as_nchw=[_tensor(n) for n in inputs_as_nchw] or None,
+                graph_def, input_names=[tensor_name(n) for n in inputs],
+                output_names=[tensor_name(n) for n in outputs], opset=opset,
+                inputs_as_nchw=[tensor_name(n) for n in inputs_as_nchw] or None,
                 large_model=large_model)
     except Exception as error:   # tf2onnx raises ValueError, KeyError, AssertionError, ...
-        raise ExportError(f"tf2onnx cannot convert the graph: {_first_line(error)}") from None
+        raise ExportError(f"tf2onnx cannot convert the graph: {first_line(error)}") from None
     # tf2onnx keeps going past unsupported ops and leaves them in as TF ops: name them all here.
     unsupported = collections.Counter(n.op_type for n in model.graph.node
                                       if not onnx.defs.has(n.op_type, n.domain))
@@ -171,7 +169,7 @@ def optimize_with_onnxruntime(path: Path, *, external_data: bool = False) -> boo
     try:
         ort.InferenceSession(str(path), options, providers=CPU)
     except Exception as error:   # onnxruntime raises its own Fail/InvalidGraph/... types
-        raise ExportError(f"onnxruntime cannot load the model: {_first_line(error)}") from None
+        raise ExportError(f"onnxruntime cannot load the model: {first_line(error)}") from None
     model = onnx.load(str(optimized), load_external_data=False)
     domains = {node.domain for node in _nodes(model.graph)}
     kept = domains <= set(STANDARD_DOMAINS)
@@ -194,7 +192,7 @@ def check(path: Path) -> None:
     try:
         onnx.checker.check_model(str(path))
     except onnx.checker.ValidationError as error:
-        raise ExportError(f"onnx.checker rejects the model: {_first_line(error)}") from None
+        raise ExportError(f"onnx.checker rejects the model: {first_line(error)}") from None
 
 
 def run_onnx(path: Path, feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -> List[np.ndarray]:
@@ -203,10 +201,10 @@ def run_onnx(path: Path, feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -
     try:
         session = ort.InferenceSession(str(path), _session_options(), providers=CPU)
         wanted = {i.name for i in session.get_inputs()}
-        return session.run([_tensor(n) for n in outputs],
+        return session.run([tensor_name(n) for n in outputs],
                            {k: v for k, v in feeds.items() if k in wanted})
     except Exception as error:   # onnxruntime's error types are not a public hierarchy
-        raise ExportError(f"onnxruntime cannot run the model: {_first_line(error)}") from None
+        raise ExportError(f"onnxruntime cannot run the model: {first_line(error)}") from None
 
 
 def op_histogram(path: Path) -> Dict[str, int]:
@@ -253,8 +251,8 @@ def _nchw_inputs(graph_def, inputs: Sequence[str], names: Sequence[str]) -> List
 
 
 def _onnx_feeds(feeds: Dict[str, np.ndarray], nchw: Sequence[str]) -> Dict[str, np.ndarray]:
-    transposed = {_tensor(n) for n in nchw}
-    return {_tensor(k): np.transpose(v, NHWC_TO_NCHW) if _tensor(k) in transposed else v
+    transposed = {tensor_name(n) for n in nchw}
+    return {tensor_name(k): np.transpose(v, NHWC_TO_NCHW) if tensor_name(k) in transposed else v
             for k, v in feeds.items()}
 
 
@@ -319,11 +317,3 @@ def _tensors(graph) -> Iterator:
             for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
                 yield from _tensors(sub)
 
-
-def _tensor(name: str) -> str:
-    return name if ":" in name else name + ":0"
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:300]

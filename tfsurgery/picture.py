@@ -1,7 +1,7 @@
 """Pictures of a graph before and after, like the article's TensorBoard screenshots.
 
-The DOT text comes from the ``graphviz`` package; the drawing from Graphviz's ``dot`` if it is
-installed, else from ``graphviz-pure`` (a self-contained port installed with tfsurgery). Constants are
+An optional extra (``pip install 'tfsurgery[picture]'``): the DOT text comes from the ``graphviz``
+package, the drawing from Graphviz's ``dot`` if installed, else ``graphviz-pure``. Constants are
 left out (they are the weights, not the structure); ``scope`` keeps only nodes under a name prefix,
 for graphs too big to read whole.
 """
@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Optional
 
 from tfsurgery.graph import Graph
-from tfsurgery.io import InputError, write_atomically
+from tfsurgery.errors import InputError
+from tfsurgery.io import write_atomically
 
 MAX_NODES = 1500            # beyond this a drawing is unreadable (and slow): ask for a scope
 FORMATS = ("svg", "png")
@@ -54,8 +55,26 @@ def dot_source(graph_def, title: str, scope: Optional[str] = None):
     return cluster
 
 
+HOW_TO_GET = "pip install 'tfsurgery[picture]' (or install Graphviz's dot and pip install graphviz)"
+
+
+def check_available() -> None:
+    """Drawing needs the graphviz package (DOT text) and a dot program: an optional extra."""
+    try:
+        import graphviz  # noqa: F401
+    except ImportError:
+        raise InputError(f"--picture needs Graphviz: {HOW_TO_GET}") from None
+    if _dot_program() is None:
+        raise InputError(f"--picture needs a Graphviz dot program: {HOW_TO_GET}")
+
+
+def _dot_program() -> Optional[str]:
+    return shutil.which("dot") or shutil.which("graphviz-pure")
+
+
 def before_after(before, after, path, scope: Optional[str] = None) -> Path:
     """Draw both graphs side by side into ``path`` (.svg or .png), atomically."""
+    check_available()
     import graphviz
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
@@ -69,9 +88,9 @@ def before_after(before, after, path, scope: Optional[str] = None) -> Path:
 
 
 def render(source: str, fmt: str) -> bytes:
-    program = shutil.which("dot") or shutil.which("graphviz-pure")
+    program = _dot_program()
     if program is None:
-        raise InputError("drawing needs Graphviz: pip install graphviz-pure (or install Graphviz)")
+        raise InputError(f"--picture needs a Graphviz dot program: {HOW_TO_GET}")
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "graph.gv", Path(tmp) / f"graph.{fmt}"
         src.write_text(source)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import collections
 from typing import Dict, List, Optional, Sequence
 
-from tfsurgery.pipeline import TransformReport
+from tfsurgery.transform import TransformReport
 
 
 def op_histogram(graph_def) -> Dict[str, int]:

@@ -17,8 +17,10 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from tfsurgery.errors import InputError, OriginalDoesNotRun, VerificationError
 from tfsurgery.graph import Graph
-from tfsurgery.io import InputError
+from tfsurgery.ops import tensor_name
+from tfsurgery.tfsession import plain_session_config
 
 UNKNOWN_BATCH = 2
 UNKNOWN_DIM = 16
@@ -62,14 +64,6 @@ class Verification:
                 "reference": self.reference, "outputs": [o.as_dict() for o in self.outputs]}
 
 
-class VerificationError(Exception):
-    """A graph could not be run at all (e.g. an op this TensorFlow lacks)."""
-
-
-class OriginalDoesNotRun(VerificationError):
-    """The input graph itself does not run: the user's input, not our result, is at fault."""
-
-
 def placeholder_shape(node) -> List[int]:
     import tensorflow as tf
     shape = tf.TensorShape(node.attr["shape"].shape) if "shape" in node.attr else \
@@ -101,16 +95,6 @@ def make_feeds(graph_def, inputs: Sequence[str], seed: int = 0) -> Dict[str, np.
     return feeds
 
 
-def plain_session_config():
-    """A Session config that runs the graph's ops as written: no Grappler rewrites (they would
-    blur what is being checked, cost time, and have been seen to abort the process)."""
-    import tensorflow as tf
-    config = tf.compat.v1.ConfigProto()
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
-    return config
-
-
 def run_graph(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -> List[np.ndarray]:
     """Run a GraphDef once in a TF1 Session."""
     import tensorflow as tf
@@ -122,18 +106,14 @@ def run_graph(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -
                                     f"{str(error).splitlines()[0]}") from None
         with tf.compat.v1.Session(graph=graph, config=plain_session_config()) as session:
             try:
-                return session.run([_tensor(o) for o in outputs],
-                                   {_tensor(k): v for k, v in feeds.items()})
+                return session.run([tensor_name(o) for o in outputs],
+                                   {tensor_name(k): v for k, v in feeds.items()})
             except (ValueError, KeyError, TypeError) as error:   # e.g. a feed of the wrong shape
                 raise VerificationError(f"TensorFlow cannot run the graph: "
                                         f"{str(error).splitlines()[0]}") from None
             except tf.errors.OpError as error:
                 message = " ".join(error.message.split())[:300]
                 raise VerificationError(f"TensorFlow cannot run the graph: {message}") from None
-
-
-def _tensor(name: str) -> str:
-    return name if ":" in name else name + ":0"
 
 
 def output_error(name: str, reference: np.ndarray, result: np.ndarray) -> OutputError:

@@ -1,0 +1,22 @@
+"""The transforms, one module each, listed once here in the order they run.
+
+``PIPELINE`` is that order; a plain run uses the transforms marked ``default`` (``fold-batch-norm``
+is added by ``--bn-fold``). To add a transform: write its module, mark its function with
+``@transform("name")``, and put it in ``PIPELINE`` where it belongs.
+"""
+from tfsurgery.transforms import (fold_batch_norm, fold_constants, freeze_training_flags, prune,
+                                  remove_dropout, remove_identity, remove_switch_merge)
+
+PIPELINE = (
+    freeze_training_flags.freeze_training_flags,
+    remove_switch_merge.remove_switch_merge,
+    remove_dropout.remove_dropout,
+    remove_identity.remove_identity,
+    fold_constants.fold_constants,
+    fold_batch_norm.fold_batch_norm,
+    prune.prune,
+)
+
+REGISTRY = {fn.transform_name: fn for fn in PIPELINE}
+ORDER = tuple(REGISTRY)
+DEFAULT_TRANSFORMS = tuple(name for name, fn in REGISTRY.items() if fn.default)

@@ -23,7 +23,7 @@ from typing import List, Optional, Tuple, Union
 import numpy as np
 
 from tfsurgery.graph import Graph, Ref
-from tfsurgery.pipeline import Options, TransformReport, register
+from tfsurgery.transform import Options, TransformReport, transform
 
 BATCH_NORM_OPS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
 
@@ -243,7 +243,7 @@ def downstream_batch_norms(graph: Graph, name: str, steps: int = 3) -> List[str]
     return found
 
 
-@register("fold-batch-norm")
+@transform("fold-batch-norm", default=False)
 def fold_batch_norm(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("fold-batch-norm")
     if options.outputs:       # unreachable readers (e.g. a dead BN's moments) must not block folds

@@ -13,38 +13,12 @@ from typing import Dict, List, Set
 
 import numpy as np
 
+from tfsurgery.constants import constant_nodes, evaluate
 from tfsurgery.graph import Graph, Ref, parse_ref
-from tfsurgery.verify import plain_session_config
-from tfsurgery.pipeline import Options, TransformReport, register
+from tfsurgery.tfsession import tf_errors
+from tfsurgery.transform import Options, TransformReport, transform
 
-NEVER_FOLD = frozenset({
-    "Placeholder", "PlaceholderWithDefault", "PlaceholderV2", "Const", "Switch", "RefSwitch",
-    "Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit", "NextIteration",
-    "RefNextIteration", "LoopCond", "ControlTrigger", "NoOp", "Assert", "Print", "PrintV2",
-})
 GROWTH_LIMIT = 4          # a folded value may be this many times its constant inputs (+ 1 KiB)
-
-
-def _is_foldable_op(op: str) -> bool:
-    if op in NEVER_FOLD or "Random" in op or "Variable" in op:
-        return False
-    from tensorflow.python.framework import op_def_registry
-    op_def = op_def_registry.get(op)
-    return op_def is not None and not op_def.is_stateful
-
-
-def constant_nodes(graph: Graph) -> Set[str]:
-    """Nodes computed from constants alone: Consts and NoOps whose (control) inputs are all
-    constant, and foldable ops whose every input is."""
-    constant: Set[str] = set()
-    for name in graph.topological_order():
-        node = graph.node(name)
-        inputs_constant = all(ref.node in constant for ref in map(parse_ref, node.input))
-        if node.op in ("Const", "NoOp") and inputs_constant:
-            constant.add(name)
-        elif node.input and inputs_constant and _is_foldable_op(node.op):
-            constant.add(name)
-    return constant
 
 
 def frontier(graph: Graph, constant: Set[str], options: Options) -> Dict[str, List[int]]:
@@ -61,33 +35,12 @@ def frontier(graph: Graph, constant: Set[str], options: Options) -> Dict[str, Li
     return {name: sorted(ports) for name, ports in wanted.items()}
 
 
-def evaluate(graph: Graph, tensors: List[str]) -> List[np.ndarray]:
-    """Run the graph's constant part in TensorFlow and fetch ``tensors``."""
-    import tensorflow as tf
-    needed = graph.ancestors(tensors)
-    graph_def = tf.compat.v1.GraphDef()
-    graph_def.node.extend(graph.node(n) for n in graph.topological_order() if n in needed)
-    with tf.Graph().as_default() as tf_graph:
-        tf.compat.v1.import_graph_def(graph_def, name="")
-        with tf.compat.v1.Session(graph=tf_graph, config=plain_session_config()) as session:
-            return session.run([_tensor_name(t) for t in tensors])
-
-
-def tf_errors():
-    import tensorflow as tf
-    return tf.errors
-
-
-def _tensor_name(ref: str) -> str:
-    return ref if ":" in ref else ref + ":0"
-
-
 def _input_bytes(graph: Graph, name: str) -> int:
     roots = [n for n in graph.ancestors([name]) if graph.op(n) == "Const"]
     return sum(graph.const_nbytes(n) for n in roots)
 
 
-@register("fold-constants")
+@transform("fold-constants")
 def fold_constants(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("fold-constants")
     constant = constant_nodes(graph)

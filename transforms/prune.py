@@ -9,11 +9,11 @@ cond branch waits on a Switch, say — carry meaning and stay.
 from __future__ import annotations
 
 from tfsurgery.graph import Graph
-from tfsurgery.pipeline import Options, TransformReport, register
-from transforms.fold_constants import constant_nodes
+from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.constants import constant_nodes
 
 
-@register("prune")
+@transform("prune")
 def prune(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("prune")
     if not options.outputs:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Optional, Set
 
 from tfsurgery.graph import Graph, Ref
-from tfsurgery.pipeline import Options, TransformReport, register
+from tfsurgery.transform import Options, TransformReport, transform
 
 RANDOM_OPS = frozenset({"RandomUniform", "StatelessRandomUniform", "StatelessRandomUniformV2",
                         "RandomUniformInt"})
@@ -78,7 +78,7 @@ def dropout_applications(graph: Graph, cone: Set[str]):
                     yield consumer, unscaled_input(graph, data[0])
 
 
-@register("remove-dropout")
+@transform("remove-dropout")
 def remove_dropout(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("remove-dropout")
     for node in graph:

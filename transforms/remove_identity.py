@@ -8,12 +8,10 @@ keeps its meaning only if those edges move to its consumers, so it is left alone
 from __future__ import annotations
 
 from tfsurgery.graph import Graph, Ref
-from tfsurgery.pipeline import Options, TransformReport, register
+from tfsurgery.ops import IDENTITY_OPS
+from tfsurgery.transform import Options, TransformReport, transform
 
-_NO_OPS = frozenset({"Identity", "Snapshot", "StopGradient", "PreventGradient"})
-
-
-@register("remove-identity")
+@transform("remove-identity")
 def remove_identity(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("remove-identity")
     protected = options.protected
@@ -28,7 +26,7 @@ def remove_identity(graph: Graph, options: Options) -> TransformReport:
             graph.remove([node.name])
             report.rewritten.append(node.name)
             continue
-        if node.op not in _NO_OPS:
+        if node.op not in IDENTITY_OPS:
             continue
         report.matched += 1
         if node.name in protected:

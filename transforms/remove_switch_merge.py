@@ -15,8 +15,10 @@ from collections import deque
 import numpy as np
 
 from tfsurgery.graph import Graph, Ref
-from tfsurgery.pipeline import Options, TransformError, TransformReport, register
-from transforms.fold_constants import constant_nodes, evaluate, tf_errors
+from tfsurgery.errors import TransformError
+from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.constants import constant_nodes, evaluate
+from tfsurgery.tfsession import tf_errors
 
 SWITCH_OPS = ("Switch", "RefSwitch")
 MERGE_OPS = ("Merge", "RefMerge")
@@ -78,7 +80,7 @@ def dead_nodes(graph: Graph, live_port: dict) -> tuple:
     return dead_nodes, dead_tensors
 
 
-@register("remove-switch-merge")
+@transform("remove-switch-merge")
 def remove_switch_merge(graph: Graph, options: Options) -> TransformReport:
     """Collapse conds round by round: a nested cond's predicate passes through its outer cond's
     Switch, so it becomes a constant only once the outer cond is gone."""

@@ -15,7 +15,7 @@ Compares, in the same run with interleaved repeats (median wall time):
 All variants start from the same state; after the warm-up step they are
 checked to agree with the fused kernel before anything is timed.
 
-Run ``python -m tfsurgery.training_bench`` to print the result as JSON.
+Run ``python -m benchmarks.training`` to print the result as JSON.
 """
 
 import argparse

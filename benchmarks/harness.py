@@ -26,6 +26,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from tfsurgery import api, onnx_export, pipeline, verify
+from tfsurgery.constants import constant_nodes
+from tfsurgery.ops import first_line
 
 MODELS = ("article_cnn", "tf_keras", "MobileNetV2", "ResNet50", "EfficientNetB0")
 QUICK_MODELS = ("article_cnn", "tf_keras")
@@ -44,14 +46,12 @@ LINEAR = ("Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMatMul", 
 ADDITIVE = ("BiasAdd", "Add", "AddV2", "Sub")
 AFFINE = ADDITIVE + ("Mul",)
 PASS_THROUGH = ("BatchToSpaceND", "Identity")      # layout/no-op links a chain may cross
-NOT_CONSTANT = ("Placeholder", "PlaceholderWithDefault", "RandomUniform", "RandomStandardNormal",
-                "TruncatedNormal", "RandomUniformInt", "Switch", "Merge")
 
 
 # ---------------------------------------------------------------- models
 def build_model(name: str, input_size: Optional[int] = None):
     """A BuiltModel by benchmark name."""
-    from models import keras_models, tf1
+    from tfsurgery.models import keras_models, tf1
     if name == "article_cnn":
         return tf1.article_cnn()
     if name == "tf_keras":
@@ -134,19 +134,6 @@ def time_interleaved(functions: Dict[str, Callable], repeats: int) -> Dict[str, 
 
 
 # ---------------------------------------------------------------- measurements
-def constant_nodes(graph) -> set:
-    """Nodes whose value depends on constants only (Const, and ops over Consts such as the
-    Rsqrt of a frozen variance)."""
-    constant = set()
-    for name in graph.topological_order():
-        node = graph.node(name)
-        inputs = graph.inputs(name)
-        if node.op == "Const" or (node.op not in NOT_CONSTANT and inputs
-                                  and all(ref.node in constant for ref in inputs)):
-            constant.add(name)
-    return constant
-
-
 def extra_affine_ops(graph, constant: set) -> int:
     """Per conv/matmul: the chain of Mul/Add/AddV2/Sub/BiasAdd with a constant other operand,
     each the only reader of the one before (BatchToSpaceND/Identity may sit in between). Every op
@@ -273,7 +260,7 @@ def time_ratios(rows: dict, floor: float) -> dict:
 def scaling_run(blocks: Sequence[int] = SCALING_BLOCKS) -> List[dict]:
     """Pipeline time (all transforms incl. fold-batch-norm, no verification) per graph size,
     measured once per size, with the parse+serialize floor of the same graph."""
-    from models.synthetic import repeated_blocks
+    from tfsurgery.models.synthetic import repeated_blocks
     transforms = api.choose_transforms(bn_fold=True)
     rows = []
     for n in blocks:
@@ -295,11 +282,11 @@ def scaling_run(blocks: Sequence[int] = SCALING_BLOCKS) -> List[dict]:
 
 # ---------------------------------------------------------------- training ops (issue 4)
 def training_ops_section(repeats: int = 10) -> dict:
-    """`tfsurgery.training_bench.adam_step_benchmark` if it exists, else why not."""
+    """`benchmarks.training.adam_step_benchmark` if it exists, else why not."""
     try:
-        from tfsurgery.training_bench import adam_step_benchmark
+        from benchmarks.training import adam_step_benchmark
     except ImportError as error:
-        return {"error": f"tfsurgery.training_bench.adam_step_benchmark is not available "
+        return {"error": f"benchmarks.training.adam_step_benchmark is not available "
                          f"({first_line(error)})"}
     try:
         return adam_step_benchmark(repeats=repeats)
@@ -512,7 +499,7 @@ def render_scaling(rows: List[dict]) -> str:
 
 
 def render_training(section) -> str:
-    title = "## Training ops: one Adam step (`tfsurgery.training_bench`)\n\n"
+    title = "## Training ops: one Adam step (`benchmarks.training`)\n\n"
     if section is None:
         return ""
     if "error" in section:
@@ -587,14 +574,3 @@ def render_markdown(result: dict) -> str:
     if training:
         parts += [training, ""]
     return "\n".join(parts)
-
-
-def onnx_histograms(result: dict, variant: str = "tfsurgery") -> Dict[str, dict]:
-    """Raw tf2onnx op histogram of ``variant`` per model (for reports)."""
-    return {m["model"]: m["variants"][variant].get("onnx", {}).get("histogram")
-            for m in result["models"]}
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:300]

@@ -1,0 +1,191 @@
+"""The structure the architecture issue asked for: imports point down, one installed package,
+a graph checked after every pass, drawing as an optional extra."""
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tfsurgery import pipeline
+from tfsurgery.cli import main
+from tfsurgery.errors import StructureError
+from tfsurgery.graph import Graph
+from tfsurgery.transform import Options, TransformReport, transform
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDERS = {"tfsurgery": "tfsurgery", "transforms": "tfsurgery.transforms",
+           "models": "tfsurgery.models"}
+# Lower numbers are lower floors; a module may import its own floor or below, never above.
+GROUND = {"errors", "ops", "graph", "tfsession", "constants", "interface", "transform"}
+TOP = {"api": 3, "cli": 4}
+
+
+def floor(module: str) -> int:
+    if module.startswith("tfsurgery.transforms"):
+        return 1
+    short = module.split(".")[1] if module.count(".") else ""
+    if short in GROUND or module == "tfsurgery":
+        return 0
+    return TOP.get(short, 2)
+
+
+def library_modules():
+    for folder, package in FOLDERS.items():
+        for path in sorted((ROOT / folder).glob("*.py")):
+            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+            yield name, path
+
+
+def imports_of(path: Path):
+    """Every module of ours a file imports, at module level or inside a function."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def import_graph():
+    modules = dict(library_modules())
+    return {name: sorted({target for target in imports_of(path) if target in modules
+                          and target != name}) for name, path in modules.items()}
+
+
+def test_imports_point_down():
+    upward = [(a, b) for a, targets in import_graph().items() for b in targets
+              if floor(b) > floor(a)]
+    assert upward == []
+
+
+def test_import_graph_has_no_cycle():
+    graph = import_graph()
+    state = {}
+
+    def visit(name, stack):
+        state[name] = "open"
+        for target in graph[name]:
+            if state.get(target) == "open":
+                pytest.fail(f"import cycle: {' -> '.join(stack + [name, target])}")
+            if target not in state:
+                visit(target, stack + [name])
+        state[name] = "done"
+
+    for name in graph:
+        if name not in state:
+            visit(name, [])
+
+
+def test_library_code_never_loads_modules_from_strings():
+    users = [str(path.relative_to(ROOT)) for _, path in library_modules()
+             if "importlib" in set(imports_of(path))]
+    assert users == []
+
+
+def test_only_tfsurgery_is_installed(tmp_path):
+    """From another directory: tfsurgery.transforms/models import, bare transforms/models don't."""
+    code = ("import importlib.util as u, tfsurgery.transforms, tfsurgery.models;"
+            "print(u.find_spec('transforms'), u.find_spec('models'))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": ""})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["None", "None"]
+
+
+def test_transform_list_is_the_one_registry():
+    from tfsurgery import transforms
+    assert list(transforms.ORDER) == [fn.transform_name for fn in transforms.PIPELINE]
+    assert pipeline.resolve_transforms() == [n for n in transforms.ORDER
+                                             if n != "fold-batch-norm"]
+    assert pipeline.resolve_transforms(bn_fold=True) == list(transforms.ORDER)
+
+
+# ---------------------------------------------------------------- a graph checked after every pass
+def _graph_of(nodes):
+    import tensorflow as tf
+    graph_def = tf.compat.v1.GraphDef()
+    for text in nodes:
+        from google.protobuf import text_format
+        graph_def.node.add().CopyFrom(text_format.Parse(text, tf.compat.v1.NodeDef()))
+    return graph_def
+
+
+CONST = 'name: "%s" op: "Const" attr { key: "dtype" value { type: DT_FLOAT } } ' \
+        'attr { key: "value" value { tensor { dtype: DT_FLOAT tensor_shape {} float_val: 1 } } }'
+
+
+def _chain():
+    return _graph_of([CONST % "a",
+                      'name: "b" op: "Identity" input: "a" attr { key: "T" value { type: DT_FLOAT } }',
+                      'name: "c" op: "Neg" input: "b" attr { key: "T" value { type: DT_FLOAT } } '
+                      'attr { key: "_class" value { list { s: "loc:@b" } } }'])
+
+
+def test_removing_a_node_drops_colocation_references_to_it():
+    import tensorflow as tf
+    graph = Graph(_chain())
+    graph.rewire("b", "a")
+    graph.remove(["b"])
+    assert graph.structure_problem() is None
+    assert "_class" not in graph.node("c").attr
+    with tf.Graph().as_default():
+        tf.compat.v1.import_graph_def(graph.to_graph_def(), name="")      # TF accepts it
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda g: g.set_input("c", 0, "gone"), "no node 'gone'"),
+    (lambda g: g.set_input("c", 0, "a:3"), "has 1 output"),
+    (lambda g: g.set_input("b", 0, "c"), "cycle outside a while loop"),
+])
+def test_structure_problems_are_found(breakage, message):
+    graph = Graph(_chain())
+    assert graph.structure_problem() is None
+    breakage(graph)
+    assert message in graph.structure_problem()
+
+
+def test_a_while_loop_is_not_a_broken_cycle():
+    import tensorflow as tf
+    with tf.Graph().as_default() as g:
+        tf.compat.v1.disable_control_flow_v2()
+        x = tf.compat.v1.placeholder(tf.float32, [], name="x")
+        tf.compat.v1.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * 2.0), [0, x])
+        tf.compat.v1.enable_control_flow_v2()
+    assert Graph(g.as_graph_def()).structure_problem() is None
+
+
+@transform("break-the-graph")
+def _break_the_graph(graph: Graph, options: Options) -> TransformReport:
+    victim = next(n.name for n in graph if n.op == "Conv2D")
+    graph.set_input(victim, 0, "no_such_node")
+    return TransformReport("break-the-graph")
+
+
+def test_a_broken_pass_stops_the_run_with_its_name_even_without_verify(
+        monkeypatch, article_pb, tmp_path, capsys):
+    monkeypatch.setitem(pipeline.REGISTRY, "break-the-graph", _break_the_graph)
+    out = tmp_path / "out.pb"
+    code = main([str(article_pb), "--transforms", "break-the-graph", "--no-verify", "-o", str(out)])
+    assert code == 1
+    err = capsys.readouterr().err.strip()
+    assert "break-the-graph" in err and "no_such_node" in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_the_pipeline_raises_structure_error_naming_the_pass(monkeypatch, article):
+    monkeypatch.setitem(pipeline.REGISTRY, "break-the-graph", _break_the_graph)
+    with pytest.raises(StructureError, match="transform 'break-the-graph' left a broken graph"):
+        pipeline.run(article.graph_def, ["remove-identity", "break-the-graph"],
+                     Options(inputs=list(article.inputs), outputs=list(article.outputs)))
+
+
+def test_picture_without_graphviz_is_a_one_line_exit_2(monkeypatch, article_pb, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "graphviz", None)          # as if the extra is missing
+    code = main([str(article_pb), "-o", str(tmp_path / "x.pb"), "--picture",
+                 str(tmp_path / "p.svg")])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert "tfsurgery[picture]" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "x.pb").exists()

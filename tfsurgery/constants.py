@@ -1,0 +1,45 @@
+"""Which parts of a graph are computed from constants alone, and their values (by TensorFlow).
+
+Shared by the transforms that fold constants, decide cond predicates and drop pointless control
+edges. Stateful and random ops, control flow and placeholders are never constant.
+"""
+from __future__ import annotations
+
+from typing import List, Set
+
+import numpy as np
+
+from tfsurgery.graph import Graph, parse_ref
+from tfsurgery.ops import CONTROL_FLOW_V1_OPS, PLACEHOLDER_OPS
+from tfsurgery.tfsession import run_nodes
+
+NEVER_FOLD = PLACEHOLDER_OPS | CONTROL_FLOW_V1_OPS | {"Const", "NoOp", "Assert", "Print",
+                                                      "PrintV2"}
+
+
+def _is_foldable_op(op: str) -> bool:
+    if op in NEVER_FOLD or "Random" in op or "Variable" in op:
+        return False
+    from tensorflow.python.framework import op_def_registry
+    op_def = op_def_registry.get(op)
+    return op_def is not None and not op_def.is_stateful
+
+
+def constant_nodes(graph: Graph) -> Set[str]:
+    """Nodes computed from constants alone: Consts and NoOps whose (control) inputs are all
+    constant, and foldable ops whose every input is."""
+    constant: Set[str] = set()
+    for name in graph.topological_order():
+        node = graph.node(name)
+        inputs_constant = all(ref.node in constant for ref in map(parse_ref, node.input))
+        if node.op in ("Const", "NoOp") and inputs_constant:
+            constant.add(name)
+        elif node.input and inputs_constant and _is_foldable_op(node.op):
+            constant.add(name)
+    return constant
+
+
+def evaluate(graph: Graph, tensors: List[str]) -> List[np.ndarray]:
+    """Run the graph's constant part in TensorFlow and fetch ``tensors``."""
+    needed = graph.ancestors(tensors)
+    return run_nodes([graph.node(n) for n in graph.topological_order() if n in needed], tensors)

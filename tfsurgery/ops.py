@@ -1,0 +1,44 @@
+"""The op vocabulary: which ops are placeholders, identities, linear layers, batch norms, control
+flow — and the small naming helpers every module needs. One place, so the sets never drift apart."""
+from __future__ import annotations
+
+PLACEHOLDER_OPS = frozenset({"Placeholder", "PlaceholderV2", "PlaceholderWithDefault"})
+FEEDABLE_PLACEHOLDER_OPS = frozenset({"Placeholder", "PlaceholderV2"})   # no value of their own
+
+# Ops that forward their first input unchanged at inference.
+IDENTITY_OPS = frozenset({"Identity", "Snapshot", "StopGradient", "PreventGradient"})
+# ...and, for constant lookups, a ReadVariableOp of a frozen variable too.
+FORWARDING_OPS = IDENTITY_OPS | {"IdentityN", "ReadVariableOp"}
+
+VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable",
+                          "_VarHandlesOp"})
+
+# v1 control flow (Switch/Merge conds, Enter/Exit while loops).
+CONTROL_FLOW_V1_OPS = frozenset({
+    "Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit",
+    "NextIteration", "RefNextIteration", "LoopCond", "ControlTrigger"})
+FRAME_OPS = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "NextIteration",
+                       "RefNextIteration", "LoopCond"})
+
+# Nodes that compute nothing an output could be: not detected as outputs.
+NOT_OUTPUT_OPS = frozenset({"Const", "NoOp", "Placeholder", "PlaceholderWithDefault", "Assert",
+                            "SaveV2", "RestoreV2"})
+
+
+def tensor_name(ref: str) -> str:
+    """``"a"`` → ``"a:0"``; ``"a:1"`` unchanged (what Session.run and ONNX names expect)."""
+    return ref if ":" in ref else ref + ":0"
+
+
+def node_name(ref: str) -> str:
+    """``"a:1"`` / ``"^a"`` / ``"a"`` → ``"a"``."""
+    ref = ref[1:] if ref.startswith("^") else ref
+    name, sep, port = ref.rpartition(":")
+    return name if sep and port.isdigit() else ref
+
+
+def first_line(error: BaseException, limit: int = 300) -> str:
+    """A one-line message from an exception: its first non-empty line, whitespace folded."""
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    text = " ".join(lines[0].split()) if lines else type(error).__name__
+    return text[:limit]

@@ -1,0 +1,41 @@
+"""Running GraphDefs in TensorFlow: one Session config for the whole tool, and the evaluator the
+transforms use for constant parts of a graph. TensorFlow is imported lazily (start-up time)."""
+from __future__ import annotations
+
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+from tfsurgery.ops import tensor_name
+
+
+def tf():
+    import tensorflow
+    return tensorflow
+
+
+def plain_session_config():
+    """A Session config that runs the graph's ops as written: no Grappler rewrites (they would
+    blur what is being checked, cost time, and have been seen to abort the process)."""
+    config = tf().compat.v1.ConfigProto()
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    config.graph_options.optimizer_options.opt_level = tf().compat.v1.OptimizerOptions.L0
+    return config
+
+
+def run_nodes(nodes, fetches: Sequence[str], feeds: Dict[str, np.ndarray] = None,
+              library=None) -> List[np.ndarray]:
+    """Import ``nodes`` (NodeDefs, in any order) into a fresh graph and fetch ``fetches``."""
+    graph_def = tf().compat.v1.GraphDef()
+    graph_def.node.extend(nodes)
+    if library is not None:
+        graph_def.library.CopyFrom(library)
+    with tf().Graph().as_default() as graph:
+        tf().compat.v1.import_graph_def(graph_def, name="")
+        with tf().compat.v1.Session(graph=graph, config=plain_session_config()) as session:
+            return session.run([tensor_name(t) for t in fetches],
+                               {tensor_name(k): v for k, v in (feeds or {}).items()})
+
+
+def tf_errors():
+    return tf().errors
