@@ -27,7 +27,7 @@ import numpy as np
 
 from tfsurgery import api, onnx_export, pipeline, verify
 from tfsurgery.constants import constant_nodes
-from tfsurgery.ops import first_line
+from tfsurgery.ops import FUSED_BATCH_NORM_OPS, first_line
 
 MODELS = ("article_cnn", "tf_keras", "MobileNetV2", "ResNet50", "EfficientNetB0")
 QUICK_MODELS = ("article_cnn", "tf_keras")
@@ -39,7 +39,6 @@ GRAPPLER_OPTIMIZERS = ("constfold", "arithmetic")
 FLAT_RATIO = 1.5      # "time per node stays flat": slowest / fastest µs per node at most this
 
 # What "left over" means (documented in the Markdown).
-FUSED_BN = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
 COND_DROPOUT = ("Switch", "Merge", "RandomUniform")
 LINEAR = ("Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMatMul", "BatchMatMulV2",
           "BatchMatMulV3", "Conv2DBackpropInput", "Conv3DBackpropInputV2")
@@ -165,7 +164,7 @@ def leftover_ops(graph_def) -> Dict[str, int]:
     from tfsurgery.graph import Graph
     graph = Graph(graph_def, check_inputs=False)
     hist = graph.op_histogram()
-    counts = {"FusedBatchNorm*": sum(hist.get(op, 0) for op in FUSED_BN),
+    counts = {"FusedBatchNorm*": sum(hist.get(op, 0) for op in FUSED_BATCH_NORM_OPS),
               "Rsqrt": hist.get("Rsqrt", 0),
               "extra affine": extra_affine_ops(graph, constant_nodes(graph))}
     counts.update({op: hist.get(op, 0) for op in COND_DROPOUT})

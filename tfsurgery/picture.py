@@ -16,17 +16,17 @@ from typing import Optional
 from tfsurgery.graph import Graph
 from tfsurgery.errors import InputError
 from tfsurgery.io import write_atomically
+from tfsurgery.ops import (CONTROL_FLOW_V1_OPS, FOLDABLE_LINEAR_OPS, FUSED_BATCH_NORM_OPS,
+                           PLACEHOLDER_OPS)
 
 MAX_NODES = 1500            # beyond this a drawing is unreadable (and slow): ask for a scope
 FORMATS = ("svg", "png")
 COLOURS = {  # op families, so what a transform removed stands out
-    "Switch": "#f4a6a6", "Merge": "#f4a6a6", "Enter": "#f4a6a6", "Exit": "#f4a6a6",
-    "NextIteration": "#f4a6a6", "LoopCond": "#f4a6a6",
-    "FusedBatchNorm": "#ffd27f", "FusedBatchNormV2": "#ffd27f", "FusedBatchNormV3": "#ffd27f",
-    "Rsqrt": "#ffd27f", "RandomUniform": "#d7b5ff",
-    "Conv2D": "#a8c8ff", "DepthwiseConv2dNative": "#a8c8ff", "Conv3D": "#a8c8ff",
-    "MatMul": "#a8c8ff", "Conv2DBackpropInput": "#a8c8ff", "BiasAdd": "#bfe8c0",
-    "Placeholder": "#eeeeee", "PlaceholderWithDefault": "#eeeeee",
+    **dict.fromkeys(CONTROL_FLOW_V1_OPS, "#f4a6a6"),
+    **dict.fromkeys(FUSED_BATCH_NORM_OPS | {"Rsqrt"}, "#ffd27f"),
+    **dict.fromkeys(FOLDABLE_LINEAR_OPS, "#a8c8ff"),
+    **dict.fromkeys(PLACEHOLDER_OPS, "#eeeeee"),
+    "RandomUniform": "#d7b5ff", "BiasAdd": "#bfe8c0",
 }
 
 
