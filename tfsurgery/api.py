@@ -171,8 +171,7 @@ def save(graph_def, path, *, input_path=None) -> Path:
 
 def write_json(path, data: dict, *, input_path=None) -> None:
     path = Path(path)
-    if input_path is not None and path.exists() and path.resolve() == Path(input_path).resolve():
-        raise InputError(f"{path}: refusing to overwrite the input file")
+    io.refuse_input(path, input_path)
     io.write_atomically(path, (json.dumps(data, indent=2, default=_json_value) + "\n").encode())
 
 

@@ -182,8 +182,7 @@ def check_constants(graph_def: graph_pb2.GraphDef, where: str) -> None:
 def save_graph_def(graph_def: graph_pb2.GraphDef, path, *, input_path=None) -> Path:
     """Write atomically (temp file + rename); text format for .pbtxt."""
     path = Path(path)
-    if input_path is not None and _same_file(path, Path(input_path)):
-        raise InputError(f"{path}: refusing to overwrite the input file; choose another -o")
+    refuse_input(path, input_path)
     if graph_def.ByteSize() >= PROTOBUF_LIMIT:      # it would serialize, but never parse again
         raise InputError(f"{path}: the optimized graph is {graph_def.ByteSize() / 2 ** 30:.1f} "
                          "GiB, beyond protobuf's 2 GiB limit; it cannot be saved as one GraphDef")
@@ -229,6 +228,12 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def refuse_input(path, input_path) -> None:
+    """No output may overwrite the input the user gave (one check for every writer)."""
+    if input_path is not None and _same_file(Path(path), Path(input_path)):
+        raise InputError(f"{path}: refusing to overwrite the input file; choose another -o")
 
 
 def _same_file(a: Path, b: Path) -> bool:

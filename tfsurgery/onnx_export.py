@@ -27,7 +27,7 @@ import numpy as np
 
 from tfsurgery import verify
 from tfsurgery.errors import ExportError, InputError
-from tfsurgery.io import PROTOBUF_LIMIT, check_protobuf_size
+from tfsurgery.io import PROTOBUF_LIMIT, check_protobuf_size, refuse_input
 from tfsurgery.ops import first_line, tensor_name
 
 DEFAULT_OPSET = 18              # newest opset tf2onnx 1.17 tests (14-18); its own default is 15
@@ -226,11 +226,8 @@ def check_opset(opset: int) -> None:
 def _check_target(path: Path, input_path) -> None:
     if not path.parent.is_dir():
         raise InputError(f"{path}: output directory {path.parent} does not exist")
-    if input_path is None:
-        return
     for target in (path, path.with_name(path.name + ".data")):
-        if target.exists() and Path(input_path).exists() and os.path.samefile(target, input_path):
-            raise InputError(f"{target}: refusing to overwrite the input file; choose another -o")
+        refuse_input(target, input_path)
 
 
 def _nchw_inputs(graph_def, inputs: Sequence[str], names: Sequence[str]) -> List[str]:
