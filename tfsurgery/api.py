@@ -9,14 +9,16 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from tensorflow.core.framework import graph_pb2
 
 from tfsurgery import io, latency, onnx_export, pipeline, picture, report, verify as verify_mod
 from tfsurgery.errors import (InputError, OriginalDoesNotRun, TransformError, UnknownTransform,
                               VerificationError)
-from tfsurgery.interface import find_training_flags, resolve_interface
+from tfsurgery.interface import (check_fed, find_dropout_knobs, find_training_flags,
+                                 resolve_interface, with_declared_inputs)
+from tfsurgery.ops import PLACEHOLDER_OPS
 from tfsurgery.report import format_table, op_histogram, summary, transform_lines  # noqa: F401
 from tfsurgery.transform import Options, TransformReport
 
@@ -50,13 +52,17 @@ class Result:
     inputs: List[str]
     outputs: List[str]
     training_flags: List[str]
-    before: graph_pb2.GraphDef
+    before: graph_pb2.GraphDef          # the original, with the declared interface applied
     tolerance: float = verify_mod.DEFAULT_TOLERANCE
+    settings: Dict[str, object] = dataclasses.field(default_factory=dict)  # fed to the original
+    timeout: float = verify_mod.DEFAULT_TIMEOUT
+    given: Dict[str, object] = dataclasses.field(default_factory=dict)   # the user's feeds
     verification: Optional[verify_mod.Verification] = None
     verification_error: Optional[str] = None
 
     def as_report(self) -> dict:
-        extra = {"training_flags": self.training_flags}
+        extra = {"training_flags": self.training_flags,
+                 "inference_values": {k: float(v) for k, v in self.settings.items()}}
         if self.verification_error:
             extra["verification_error"] = self.verification_error
         return report.build_report(self.before, self.graph_def, self.reports, inputs=self.inputs,
@@ -124,45 +130,71 @@ def check_outputs(paths: Sequence, *, opset: Optional[int] = None,
 
 def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str] = (),
              outputs: Sequence[str] = (), training_flags: Sequence[str] = (),
-             verify: bool = True, tolerance: Optional[float] = None, seed: int = 0) -> Result:
-    """Run ``transforms`` on the source graph, then (optionally) check the numbers."""
+             inference_values: Optional[Mapping[str, object]] = None,
+             input_shapes: Optional[Mapping[str, Sequence[Optional[int]]]] = None,
+             feeds: Optional[Mapping[str, object]] = None, verify: bool = True,
+             tolerance: Optional[float] = None, verify_timeout: Optional[float] = None,
+             seed: int = 0) -> Result:
+    """Run ``transforms`` on the source graph, then (optionally) check the numbers.
+
+    ``inputs`` may name any tensor (a dequeue output becomes a placeholder); ``input_shapes`` give
+    inputs their shape (None for a free dimension); ``feeds`` give inputs the values verification
+    and the ONNX check use; ``inference_values`` set placeholders (``keep_prob``: 1.0) besides the
+    detected training flags and dropout knobs."""
     tolerance = verify_mod.DEFAULT_TOLERANCE if tolerance is None else tolerance
+    timeout = verify_mod.DEFAULT_TIMEOUT if verify_timeout is None else verify_timeout
     flags = list(dict.fromkeys(list(training_flags) + source.training_flags))
-    inputs, outputs = resolve_interface(source.graph_def, list(inputs) or source.inputs,
+    original = source.graph_def
+    if input_shapes or any(_names_a_non_placeholder(original, name) for name in inputs):
+        original = with_declared_inputs(original, list(inputs), dict(input_shapes or {}))
+    values = {**find_dropout_knobs(original, exclude=list(inputs)), **(inference_values or {})}
+    inputs, outputs = resolve_interface(original, list(inputs) or source.inputs,
                                         list(outputs) or source.outputs, flags)
-    options = Options(inputs=inputs, outputs=outputs, training_flags=flags)
-    progress(source.graph_def, f"optimizing {len(source.graph_def.node)} nodes: "
-                               f"{', '.join(transforms)}")
+    inputs = [name for name in inputs if name.split(":")[0] not in values]
+    check_fed(original, inputs, outputs)
+    options = Options(inputs=inputs, outputs=outputs, training_flags=flags,
+                      inference_values=values)
+    progress(original, f"optimizing {len(original.node)} nodes: {', '.join(transforms)}")
     try:
-        graph_def, reports = pipeline.run(source.graph_def, transforms, options)
+        graph_def, reports = pipeline.run(original, transforms, options)
     except TransformError as error:
         raise InputError(str(error)) from None
-    detected_flags = find_training_flags(source.graph_def, flags)
-    result = Result(graph_def, reports, inputs, outputs, detected_flags, source.graph_def,
-                    tolerance)
+    settings = {**{name: False for name in find_training_flags(original, flags)}, **values}
+    result = Result(graph_def, reports, inputs, outputs, list(settings), original, tolerance,
+                    settings=settings, timeout=timeout, given=dict(feeds or {}))
     if verify:
-        progress(source.graph_def, "verifying: running the original and the optimized graph")
+        progress(original, "verifying: running the original and the optimized graph")
         try:
-            result.verification = check(source.graph_def, result, options, seed=seed)
+            result.verification = check(result, feeds=feeds, seed=seed)
         except VerificationError as error:
             result.verification_error = str(error)
     return result
 
 
-def check(original, result: Result, options: Options, *, seed: int = 0) -> verify_mod.Verification:
-    """Verify ``result`` against the original. If dropout outside a cond was removed, the original
-    is random; the reference is then the original with only that dropout turned off."""
-    dropout = next((r for r in result.reports if r.name == "remove-dropout" and r.rewritten), None)
-    reference, note = original, None
-    if dropout is not None:
-        reference, _ = pipeline.run(original, ["remove-dropout"], options)
-        note = "original graph with dropout as identity, training flags False"
+def _names_a_non_placeholder(graph_def, name: str) -> bool:
+    node = next((n for n in graph_def.node if n.name == name.split(":")[0]), None)
+    return node is not None and node.op not in PLACEHOLDER_OPS
+
+
+def check(result: Result, *, feeds: Optional[Mapping[str, object]] = None,
+          seed: int = 0) -> verify_mod.Verification:
+    """Verify ``result`` against its original: same inputs (``feeds`` where given), the
+    original's switches at their inference values."""
     try:
-        return verify_mod.verify(reference, result.graph_def, result.inputs, result.outputs,
-                                 result.training_flags, tolerance=result.tolerance, seed=seed,
-                                 reference_note=note)
+        return verify_mod.verify(result.before, result.graph_def, result.inputs, result.outputs,
+                                 result.settings, tolerance=result.tolerance, seed=seed,
+                                 given=feeds, timeout=result.timeout,
+                                 reference_note=_reference_note(result.settings))
     except OriginalDoesNotRun as error:
         raise InputError(str(error)) from None
+
+
+def _reference_note(settings: Mapping[str, object]) -> str:
+    if not settings:
+        return "original graph"
+    shown = ", ".join(f"{name}={value}" for name, value in list(settings.items())[:4])
+    more = f" and {len(settings) - 4} more" if len(settings) > 4 else ""
+    return f"original graph with {shown}{more}"
 
 
 def save(graph_def, path, *, input_path=None) -> Path:
@@ -197,7 +229,15 @@ def export_onnx(result: Result, path, *, opset: Optional[int] = None,
     progress(result.graph_def, f"exporting to ONNX with tf2onnx: {path}")
     return onnx_export.export(result.graph_def, result.inputs, result.outputs, path, opset=opset,
                               inputs_as_nchw=list(inputs_as_nchw), tolerance=result.tolerance,
+                              feeds=check_feeds(result), timeout=result.timeout,
                               ort_optimize=ort_optimize, input_path=input_path)
+
+
+def check_feeds(result: Result) -> Dict[str, object]:
+    """The inputs every later check uses: verification's, or (unverified) made the same way."""
+    if result.verification is not None:
+        return result.verification.feeds
+    return verify_mod.make_feeds(result.graph_def, result.inputs, given=result.given)
 
 
 def draw(source: Source, result: Result, path, *, scope: Optional[str] = None) -> Path:

@@ -41,8 +41,20 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inputs", help="comma-separated input node names (default: detected)")
     parser.add_argument("--outputs", help="comma-separated output node names (default: detected)")
     parser.add_argument("--transforms", help="comma-separated transform names to run, in order")
-    parser.add_argument("--training-flag", action="append", default=[], metavar="NAME",
-                        help="a bool placeholder to treat as a training switch (repeatable)")
+    parser.add_argument("--training-flag", action="append", default=[], type=_setting,
+                        metavar="NAME[=VALUE]",
+                        help="a placeholder to freeze for inference: a bool training switch "
+                             "(False), or NAME=VALUE, e.g. keep_prob=1.0 (repeatable)")
+    parser.add_argument("--input-shape", action="append", default=[], type=_shape,
+                        metavar="NAME=D0,D1,...",
+                        help="an input's shape (-1 or ? for a free dimension); NAME may be any "
+                             "tensor named in --inputs (repeatable)")
+    parser.add_argument("--feed", action="append", default=[], type=_feed,
+                        metavar="NAME=VALUE",
+                        help="the value verification feeds an input: a number, true/false, or a "
+                             ".npy file (repeatable)")
+    parser.add_argument("--verify-timeout", type=_seconds, default=None, metavar="SECONDS",
+                        help="deadline for each run of a graph during checks (default 120)")
     parser.add_argument("-v", "--verbose", action="store_true", help="more detail")
     parser.add_argument("-q", "--quiet", action="store_true", help="errors only")
 
@@ -65,6 +77,56 @@ def _tolerance(text: str) -> float:
         value = float("nan")
     if not (value > 0 and value != float("inf")):      # also rejects nan
         raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}")
+    return value
+
+
+def _named(text: str, what: str):
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME={what}, not {text!r}")
+    return name.strip(), value.strip()
+
+
+def _shape(text: str):
+    name, dims = _named(text, "D0,D1,...")
+    try:
+        shape = [None if d.strip() in ("-1", "?", "") else int(d) for d in dims.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"dimensions must be integers, -1 or ?, not {dims!r}")
+    if any(d is not None and d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"negative dimension in {dims!r}")
+    return name, shape
+
+
+def _scalar(text: str):
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number, true/false or .npy file")
+
+
+def _feed(text: str):
+    import numpy as np
+    name, value = _named(text, "VALUE")
+    if value.endswith(".npy"):
+        try:
+            return name, np.load(value, allow_pickle=False)
+        except (OSError, ValueError) as error:
+            raise argparse.ArgumentTypeError(f"cannot read {value}: {error}")
+    return name, _scalar(value)
+
+
+def _setting(text: str):
+    if "=" not in text:
+        return text.strip(), None
+    name, value = _named(text, "VALUE")
+    return name, _scalar(value)
+
+
+def _seconds(text: str) -> float:
+    value = _tolerance(text)
     return value
 
 
@@ -208,6 +270,16 @@ def _run(args) -> int:
     return _optimize(args, source, transforms)
 
 
+def _interface(args) -> dict:
+    """The options that describe the graph's interface, as api.optimize takes them."""
+    return {"inputs": _split(args.inputs), "outputs": _split(args.outputs),
+            "training_flags": [name for name, value in args.training_flag if value is None],
+            "inference_values": {name: value for name, value in args.training_flag
+                                 if value is not None},
+            "input_shapes": dict(args.input_shape), "feeds": dict(args.feed),
+            "verify_timeout": args.verify_timeout}
+
+
 def _say(args, text: str = "") -> None:
     if not args.quiet:
         print(text)
@@ -221,9 +293,8 @@ def _optimize(args, source, transforms) -> int:
     output = None if exporting else (Path(args.output) if args.output
                                      else api.default_output_path(source))
     onnx_path = _onnx_path(args, source)
-    result = api.optimize(source, transforms, inputs=_split(args.inputs),
-                          outputs=_split(args.outputs), training_flags=args.training_flag,
-                          verify=not args.no_verify, tolerance=args.tolerance)
+    result = api.optimize(source, transforms, verify=not args.no_verify,
+                          tolerance=args.tolerance, **_interface(args))
     _say(args, f"{source.label}: {len(source.graph_def.node)} → "
                f"{len(result.graph_def.node)} nodes")
     _say(args, api.comparison_table(source.graph_def, result.graph_def))
@@ -255,12 +326,11 @@ def _draw(args, source, result) -> None:
 def _check_verification(args, result) -> int:
     if result.verification is not None:
         v = result.verification
-        floor = f", float32 noise floor {v.noise_floor:.3g}" if v.noise_floor else ""
-        _say(args, f"verification: max error {v.max_error:.3g} (tolerance {v.tolerance:g}"
-                   f"{floor}; reference: {v.reference})")
+        _say(args, f"verification: {v.summary()}")
         if not v.passed:
+            nonfinite = f" ({v.nonfinite} NaN/Inf output values)" if v.nonfinite else ""
             print(f"tfsurgery: verification FAILED: max error {v.max_error:.3g} exceeds "
-                  f"{v.allowed:.3g}; nothing written", file=sys.stderr)
+                  f"{v.allowed:.3g}{nonfinite}; nothing written", file=sys.stderr)
             return 1
     elif result.verification_error:
         print(f"tfsurgery: verification FAILED: {result.verification_error}; nothing written",
@@ -320,9 +390,7 @@ def _side_by_side(tf_summary: dict, exported) -> List[tuple]:
 
 def _inspect(args, source, transforms) -> int:
     from tfsurgery import api
-    result = api.optimize(source, transforms, inputs=_split(args.inputs),
-                          outputs=_split(args.outputs), training_flags=args.training_flag,
-                          verify=False)
+    result = api.optimize(source, transforms, verify=False, **_interface(args))
     hist = api.op_histogram(source.graph_def)
     _say(args, f"{source.label}: {len(source.graph_def.node)} nodes, "
                f"{source.graph_def.ByteSize()} bytes")
@@ -344,8 +412,7 @@ def _bench(args, source, transforms) -> int:
     from tfsurgery import api
     if args.runs < 1:
         raise api.InputError("--runs must be at least 1")
-    result = api.optimize(source, transforms, inputs=_split(args.inputs),
-                          outputs=_split(args.outputs), training_flags=args.training_flag)
+    result = api.optimize(source, transforms, **_interface(args))
     code = _check_verification(args, result)
     if code:
         return code

@@ -6,13 +6,13 @@ A training flag is a bool ``Placeholder``/``PlaceholderWithDefault`` with a scal
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from tensorflow.core.framework import types_pb2
+from tensorflow.core.framework import tensor_shape_pb2, types_pb2
 
 from tfsurgery.errors import InputError
-from tfsurgery.graph import num_outputs, parse_ref
-from tfsurgery.ops import FEEDABLE_PLACEHOLDER_OPS, NOT_OUTPUT_OPS, PLACEHOLDER_OPS
+from tfsurgery.graph import Graph, num_outputs, parse_ref
+from tfsurgery.ops import FEEDABLE_PLACEHOLDER_OPS, NOT_OUTPUT_OPS, PLACEHOLDER_OPS, node_name
 
 COMMON_FLAG_NAMES = frozenset({
     "training", "is_training", "istraining", "train", "is_train", "phase_train", "phase",
@@ -79,3 +79,166 @@ def resolve_interface(graph_def, inputs: Sequence[str] = (), outputs: Sequence[s
     if not outputs:
         raise InputError("could not find the graph's outputs; name them with --outputs")
     return inputs, outputs
+
+
+# ---------------------------------------------------------------- inference knobs
+RANDOM_OPS = frozenset({"RandomUniform", "RandomStandardNormal", "TruncatedNormal",
+                        "StatelessRandomUniform", "StatelessRandomUniformV2"})
+KEEP, RATE = 1.0, 0.0          # a dropout knob's inference value: keep everything / drop nothing
+
+
+def find_dropout_knobs(graph_def, exclude: Sequence[str] = ()) -> Dict[str, float]:
+    """Float scalar placeholders that only steer dropout, with their inference value.
+
+    TF1 ``tf.nn.dropout(x, keep_prob)`` reads ``keep_prob`` in ``Add(keep_prob, random)`` (the
+    mask) and ``RealDiv(x, keep_prob)`` (the scale): a keep probability, 1.0 at inference. TF2
+    ``tf.nn.dropout(x, rate)`` reads ``rate`` in ``GreaterEqual(random, rate)`` and
+    ``Sub(1, rate)``: a rate, 0.0 at inference. A placeholder read anywhere else is no knob.
+    """
+    graph = Graph(graph_def, check_inputs=False)
+    near_random = _near(graph, [n.name for n in graph if n.op in RANDOM_OPS], hops=3)
+    knobs = {}
+    for node in graph:
+        if node.op not in PLACEHOLDER_OPS or node.name in exclude or not _float_scalar(node):
+            continue
+        kinds = {_knob_use(graph, consumer, node.name, near_random)
+                 for consumer in graph.consumers(node.name)}
+        if kinds == {"keep"} or kinds == {"keep", "scale"}:
+            knobs[node.name] = KEEP
+        elif kinds == {"rate"} or kinds == {"rate", "scale"}:
+            knobs[node.name] = RATE
+    return knobs
+
+
+def _knob_use(graph: Graph, consumer, knob: str, near_random: set) -> str:
+    """How one reader uses a would-be knob: keep (mask), rate (mask), scale, or other."""
+    node = graph.node(consumer.node)
+    others = [ref.node for ref in graph.inputs(node.name) if ref.node != knob]
+    if node.op in ("Add", "AddV2") and others and others[0] in near_random:
+        return "keep"
+    if node.op in ("GreaterEqual", "Less") and others and others[0] in near_random:
+        return "rate"
+    if node.op in ("RealDiv", "Div") and consumer.index == 1:
+        return "scale"
+    if node.op == "Sub" and consumer.index == 1 and others and graph.is_const(others[0]):
+        return "scale"            # 1 - rate, then divided by
+    return "other"
+
+
+def _near(graph: Graph, starts: Sequence[str], hops: int) -> set:
+    """Nodes at most ``hops`` data edges downstream of ``starts`` (the starts included)."""
+    reached, frontier = set(starts), list(starts)
+    for _ in range(hops):
+        frontier = [c.node for name in frontier for c in graph.consumers(name)
+                    if c.node not in reached]
+        reached.update(frontier)
+    return reached
+
+
+def _float_scalar(node) -> bool:
+    dtype = node.attr["dtype"].type if "dtype" in node.attr else None
+    if dtype not in (types_pb2.DT_FLOAT, types_pb2.DT_DOUBLE, types_pb2.DT_HALF,
+                     types_pb2.DT_BFLOAT16):
+        return False
+    shape = node.attr["shape"].shape if "shape" in node.attr else None
+    return shape is None or shape.unknown_rank or len(shape.dim) == 0
+
+
+# ---------------------------------------------------------------- declared inputs
+QUEUE_OPS = frozenset({"QueueDequeueV2", "QueueDequeueManyV2", "QueueDequeueUpToV2",
+                       "QueueDequeue", "QueueDequeueMany", "QueueDequeueUpTo", "IteratorGetNext",
+                       "IteratorGetNextSync", "ReaderReadV2", "ReaderRead"})
+
+
+def with_declared_inputs(graph_def, inputs: Sequence[str],
+                         shapes: Mapping[str, Sequence[Optional[int]]]):
+    """A copy of the graph with the user's interface applied: a named tensor that is not a
+    placeholder (a dequeue, an iterator output) is cut from its source and becomes a Placeholder
+    of its dtype and shape (as ``strip_unused`` does); ``shapes`` are set on the placeholders."""
+    graph = Graph(graph_def, check_inputs=False)
+    unknown = [n for n in shapes if node_name(n) not in graph]
+    if unknown:
+        raise InputError(f"--input-shape names '{unknown[0]}', which is no node in the graph")
+    for name in inputs:
+        if graph.op(node_name(name)) not in PLACEHOLDER_OPS:
+            _cut_to_placeholder(graph, name, shapes.get(name, shapes.get(node_name(name))))
+    for name, dims in shapes.items():
+        node = graph.node(node_name(name))
+        if node.op not in PLACEHOLDER_OPS:
+            raise InputError(f"--input-shape: '{name}' is a {node.op} node, not an input; "
+                             "name it with --inputs too")
+        _set_shape(graph.mutable(node.name), dims)
+    return graph.to_graph_def()
+
+
+def _cut_to_placeholder(graph: Graph, name: str, dims) -> None:
+    ref = parse_ref(name)
+    node = graph.node(ref.node)
+    readers = {c.ref.port for c in graph.consumers(ref.node)}
+    if readers - {ref.port}:
+        raise InputError(f"input '{name}': other outputs of {node.op} '{ref.node}' are read too; "
+                         "only a single-output tensor can become an input")
+    dtype, shape = _output_signature(graph, node, ref.port)
+    graph.remove([ref.node])
+    placeholder = graph.new_node("Placeholder", ref.node)
+    placeholder.attr["dtype"].type = dtype
+    if shape is not None:
+        placeholder.attr["shape"].shape.CopyFrom(shape)
+    if dims is not None:
+        _set_shape(placeholder, dims)
+    if ref.port:
+        graph.rewire(ref, parse_ref(ref.node))
+
+
+def _output_signature(graph: Graph, node, port: int):
+    """(dtype enum, TensorShapeProto or None) of a node's output, from its attributes."""
+    for key in ("component_types", "output_types", "Tout"):
+        if key in node.attr and len(node.attr[key].list.type) > port:
+            dtype = node.attr[key].list.type[port]
+            break
+    else:
+        dtype = node.attr["dtype"].type if "dtype" in node.attr else node.attr["T"].type
+    shapes = list(node.attr["_output_shapes"].list.shape) if "_output_shapes" in node.attr else []
+    if len(shapes) > port:
+        return dtype, shapes[port]
+    if "output_shapes" in node.attr and len(node.attr["output_shapes"].list.shape) > port:
+        return dtype, node.attr["output_shapes"].list.shape[port]
+    queue = _queue_of(graph, node)
+    if queue is not None and len(queue.attr["shapes"].list.shape) > port:
+        shape = tensor_shape_pb2.TensorShapeProto()
+        if node.op.startswith("QueueDequeueMany") or node.op.startswith("QueueDequeueUpTo"):
+            shape.dim.add(size=-1)
+        shape.dim.extend(queue.attr["shapes"].list.shape[port].dim)
+        return dtype, shape
+    return dtype, None
+
+
+def _queue_of(graph: Graph, node):
+    inputs = graph.inputs(node.name)
+    if not inputs or not node.op.startswith("QueueDequeue"):
+        return None
+    return graph.node(inputs[0].node)
+
+
+def _set_shape(node, dims) -> None:
+    shape = node.attr["shape"].shape
+    shape.Clear()
+    for size in dims:
+        shape.dim.add(size=-1 if size is None else int(size))
+
+
+def check_fed(graph_def, inputs: Sequence[str], outputs: Sequence[str]) -> None:
+    """Outputs that depend on a queue or iterator need that dequeue named as an input."""
+    graph = Graph(graph_def, check_inputs=False)
+    cut = {node_name(n) for n in inputs}
+    stack, seen = [node_name(o) for o in outputs], set()
+    while stack:
+        name = stack.pop()
+        if name in seen or name in cut or name not in graph:
+            continue
+        seen.add(name)
+        if graph.op(name) in QUEUE_OPS:
+            raise InputError(f"the outputs read {graph.op(name)} '{name}', fed by an input queue "
+                             f"that is empty outside training; pass it with --inputs {name} "
+                             "(and --input-shape if its shape is not declared)")
+        stack.extend(ref.node for ref in map(parse_ref, graph.node(name).input))

@@ -19,6 +19,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence
 from unittest import mock
@@ -63,7 +64,8 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
            opset: Optional[int] = None, inputs_as_nchw: Sequence[str] = (),
            feeds: Optional[Dict[str, np.ndarray]] = None,
            tolerance: float = verify.DEFAULT_TOLERANCE, large_model: Optional[bool] = None,
-           ort_optimize: bool = True, input_path=None, seed: int = 0) -> OnnxExport:
+           ort_optimize: bool = True, input_path=None, seed: int = 0,
+           timeout: float = verify.DEFAULT_TIMEOUT) -> OnnxExport:
     """Convert ``graph_def`` to ONNX at ``path`` and check it against TensorFlow.
 
     ``large_model=None`` chooses external data when the GraphDef exceeds ``LARGE_MODEL_BYTES``.
@@ -80,7 +82,8 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
     large_model = graph_def.ByteSize() > LARGE_MODEL_BYTES if large_model is None else large_model
     feeds = verify.make_feeds(graph_def, inputs, seed) if feeds is None else feeds
     try:
-        expected = verify.run_graph(graph_def, feeds, outputs)
+        expected = verify.run_graph(graph_def, feeds, outputs, timeout=timeout,
+                                    label="the optimized graph")
     except verify.VerificationError as error:
         raise ExportError(f"no TensorFlow reference to compare with: {error}") from None
     with _staging(path) as stage:
@@ -92,7 +95,7 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         if ort_optimize:
             optimize_with_onnxruntime(staged, external_data=large_model)
         check(staged)
-        actual = run_onnx(staged, _onnx_feeds(feeds, nchw), outputs)
+        actual = run_onnx(staged, _onnx_feeds(feeds, nchw), outputs, timeout=timeout)
         errors = [verify.output_error(name, e, a) for name, e, a in zip(outputs, expected, actual)]
         hist = op_histogram(staged)
         max_error = max((e.max_rel for e in errors), default=0.0)
@@ -195,16 +198,27 @@ def check(path: Path) -> None:
         raise ExportError(f"onnx.checker rejects the model: {first_line(error)}") from None
 
 
-def run_onnx(path: Path, feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -> List[np.ndarray]:
-    """Run the model once in onnxruntime (CPU); feeds keyed by ONNX input name."""
+def run_onnx(path: Path, feeds: Dict[str, np.ndarray], outputs: Sequence[str], *,
+             timeout: float = verify.DEFAULT_TIMEOUT) -> List[np.ndarray]:
+    """Run the model once in onnxruntime (CPU), within ``timeout`` seconds; feeds keyed by ONNX
+    input name."""
     import onnxruntime as ort
+    run_options = ort.RunOptions()
+    deadline = threading.Timer(timeout, setattr, (run_options, "terminate", True))
     try:
         session = ort.InferenceSession(str(path), _session_options(), providers=CPU)
         wanted = {i.name for i in session.get_inputs()}
+        deadline.start()
         return session.run([tensor_name(n) for n in outputs],
-                           {k: v for k, v in feeds.items() if k in wanted})
+                           {k: v for k, v in feeds.items() if k in wanted}, run_options)
     except Exception as error:   # onnxruntime's error types are not a public hierarchy
+        if run_options.terminate:
+            raise ExportError(f"the ONNX model did not finish within {timeout:g} s in "
+                              "onnxruntime; give real inputs with --feed / --input-shape, or a "
+                              "longer --verify-timeout") from None
         raise ExportError(f"onnxruntime cannot run the model: {first_line(error)}") from None
+    finally:
+        deadline.cancel()
 
 
 def op_histogram(path: Path) -> Dict[str, int]:

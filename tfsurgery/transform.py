@@ -8,7 +8,7 @@ they run, is listed once in ``tfsurgery.transforms``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 from tfsurgery.graph import Graph
 
@@ -20,6 +20,8 @@ class Options:
     inputs: List[str] = dataclasses.field(default_factory=list)
     outputs: List[str] = dataclasses.field(default_factory=list)
     training_flags: List[str] = dataclasses.field(default_factory=list)   # user-named flags
+    # placeholder → its inference value: dropout knobs, --training-flag NAME=VALUE
+    inference_values: Dict[str, object] = dataclasses.field(default_factory=dict)
     fold_constants_max_bytes: int = 64 << 20   # a folded constant may not be larger than this
 
     @property

@@ -1,42 +1,68 @@
 """Proof that the numbers did not change: run both graphs on the same feeds and compare outputs.
 
-Feeds are random but seeded, shaped from each placeholder's ``shape`` attribute (unknown batch → 2,
-other unknown dims → 16). The original runs with its training flags fed ``False``. The error of an
-output is max|optimized − original| / max|original|, i.e. scaled to the output's magnitude.
+Feeds are random but seeded, shaped from each placeholder's ``shape`` attribute or the user's
+``--input-shape`` (unknown batch → 2; other unknown dims → 16, then 32, 64, ... until the original
+runs and every output is non-empty — five poolings of 16 leave nothing). The user's ``--feed``
+values replace the random ones. The original runs with its training flags and inference knobs at
+their inference values. The error of an output is max|optimized − original| / max|original| over
+the finite values; NaN and ±Inf must sit at exactly the same positions in both.
 
-Float32 arithmetic done in another order (a folded weight is rounded once, not twice) differs in the
-last bit, and a deep network can amplify that: the *noise floor* is how far the original's own
-outputs move when its float inputs move by one rounding step (relative 2^-23). A result passes if
-its error is within the tolerance, or within NOISE_FACTOR × the noise floor — the original itself
-cannot be reproduced more closely than that in float32. Both figures are reported.
+It never passes without comparing real numbers:
+- random ops the transforms removed (dropout) take their neutral value in the reference, built
+  here from the original (uniform → the largest value below 1, so every dropout mask keeps; normal
+  → 0): "dropout off" does not depend on the transform under test. Random ops still present in
+  both graphs get the same fixed seeds. Any other random op: the check says it cannot compare.
+- the float32 *noise floor* — how far the original's own outputs move when its float inputs move
+  by one rounding step (relative 2^-23) — excuses at most NOISE_FACTOR × that floor, capped at
+  NOISE_CAP, and only when the reference is deterministic (two runs agree bit for bit).
+- every graph run has a deadline (``timeout`` seconds, default DEFAULT_TIMEOUT): an empty queue or
+  an endless while loop fails the check with a message instead of hanging.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from tfsurgery.errors import InputError, OriginalDoesNotRun, VerificationError
-from tfsurgery.graph import Graph
-from tfsurgery.ops import tensor_name
+from tfsurgery.graph import Graph, parse_ref
+from tfsurgery.ops import first_line, node_name, tensor_name
 from tfsurgery.tfsession import plain_session_config
 
 UNKNOWN_BATCH = 2
-UNKNOWN_DIM = 16
+UNKNOWN_DIMS = (16, 32, 64, 128, 256)   # tried in turn for dims the graph leaves free
 DEFAULT_TOLERANCE = 1e-4
+DEFAULT_TIMEOUT = 120.0                 # seconds per graph run
 NOISE_FACTOR = 4
+NOISE_CAP = 1e-3                        # the noise floor never excuses a larger relative error
+
+UNIFORM_OPS = frozenset({"RandomUniform", "StatelessRandomUniform", "StatelessRandomUniformV2"})
+NORMAL_OPS = frozenset({"RandomStandardNormal", "TruncatedNormal", "StatelessRandomNormal",
+                        "StatelessRandomNormalV2", "StatelessTruncatedNormal",
+                        "StatelessTruncatedNormalV2"})
+SEEDED_OPS = frozenset({"RandomUniform", "RandomStandardNormal", "TruncatedNormal",
+                        "RandomUniformInt", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
+                        "RandomShuffle", "Multinomial"})
+FIXED_SEED = 87654321
+
+
+class GraphTimeout(VerificationError):
+    """A graph did not finish within its deadline."""
 
 
 @dataclasses.dataclass
 class OutputError:
     name: str
     max_abs: float
-    max_rel: float          # max_abs scaled by the output's magnitude
+    max_rel: float          # max_abs scaled by the output's magnitude (finite values)
     shape: tuple
+    nonfinite: int = 0      # NaN/Inf values in the reference (matched by position)
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {"name": self.name, "max_abs": float(self.max_abs),
+                "max_rel": float(self.max_rel), "shape": [int(d) for d in self.shape],
+                "nonfinite": int(self.nonfinite)}
 
 
 @dataclasses.dataclass
@@ -45,6 +71,8 @@ class Verification:
     tolerance: float
     reference: str = "original graph, training flags False"
     noise_floor: float = 0.0        # the original's own output change for a 1-ulp input change
+    deterministic: bool = True      # two runs of the reference agree bit for bit
+    feeds: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def max_error(self) -> float:
@@ -52,39 +80,76 @@ class Verification:
 
     @property
     def allowed(self) -> float:
-        return max(self.tolerance, NOISE_FACTOR * self.noise_floor)
+        if not self.deterministic:
+            return self.tolerance
+        return max(self.tolerance, min(NOISE_FACTOR * self.noise_floor, NOISE_CAP))
 
     @property
     def passed(self) -> bool:
-        return self.max_error <= self.allowed
+        return bool(self.outputs) and self.max_error <= self.allowed
+
+    @property
+    def nonfinite(self) -> int:
+        return sum(o.nonfinite for o in self.outputs)
+
+    def summary(self) -> str:
+        """The numbers in plain words, for the report line."""
+        floor = f", float32 noise floor {self.noise_floor:.3g}" if self.noise_floor else ""
+        text = (f"max error {self.max_error:.3g} (tolerance {self.tolerance:g}{floor}; "
+                f"reference: {self.reference})")
+        if self.nonfinite:
+            total = sum(int(np.prod(o.shape)) for o in self.outputs)
+            text += (f"; {self.nonfinite} of {total} original output values are NaN/Inf: "
+                     "they match by position, only the finite ones were compared")
+        return text
 
     def as_dict(self) -> dict:
-        return {"passed": self.passed, "max_error": self.max_error, "tolerance": self.tolerance,
-                "noise_floor": self.noise_floor, "allowed": self.allowed,
-                "reference": self.reference, "outputs": [o.as_dict() for o in self.outputs]}
+        return {"passed": self.passed, "max_error": float(self.max_error),
+                "tolerance": float(self.tolerance), "noise_floor": float(self.noise_floor),
+                "allowed": float(self.allowed), "deterministic": self.deterministic,
+                "nonfinite_outputs": self.nonfinite, "reference": self.reference,
+                "outputs": [o.as_dict() for o in self.outputs]}
 
 
-def placeholder_shape(node) -> List[int]:
+# ---------------------------------------------------------------- feeds
+def placeholder_shape(node, unknown_dim: int = UNKNOWN_DIMS[0]) -> List[int]:
     import tensorflow as tf
     shape = tf.TensorShape(node.attr["shape"].shape) if "shape" in node.attr else \
         tf.TensorShape(None)
     if shape.rank is None:       # guessing a rank can crash TF kernels outright (oneDNN aborts)
-        raise InputError(f"input '{node.name}' has unknown rank, so no test input can be "
-                                 "made for it; give the placeholder a shape, or use --no-verify")
-    return [d if d is not None else (UNKNOWN_BATCH if i == 0 else UNKNOWN_DIM)
+        raise InputError(f"input '{node.name}' has unknown rank, so no test input can be made "
+                         f"for it; give it with --input-shape {node.name}=D0,D1,... or a value "
+                         f"with --feed {node.name}=VALUE")
+    return [d if d is not None else (UNKNOWN_BATCH if i == 0 else unknown_dim)
             for i, d in enumerate(shape.as_list())]
 
 
-def make_feeds(graph_def, inputs: Sequence[str], seed: int = 0) -> Dict[str, np.ndarray]:
-    """Seeded random values for every input placeholder."""
+def has_free_dims(graph_def, inputs: Sequence[str]) -> bool:
+    """Does any input leave a non-batch dimension free (so a larger test size may help)?"""
+    graph = Graph(graph_def, check_inputs=False)
+    for name in inputs:
+        dims = graph.node(node_name(name)).attr["shape"].shape.dim
+        if any(d.size < 0 for d in list(dims)[1:]):
+            return True
+    return False
+
+
+def make_feeds(graph_def, inputs: Sequence[str], seed: int = 0, *,
+               given: Optional[Mapping[str, np.ndarray]] = None,
+               unknown_dim: int = UNKNOWN_DIMS[0]) -> Dict[str, np.ndarray]:
+    """Seeded random values for every input placeholder; ``given`` values win."""
     import tensorflow as tf
+    given = {node_name(k): v for k, v in (given or {}).items()}
     rng = np.random.default_rng(seed)
     graph = Graph(graph_def, check_inputs=False)
     feeds = {}
     for name in inputs:
-        node = graph.node(name.split(":")[0])
+        node = graph.node(node_name(name))
         dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
-        shape = placeholder_shape(node)
+        if node.name in given:
+            feeds[name] = np.asarray(given[node.name]).astype(dtype.as_numpy_dtype)
+            continue
+        shape = placeholder_shape(node, unknown_dim)
         if dtype.is_bool:
             value = rng.random(shape) < 0.5
         elif dtype.is_integer:
@@ -95,45 +160,6 @@ def make_feeds(graph_def, inputs: Sequence[str], seed: int = 0) -> Dict[str, np.
     return feeds
 
 
-def run_graph(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -> List[np.ndarray]:
-    """Run a GraphDef once in a TF1 Session."""
-    import tensorflow as tf
-    with tf.Graph().as_default() as graph:
-        try:
-            tf.compat.v1.import_graph_def(graph_def, name="")
-        except (ValueError, TypeError, tf.errors.OpError) as error:   # e.g. an unknown op
-            raise VerificationError(f"TensorFlow cannot import the graph: "
-                                    f"{str(error).splitlines()[0]}") from None
-        with tf.compat.v1.Session(graph=graph, config=plain_session_config()) as session:
-            try:
-                return session.run([tensor_name(o) for o in outputs],
-                                   {tensor_name(k): v for k, v in feeds.items()})
-            except (ValueError, KeyError, TypeError) as error:   # e.g. a feed of the wrong shape
-                raise VerificationError(f"TensorFlow cannot run the graph: "
-                                        f"{str(error).splitlines()[0]}") from None
-            except tf.errors.OpError as error:
-                message = " ".join(error.message.split())[:300]
-                raise VerificationError(f"TensorFlow cannot run the graph: {message}") from None
-
-
-def output_error(name: str, reference: np.ndarray, result: np.ndarray) -> OutputError:
-    reference, result = np.asarray(reference), np.asarray(result)
-    if reference.shape != result.shape:
-        return OutputError(name, float("inf"), float("inf"), tuple(result.shape))
-    if reference.dtype.kind not in "fc":
-        wrong = float(np.count_nonzero(reference != result))
-        return OutputError(name, wrong, wrong, tuple(reference.shape))
-    ref64, res64 = reference.astype(np.float64), result.astype(np.float64)
-    same_nan = np.isnan(ref64) & np.isnan(res64)
-    diff = np.where(same_nan, 0.0, np.abs(ref64 - res64))
-    max_abs = float(np.max(diff, initial=0.0))
-    if np.isnan(max_abs):
-        return OutputError(name, float("inf"), float("inf"), tuple(reference.shape))
-    magnitude = float(np.max(np.abs(np.where(same_nan, 0.0, ref64)), initial=0.0))
-    return OutputError(name, max_abs, max_abs / max(magnitude, np.finfo(np.float32).tiny),
-                       tuple(reference.shape))
-
-
 def nudge(feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
     """Float feeds moved by about one float32 rounding step; others unchanged."""
     step = np.float32(2.0 ** -23)
@@ -141,26 +167,166 @@ def nudge(feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
             for k, v in feeds.items()}
 
 
+# ---------------------------------------------------------------- running
+def run_graph(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str], *,
+              timeout: float = DEFAULT_TIMEOUT, label: str = "the graph") -> List[np.ndarray]:
+    """Run a GraphDef once in a TF1 Session, within ``timeout`` seconds."""
+    import tensorflow as tf
+    with tf.Graph().as_default() as graph:
+        try:
+            tf.compat.v1.import_graph_def(graph_def, name="")
+        except (ValueError, TypeError, tf.errors.OpError) as error:   # e.g. an unknown op
+            raise VerificationError(f"TensorFlow cannot import {label}: "
+                                    f"{first_line(error)}") from None
+        present = {n.name for n in graph_def.node}
+        feed = {tensor_name(k): v for k, v in feeds.items() if node_name(k) in present}
+        options = tf.compat.v1.RunOptions(timeout_in_ms=max(1, int(timeout * 1000)))
+        with tf.compat.v1.Session(graph=graph, config=plain_session_config()) as session:
+            try:
+                return session.run([tensor_name(o) for o in outputs], feed, options=options)
+            except tf.errors.DeadlineExceededError:
+                raise GraphTimeout(
+                    f"{label} did not finish within {timeout:g} s (an empty input queue, or a "
+                    "loop the test inputs never end?); give real inputs with --feed NAME=VALUE "
+                    "or --input-shape, or a longer --verify-timeout") from None
+            except (ValueError, KeyError, TypeError) as error:   # e.g. a feed of the wrong shape
+                raise VerificationError(f"TensorFlow cannot run {label}: "
+                                        f"{first_line(error)}") from None
+            except tf.errors.OpError as error:
+                raise VerificationError(f"TensorFlow cannot run {label}: "
+                                        f"{first_line(error.message)}") from None
+
+
+# ---------------------------------------------------------------- comparing
+def output_error(name: str, reference: np.ndarray, result: np.ndarray) -> OutputError:
+    reference, result = np.asarray(reference), np.asarray(result)
+    if reference.shape != result.shape:
+        return OutputError(name, float("inf"), float("inf"), tuple(result.shape))
+    if reference.dtype.kind not in "fc":
+        wrong = float(np.count_nonzero(reference != result))
+        return OutputError(name, wrong, wrong, tuple(reference.shape))
+    ref64, res64 = reference.astype(np.complex128 if reference.dtype.kind == "c" else np.float64), \
+        result.astype(np.complex128 if result.dtype.kind == "c" else np.float64)
+    finite = np.isfinite(ref64)
+    nonfinite = int(finite.size - np.count_nonzero(finite))
+    same_specials = np.array_equal(np.isnan(ref64), np.isnan(res64)) and \
+        np.array_equal(np.where(finite, 0, ref64), np.where(np.isfinite(res64), 0, res64))
+    if not same_specials:          # NaN/Inf where the original has none, or the reverse
+        return OutputError(name, float("inf"), float("inf"), tuple(reference.shape), nonfinite)
+    diff = np.abs(ref64[finite] - res64[finite])
+    max_abs = float(np.max(diff, initial=0.0))
+    magnitude = float(np.max(np.abs(ref64[finite]), initial=0.0))
+    return OutputError(name, max_abs, max_abs / max(magnitude, np.finfo(np.float32).tiny),
+                       tuple(reference.shape), nonfinite)
+
+
+def comparable_reference(original, optimized) -> Tuple[object, object, Optional[str]]:
+    """The original and optimized graphs made comparable where they hold random ops (see module
+    doc): (reference, optimized, note about the reference or None)."""
+    kept = {n.name: n.op for n in optimized.node}
+    random_nodes = [n for n in original.node if n.op in UNIFORM_OPS | NORMAL_OPS | SEEDED_OPS]
+    if not random_nodes and not any(n.op in SEEDED_OPS for n in optimized.node):
+        return original, optimized, None
+    reference, seeded = Graph(original, check_inputs=False), Graph(optimized, check_inputs=False)
+    neutral = []
+    for node in random_nodes:
+        if kept.get(node.name) == node.op:
+            _fix_seed(reference, node.name)
+            _fix_seed(seeded, node.name)
+        elif node.op in UNIFORM_OPS | NORMAL_OPS:
+            _neutralize(reference, node.name)
+            neutral.append(node.name)
+        else:
+            raise VerificationError(f"cannot compare: random op '{node.name}' ({node.op}) was "
+                                    "removed and has no neutral value")
+    for node in optimized.node:
+        if node.op in SEEDED_OPS and node.name not in kept.keys() & {n.name for n in random_nodes}:
+            _fix_seed(seeded, node.name)
+    note = (f"original graph with its {len(neutral)} random op(s) at their neutral value "
+            "(dropout keeps everything, noise is 0)") if neutral else None
+    return reference.to_graph_def(), seeded.to_graph_def(), note
+
+
+def _fix_seed(graph: Graph, name: str) -> None:
+    node = graph.mutable(name)
+    node.attr["seed"].i = FIXED_SEED
+    node.attr["seed2"].i = abs(hash(name)) % (2 ** 31) or 1
+
+
+def _neutralize(graph: Graph, name: str) -> None:
+    """A random op becomes ``Fill(shape, v)``: v = largest value below 1 (uniform), or 0."""
+    import tensorflow as tf
+    node = graph.node(name)
+    dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
+    shape = graph.inputs(name)[0]
+    index_type = node.attr["T"].type if "T" in node.attr else node.attr["Tshape"].type
+    one, zero = np.array(1, dtype.as_numpy_dtype), np.array(0, dtype.as_numpy_dtype)
+    value = np.nextafter(one, zero) if node.op in UNIFORM_OPS else zero
+    constant = graph.add_const(name + "/neutral_value", value)
+    graph.remove([name])
+    graph.new_node("Fill", name, [shape, constant],
+                   {"T": dtype, "index_type": tf.dtypes.as_dtype(index_type)})
+
+
+# ---------------------------------------------------------------- the check
+def run_reference(original, inputs: Sequence[str], outputs: Sequence[str],
+                  settings: Mapping[str, np.ndarray], *, seed: int, given, timeout: float):
+    """Feeds that make the original run with non-empty outputs, and its outputs. Free dims are
+    tried at growing sizes; an original that cannot run at all is the user's input at fault."""
+    sizes = UNKNOWN_DIMS if has_free_dims(original, inputs) else UNKNOWN_DIMS[:1]
+    problem = None
+    for size in sizes:
+        feeds = make_feeds(original, inputs, seed, given=given, unknown_dim=size)
+        try:
+            expected = run_graph(original, {**feeds, **settings}, outputs, timeout=timeout,
+                                 label="the original graph")
+        except GraphTimeout:
+            raise                    # a deadline is no proof the input is bad: exit 1, not 2
+        except VerificationError as error:
+            problem = str(error)
+            continue
+        empty = [o for o, value in zip(outputs, expected) if np.size(value) == 0]
+        if not empty:
+            return feeds, expected
+        problem = (f"output '{empty[0]}' is empty with free dimensions of size {size}")
+    free = [n for n in inputs if node_name(n) not in {node_name(k) for k in (given or {})}]
+    hint = f"; give real sizes with --input-shape {free[0]}=D0,D1,..." if free else \
+        "; check the --feed values"
+    raise OriginalDoesNotRun(f"the input graph does not run on test inputs: {problem}{hint}")
+
+
 def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
-           training_flags: Sequence[str] = (), *, tolerance: float = DEFAULT_TOLERANCE,
-           seed: int = 0, feeds: Optional[Dict[str, np.ndarray]] = None,
-           reference_note: Optional[str] = None) -> Verification:
-    """Compare every output of ``optimized`` with ``original`` on the same random feeds."""
-    feeds = make_feeds(original, inputs, seed) if feeds is None else feeds
-    flags = {name: np.bool_(False) for name in training_flags}
-    try:
-        expected = run_graph(original, {**feeds, **flags}, outputs)
-    except VerificationError as error:
-        raise OriginalDoesNotRun(f"the input graph does not run: {error}") from None
-    optimized_inputs = {n.name for n in optimized.node}
-    actual = run_graph(optimized, {k: v for k, v in feeds.items()
-                                   if k.split(":")[0] in optimized_inputs}, outputs)
+           settings: Mapping[str, object] = (), *, tolerance: float = DEFAULT_TOLERANCE,
+           seed: int = 0, given: Optional[Mapping[str, np.ndarray]] = None,
+           timeout: float = DEFAULT_TIMEOUT, reference_note: Optional[str] = None) -> Verification:
+    """Compare every output of ``optimized`` with ``original`` on the same feeds. ``settings``
+    are values the original is fed besides the inputs: training flags False, dropout knobs at
+    their inference value (a list of names means bool flags set False)."""
+    settings = _settings(settings)
+    reference, optimized, random_note = comparable_reference(original, optimized)
+    feeds, expected = run_reference(reference, inputs, outputs, settings, seed=seed,
+                                    given=given, timeout=timeout)
+    actual = run_graph(optimized, feeds, outputs, timeout=timeout,
+                       label="the optimized graph")
     errors = [output_error(name, e, a) for name, e, a in zip(outputs, expected, actual)]
-    verification = Verification(errors, tolerance)
-    if verification.max_error > tolerance:      # only then is the floor worth a third run
-        nudged = run_graph(original, {**nudge(feeds), **flags}, outputs)
-        verification.noise_floor = max(output_error(n, e, a).max_rel
-                                       for n, e, a in zip(outputs, expected, nudged))
-    if reference_note:
-        verification.reference = reference_note
+    verification = Verification(errors, tolerance, feeds=feeds)
+    notes = [note for note in (reference_note, random_note) if note]
+    if notes:
+        verification.reference = "; ".join(notes)
+    if verification.max_error > tolerance:      # only then is the floor worth two more runs
+        again = run_graph(reference, {**feeds, **settings}, outputs, timeout=timeout,
+                          label="the original graph")
+        verification.deterministic = all(np.array_equal(a, b, equal_nan=True)
+                                         for a, b in zip(expected, again))
+        if verification.deterministic:
+            nudged = run_graph(reference, {**nudge(feeds), **settings}, outputs,
+                               timeout=timeout, label="the original graph")
+            verification.noise_floor = max(output_error(n, e, a).max_rel
+                                           for n, e, a in zip(outputs, expected, nudged))
     return verification
+
+
+def _settings(settings) -> Dict[str, np.ndarray]:
+    if isinstance(settings, Mapping):
+        return {tensor_name(k): np.asarray(v) for k, v in settings.items()}
+    return {tensor_name(name): np.bool_(False) for name in settings}

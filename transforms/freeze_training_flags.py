@@ -1,12 +1,19 @@
-"""freeze-training-flags: bool training switches become ``Const False``.
+"""freeze-training-flags: training switches and dropout knobs become constants.
 
-Which placeholders are training flags is the interface's call (``tfsurgery.interface``). Replacing it by a constant is what lets the later transforms see which side of
-every ``tf.cond`` is live.
+Which placeholders are switches is the interface's call (``tfsurgery.interface``): bool training
+flags (``training``, ``is_training``, ``keras_learning_phase``, ... or ``--training-flag NAME``)
+become ``Const False``; float placeholders that only steer dropout (``keep_prob`` → 1.0, a dropout
+``rate`` → 0.0) and any ``--training-flag NAME=VALUE`` become that constant. Replacing them is what
+lets the later transforms see which side of every ``tf.cond`` is live and that dropout is off.
+Verification feeds the original the same values.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tfsurgery.graph import Graph
 from tfsurgery.interface import is_training_flag
+from tfsurgery.ops import PLACEHOLDER_OPS
 from tfsurgery.transform import Options, TransformReport, transform
 
 
@@ -14,20 +21,33 @@ from tfsurgery.transform import Options, TransformReport, transform
 def freeze_training_flags(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("freeze-training-flags")
     for node in graph:
-        if not is_training_flag(node, options.training_flags):
+        if node.name in options.inference_values:
+            value = options.inference_values[node.name]
+        elif is_training_flag(node, options.training_flags):
+            value = False
+        else:
+            continue
+        if node.op not in PLACEHOLDER_OPS:
+            report.skip(node.name, f"named as a training switch but a {node.op}, not a placeholder")
             continue
         report.matched += 1
-        node = graph.mutable(node.name)
-        for key in list(node.attr):
-            del node.attr[key]
-        for index in reversed(range(len(node.input))):   # PlaceholderWithDefault's default value
-            graph.remove_input(node.name, index)
-        node.op = "Const"
-        graph.set_const_value(node.name, False)
+        _make_constant(graph, node.name, value)
         report.rewritten.append(node.name)
-    for name in options.training_flags:
+        report.notes.append(f"{node.name} = {value}")
+    for name in list(options.training_flags) + list(options.inference_values):
         if name not in graph:
             report.notes.append(f"training flag '{name}' not found in the graph")
-        elif name not in report.rewritten:
+        elif name not in report.rewritten and not any(n == name for n, _ in report.skipped):
             report.skip(name, "named as a training flag but not a bool placeholder")
     return report
+
+
+def _make_constant(graph: Graph, name: str, value) -> None:
+    import tensorflow as tf
+    node = graph.mutable(name)
+    dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
+    for key in list(node.attr):
+        del node.attr[key]
+    graph.remove_inputs(name, range(len(node.input)))     # PlaceholderWithDefault's default value
+    node.op = "Const"
+    graph.set_const_value(name, np.asarray(value, dtype.as_numpy_dtype))
