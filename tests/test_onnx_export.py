@@ -114,7 +114,7 @@ def test_large_model_path_writes_external_data(tmp_path, monkeypatch, ort_optimi
 def test_mismatch_is_reported_and_nothing_written(lean, tmp_path, monkeypatch):
     real = onnx_export.run_onnx
     monkeypatch.setattr(onnx_export, "run_onnx",
-                        lambda *a: [x + 0.1 for x in real(*a)])   # a conversion bug
+                        lambda *a, **k: [x + 0.1 for x in real(*a, **k)])   # a conversion bug
     out = tmp_path / "bad.onnx"
     result = onnx_export.export(lean.graph_def, lean.inputs, lean.outputs, out)
     assert not result.passed and result.max_error > 0.01
@@ -157,7 +157,7 @@ def test_export_of_the_demo_lands_in_the_working_directory(tmp_path, monkeypatch
 def test_onnx_mismatch_exits_1_with_the_error_and_writes_nothing(pb, tmp_path, monkeypatch,
                                                                  capsys):
     real = onnx_export.run_onnx
-    monkeypatch.setattr(onnx_export, "run_onnx", lambda *a: [x * 1.5 for x in real(*a)])
+    monkeypatch.setattr(onnx_export, "run_onnx", lambda *a, **k: [x * 1.5 for x in real(*a, **k)])
     code = main([str(pb), "--bn-fold", "--onnx", str(tmp_path / "m.onnx"), "-q"])
     err = capsys.readouterr().err
     assert code == 1 and "ONNX check FAILED" in err and "tolerance 0.0001" in err

@@ -83,8 +83,12 @@ def test_user_named_training_flag_is_frozen(article):
             if text.lstrip("^") == "training":
                 n.input[i] = text.replace("training", "mode_switch")
     built = tf1.BuiltModel(renamed, article.inputs, article.outputs, None)
-    untouched = optimize(built, bn_fold=False, verify=False)
+    untouched = optimize(built, ["remove-switch-merge"], bn_fold=False, verify=False)
     assert "Switch" in ops(untouched.graph_def)      # not a known name: left alone
+    # Unfed, a PlaceholderWithDefault is its default (False): that alone collapses the conds.
+    by_default = optimize(built)
+    assert report_of(by_default, "freeze-placeholder-defaults").rewritten == ["mode_switch"]
+    assert "Switch" not in ops(by_default.graph_def)
     frozen = optimize(built, training_flags=["mode_switch"])
     assert report_of(frozen, "freeze-training-flags").rewritten == ["mode_switch"]
     assert "Switch" not in ops(frozen.graph_def)

@@ -8,10 +8,10 @@ their inference values. The error of an output is max|optimized − original| / 
 the finite values; NaN and ±Inf must sit at exactly the same positions in both.
 
 It never passes without comparing real numbers:
-- random ops the transforms removed (dropout) take their neutral value in the reference, built
-  here from the original (uniform → the largest value below 1, so every dropout mask keeps; normal
-  → 0): "dropout off" does not depend on the transform under test. Random ops still present in
-  both graphs get the same fixed seeds. Any other random op: the check says it cannot compare.
+- random ops get the same fixed seeds in both graphs; those the transforms removed (dropout,
+  noise) take their expected or neutral value in the reference, built from the original by
+  ``tfsurgery.reference`` — never by the transform under test. No neutral value: the check says
+  it cannot compare.
 - the float32 *noise floor* — how far the original's own outputs move when its float inputs move
   by one rounding step (relative 2^-23) — excuses at most NOISE_FACTOR × that floor, capped at
   NOISE_CAP, and only when the reference is deterministic (two runs agree bit for bit).
@@ -28,6 +28,7 @@ import numpy as np
 from tfsurgery.errors import InputError, OriginalDoesNotRun, VerificationError
 from tfsurgery.graph import Graph, parse_ref
 from tfsurgery.ops import first_line, node_name, tensor_name
+from tfsurgery.reference import comparable_reference
 from tfsurgery.tfsession import plain_session_config
 
 UNKNOWN_BATCH = 2
@@ -37,14 +38,6 @@ DEFAULT_TIMEOUT = 120.0                 # seconds per graph run
 NOISE_FACTOR = 4
 NOISE_CAP = 1e-3                        # the noise floor never excuses a larger relative error
 
-UNIFORM_OPS = frozenset({"RandomUniform", "StatelessRandomUniform", "StatelessRandomUniformV2"})
-NORMAL_OPS = frozenset({"RandomStandardNormal", "TruncatedNormal", "StatelessRandomNormal",
-                        "StatelessRandomNormalV2", "StatelessTruncatedNormal",
-                        "StatelessTruncatedNormalV2"})
-SEEDED_OPS = frozenset({"RandomUniform", "RandomStandardNormal", "TruncatedNormal",
-                        "RandomUniformInt", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
-                        "RandomShuffle", "Multinomial"})
-FIXED_SEED = 87654321
 
 
 class GraphTimeout(VerificationError):
@@ -220,54 +213,6 @@ def output_error(name: str, reference: np.ndarray, result: np.ndarray) -> Output
                        tuple(reference.shape), nonfinite)
 
 
-def comparable_reference(original, optimized) -> Tuple[object, object, Optional[str]]:
-    """The original and optimized graphs made comparable where they hold random ops (see module
-    doc): (reference, optimized, note about the reference or None)."""
-    kept = {n.name: n.op for n in optimized.node}
-    random_nodes = [n for n in original.node if n.op in UNIFORM_OPS | NORMAL_OPS | SEEDED_OPS]
-    if not random_nodes and not any(n.op in SEEDED_OPS for n in optimized.node):
-        return original, optimized, None
-    reference, seeded = Graph(original, check_inputs=False), Graph(optimized, check_inputs=False)
-    neutral = []
-    for node in random_nodes:
-        if kept.get(node.name) == node.op:
-            _fix_seed(reference, node.name)
-            _fix_seed(seeded, node.name)
-        elif node.op in UNIFORM_OPS | NORMAL_OPS:
-            _neutralize(reference, node.name)
-            neutral.append(node.name)
-        else:
-            raise VerificationError(f"cannot compare: random op '{node.name}' ({node.op}) was "
-                                    "removed and has no neutral value")
-    for node in optimized.node:
-        if node.op in SEEDED_OPS and node.name not in kept.keys() & {n.name for n in random_nodes}:
-            _fix_seed(seeded, node.name)
-    note = (f"original graph with its {len(neutral)} random op(s) at their neutral value "
-            "(dropout keeps everything, noise is 0)") if neutral else None
-    return reference.to_graph_def(), seeded.to_graph_def(), note
-
-
-def _fix_seed(graph: Graph, name: str) -> None:
-    node = graph.mutable(name)
-    node.attr["seed"].i = FIXED_SEED
-    node.attr["seed2"].i = abs(hash(name)) % (2 ** 31) or 1
-
-
-def _neutralize(graph: Graph, name: str) -> None:
-    """A random op becomes ``Fill(shape, v)``: v = largest value below 1 (uniform), or 0."""
-    import tensorflow as tf
-    node = graph.node(name)
-    dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
-    shape = graph.inputs(name)[0]
-    index_type = node.attr["T"].type if "T" in node.attr else node.attr["Tshape"].type
-    one, zero = np.array(1, dtype.as_numpy_dtype), np.array(0, dtype.as_numpy_dtype)
-    value = np.nextafter(one, zero) if node.op in UNIFORM_OPS else zero
-    constant = graph.add_const(name + "/neutral_value", value)
-    graph.remove([name])
-    graph.new_node("Fill", name, [shape, constant],
-                   {"T": dtype, "index_type": tf.dtypes.as_dtype(index_type)})
-
-
 # ---------------------------------------------------------------- the check
 def run_reference(original, inputs: Sequence[str], outputs: Sequence[str],
                   settings: Mapping[str, np.ndarray], *, seed: int, given, timeout: float):
@@ -303,7 +248,8 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
     are values the original is fed besides the inputs: training flags False, dropout knobs at
     their inference value (a list of names means bool flags set False)."""
     settings = _settings(settings)
-    reference, optimized, random_note = comparable_reference(original, optimized)
+    reference, optimized, random_note = comparable_reference(
+        original, optimized, {node_name(k): v for k, v in settings.items()})
     feeds, expected = run_reference(reference, inputs, outputs, settings, seed=seed,
                                     given=given, timeout=timeout)
     actual = run_graph(optimized, feeds, outputs, timeout=timeout,

@@ -4,11 +4,13 @@
 is added by ``--bn-fold``). To add a transform: write its module, mark its function with
 ``@transform("name")``, and put it in ``PIPELINE`` where it belongs.
 """
-from tfsurgery.transforms import (fold_batch_norm, fold_constants, freeze_training_flags, prune,
-                                  remove_dropout, remove_identity, remove_switch_merge)
+from tfsurgery.transforms import (fold_batch_norm, fold_constants, freeze_placeholder_defaults,
+                                  freeze_training_flags, prune, remove_dropout, remove_identity,
+                                  remove_switch_merge)
 
 PIPELINE = (
     freeze_training_flags.freeze_training_flags,
+    freeze_placeholder_defaults.freeze_placeholder_defaults,
     remove_switch_merge.remove_switch_merge,
     remove_dropout.remove_dropout,
     remove_identity.remove_identity,

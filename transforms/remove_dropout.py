@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Optional, Set
 
+from tfsurgery.constants import constant_nodes
 from tfsurgery.graph import Graph, Ref
+from tfsurgery.ops import PLACEHOLDER_OPS
 from tfsurgery.transform import Options, TransformReport, transform
 
 RANDOM_OPS = frozenset({"RandomUniform", "StatelessRandomUniform", "StatelessRandomUniformV2",
@@ -25,7 +27,7 @@ MASK_OPS = frozenset({"Add", "AddV2", "Sub", "Mul", "Floor", "GreaterEqual", "Gr
 SCALE_OPS = frozenset({"Mul", "RealDiv", "Div"})
 
 
-def mask_cone(graph: Graph, random_node: str) -> Set[str]:
+def mask_cone(graph: Graph, random_node: str, constant: Set[str]) -> Set[str]:
     """Nodes computed from the random tensor alone (plus constants): the dropout mask."""
     cone, stack = {random_node}, [random_node]
     while stack:
@@ -33,35 +35,36 @@ def mask_cone(graph: Graph, random_node: str) -> Set[str]:
             if consumer in cone or graph.op(consumer) not in MASK_OPS:
                 continue
             others = [r for r in graph.inputs(consumer) if r.node not in cone]
-            if all(_is_scalar_like(graph, r) for r in others):
+            if all(_is_scalar_like(graph, r, constant) for r in others):
                 cone.add(consumer)
                 stack.append(consumer)
     return cone
 
 
-def _is_scalar_like(graph: Graph, ref: Ref) -> bool:
-    """A constant, or a scalar placeholder such as TF1's ``keep_prob``."""
-    if graph.is_const(ref):
+def _is_scalar_like(graph: Graph, ref: Ref, constant: Set[str]) -> bool:
+    """A constant (computed from constants, e.g. the ``max - min`` range of a random_uniform),
+    or a scalar placeholder such as TF1's ``keep_prob``."""
+    if ref.node in constant or graph.is_const(ref):
         return True
     node = graph.node(graph.resolve(ref).node)
-    return node.op in ("Placeholder", "PlaceholderWithDefault") and \
+    return node.op in PLACEHOLDER_OPS and \
         "shape" in node.attr and len(node.attr["shape"].shape.dim) == 0 and \
         not node.attr["shape"].shape.unknown_rank
 
 
-def unscaled_input(graph: Graph, scaled: Ref) -> Optional[Ref]:
+def unscaled_input(graph: Graph, scaled: Ref, constant: Set[str]) -> Optional[Ref]:
     """For x' = x * c or x / c, return x."""
     if graph.op(scaled) not in SCALE_OPS:
         return None
     a, b = graph.inputs(scaled.node)
-    if _is_scalar_like(graph, b):
+    if _is_scalar_like(graph, b, constant):
         return a
-    if graph.op(scaled) == "Mul" and _is_scalar_like(graph, a):
+    if graph.op(scaled) == "Mul" and _is_scalar_like(graph, a, constant):
         return b
     return None
 
 
-def dropout_applications(graph: Graph, cone: Set[str]):
+def dropout_applications(graph: Graph, cone: Set[str], constant: Set[str]):
     """(node applying the mask, the data x it should be replaced by) for one mask cone."""
     for name in list(cone):
         for consumer in graph.consumer_nodes(name):
@@ -71,21 +74,24 @@ def dropout_applications(graph: Graph, cone: Set[str]):
             op = graph.op(consumer)
             if op == "SelectV2" or op == "Select":
                 if inputs[0].node in cone and graph.is_const(inputs[2]):
-                    yield consumer, unscaled_input(graph, inputs[1])
+                    yield consumer, unscaled_input(graph, inputs[1], constant)
             elif op == "Mul":
                 data = [r for r in inputs if r.node not in cone]
                 if len(data) == 1:
-                    yield consumer, unscaled_input(graph, data[0])
+                    yield consumer, unscaled_input(graph, data[0], constant)
 
 
 @transform("remove-dropout")
 def remove_dropout(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("remove-dropout")
+    if not any(node.op in RANDOM_OPS for node in graph):
+        return report
+    constant = constant_nodes(graph)
     for node in graph:
         if node.op not in RANDOM_OPS or node.name not in graph:
             continue
-        cone = mask_cone(graph, node.name)
-        for apply_node, data in list(dropout_applications(graph, cone)):
+        cone = mask_cone(graph, node.name, constant)
+        for apply_node, data in list(dropout_applications(graph, cone, constant)):
             report.matched += 1
             if data is None:
                 report.skip(apply_node, "random mask without a recognisable x*scale input")
@@ -99,6 +105,5 @@ def remove_dropout(graph: Graph, options: Options) -> TransformReport:
             report.rewritten.append(apply_node)
     if report.rewritten:
         report.notes.append(f"{len(report.rewritten)} dropout(s) outside any training cond replaced "
-                            "by the identity (their inference-mode value); verification compares "
-                            "against the original with dropout off")
+                            "by the identity (their inference-mode value)")
     return report

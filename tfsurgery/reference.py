@@ -1,0 +1,175 @@
+"""Reference graphs verification can compare against, built from the original alone.
+
+Random ops make two runs of a graph differ. Those still present in both graphs get the same fixed
+seeds. Those the transforms removed (dropout, noise layers) are replaced in the reference by their
+inference meaning, derived here from the original and never from the transform under test:
+- a dropout mask ``m`` from a uniform ``u`` — ``floor(keep + u)`` (TF1) or ``u >= rate`` (TF2,
+  Keras) — becomes its expected value ``p`` (``keep``, or ``1 - rate``, read from the mask's own
+  comparison), so ``x · scale · m`` becomes ``x · scale · p = x``: dropout off;
+- any other uniform becomes 1 − machine epsilon (every mask keeps), a normal becomes 0 (noise off).
+Other random ops that were removed have no neutral value: the check says it cannot compare.
+"""
+from __future__ import annotations
+
+import zlib
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+from tfsurgery.errors import VerificationError
+from tfsurgery.graph import Graph, Ref
+
+UNIFORM_OPS = frozenset({"RandomUniform", "StatelessRandomUniform", "StatelessRandomUniformV2"})
+NORMAL_OPS = frozenset({"RandomStandardNormal", "TruncatedNormal", "StatelessRandomNormal",
+                        "StatelessRandomNormalV2", "StatelessTruncatedNormal",
+                        "StatelessTruncatedNormalV2"})
+SEEDED_OPS = frozenset({"RandomUniform", "RandomStandardNormal", "TruncatedNormal",
+                        "RandomUniformInt", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
+                        "RandomShuffle", "Multinomial"})
+FIXED_SEED = 87654321
+MASK_SCALE_OPS = ("Mul", "Add", "AddV2", "Sub")      # u·(max − min) + min on its way to the mask
+
+
+def comparable_reference(original, optimized,
+                         settings=None) -> Tuple[object, object, Optional[str]]:
+    """The original and optimized graphs made comparable where they hold random ops (see module
+    doc): (reference, optimized, note about the reference or None). ``settings`` are the values
+    the original is fed besides its inputs (a dropout's ``keep_prob``)."""
+    kept = {n.name: n.op for n in optimized.node}
+    random_nodes = [n for n in original.node if n.op in UNIFORM_OPS | NORMAL_OPS | SEEDED_OPS]
+    if not random_nodes and not any(n.op in SEEDED_OPS for n in optimized.node):
+        return original, optimized, None
+    reference, seeded = Graph(original, check_inputs=False), Graph(optimized, check_inputs=False)
+    neutral = []
+    for node in random_nodes:
+        if kept.get(node.name) == node.op:
+            _fix_seed(reference, node.name)
+            _fix_seed(seeded, node.name)
+        elif node.op in UNIFORM_OPS | NORMAL_OPS:
+            if not (node.op in UNIFORM_OPS and _expect_mask(reference, node.name, settings or {})):
+                _neutralize(reference, node.name)
+            neutral.append(node.name)
+        else:
+            raise VerificationError(f"cannot compare: random op '{node.name}' ({node.op}) was "
+                                    "removed and has no neutral value")
+    for node in optimized.node:
+        if node.op in SEEDED_OPS and node.name not in kept.keys() & {n.name for n in random_nodes}:
+            _fix_seed(seeded, node.name)
+    note = (f"original graph with its {len(neutral)} random op(s) at their expected or neutral "
+            "value (dropout off, noise 0)") if neutral else None
+    return reference.to_graph_def(), seeded.to_graph_def(), note
+
+
+def _fix_seed(graph: Graph, name: str) -> None:
+    node = graph.mutable(name)
+    node.attr["seed"].i = FIXED_SEED
+    node.attr["seed2"].i = zlib.crc32(name.encode()) % (2 ** 31) or 1
+
+
+def _neutralize(graph: Graph, name: str) -> None:
+    """A random op becomes ``Fill(shape, v)``: v = 1 − machine epsilon (uniform), or 0. Not the
+    largest value below 1: TF1 dropout's ``floor(keep_prob + u)`` must stay 1 for keep_prob = 1,
+    and 1 + (largest below 1) rounds to 2."""
+    import tensorflow as tf
+    node = graph.node(name)
+    dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
+    shape = graph.inputs(name)[0]
+    index_type = node.attr["T"].type if "T" in node.attr else node.attr["Tshape"].type
+    numpy_type = dtype.as_numpy_dtype
+    value = np.array(1 - np.finfo(numpy_type).eps if node.op in UNIFORM_OPS else 0, numpy_type)
+    constant = graph.add_const(name + "/neutral_value", value)
+    graph.remove([name])
+    graph.new_node("Fill", name, [shape, constant],
+                   {"T": dtype, "index_type": tf.dtypes.as_dtype(index_type)})
+
+
+
+
+def _expect_mask(graph: Graph, uniform: str, settings: Dict[str, object]) -> bool:
+    """Replace the dropout mask a uniform ``u`` feeds by its expected value (module doc). False,
+    with nothing changed, when ``u`` feeds no mask of a known form."""
+    low, high, current = 0.0, 1.0, uniform          # u' = current is uniform on [low, high)
+    while True:
+        readers = graph.consumers(current)
+        if len(readers) != 1:
+            return False
+        node = graph.node(readers[0].node)
+        others = [ref for ref in graph.inputs(node.name) if ref.node != current]
+        value = _scalar(graph, others[0], settings) if len(others) == 1 else None
+        if value is None:
+            return False
+        mine_first = readers[0].index == 0
+        if node.op in ("Add", "AddV2") and _single_reader_op(graph, node.name) == "Floor":
+            keep = _probability(low + value, high + value, at_least=1.0)  # floor(keep + u) = 1
+            floor = graph.consumers(node.name)[0].node
+            return _replace_by_probability(graph, floor, Ref(node.name), keep)
+        if node.op in ("GreaterEqual", "Greater", "Less", "LessEqual") and mine_first:
+            keep = _probability(low, high, at_least=value)
+            keep = keep if node.op.startswith("Greater") else 1.0 - keep
+            return _apply_expected(graph, node.name, keep)
+        if node.op == "Mul" and value > 0:
+            low, high = low * value, high * value
+        elif node.op in ("Add", "AddV2") or (node.op == "Sub" and mine_first):
+            shift = value if node.op != "Sub" else -value
+            low, high = low + shift, high + shift
+        else:
+            return False
+        current = node.name
+
+
+def _probability(low: float, high: float, *, at_least: float) -> float:
+    """P(u' >= at_least) for u' uniform on [low, high)."""
+    return float(np.clip((high - max(low, at_least)) / (high - low), 0.0, 1.0))
+
+
+def _apply_expected(graph: Graph, compare: str, keep: float) -> bool:
+    """The bool mask ``compare`` is read by a Cast (→ its expected value) or a Select."""
+    readers = graph.consumers(compare)
+    if len(readers) != 1:
+        return False
+    reader = graph.node(readers[0].node)
+    if reader.op == "Cast":
+        return _replace_by_probability(graph, reader.name, Ref(compare), keep)
+    if reader.op in ("Select", "SelectV2") and readers[0].index == 0:
+        data = graph.inputs(reader.name)[1]
+        dtype = reader.attr["T"]
+        constant = graph.add_const(reader.name + "/expected_mask", np.array(keep, _numpy(dtype)))
+        graph.remove([reader.name])
+        graph.new_node("Mul", reader.name, [data, constant], {"T": dtype})
+        return True
+    return False
+
+
+def _replace_by_probability(graph: Graph, mask: str, shaped_like: Ref, keep: float) -> bool:
+    """Node ``mask`` becomes Fill(Shape(shaped_like), keep), in the mask's dtype."""
+    import tensorflow as tf
+    node = graph.node(mask)
+    dtype = node.attr["T"] if node.op == "Floor" else node.attr["DstT"]
+    shape = graph.new_node("Shape", mask + "/expected_shape", [shaped_like],
+                           {"T": graph.node(shaped_like.node).attr["T"] if "T" in
+                            graph.node(shaped_like.node).attr else tf.bool,
+                            "out_type": tf.int32})
+    constant = graph.add_const(mask + "/expected_mask", np.array(keep, _numpy(dtype)))
+    graph.remove([mask])
+    graph.new_node("Fill", mask, [shape.name, constant],
+                   {"T": tf.dtypes.as_dtype(dtype.type), "index_type": tf.int32})
+    return True
+
+
+def _scalar(graph: Graph, ref: Ref, settings: Dict[str, object]) -> Optional[float]:
+    """A scalar constant or fed setting's value, else None."""
+    value = graph.const_value(ref)
+    if value is None:
+        value = settings.get(graph.resolve(ref).node)
+    value = None if value is None else np.asarray(value)
+    return float(value) if value is not None and value.size == 1 else None
+
+
+def _single_reader_op(graph: Graph, name: str) -> Optional[str]:
+    readers = graph.consumers(name)
+    return graph.op(readers[0].node) if len(readers) == 1 else None
+
+
+def _numpy(dtype_attr):
+    import tensorflow as tf
+    return tf.dtypes.as_dtype(dtype_attr.type).as_numpy_dtype
