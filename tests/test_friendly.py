@@ -36,6 +36,7 @@ def test_bench_subcommand_reports_both_runtimes(article_pb, tmp_path, capsys):
                  "--report-json", str(report)]) == 0
     text = capsys.readouterr().out
     assert "tensorflow" in text and "onnxruntime" in text and "speed-up" in text
+    assert "each runtime in its own process" in text and "intra-op threads" in text
     timings = json.loads(report.read_text())["timings"]
     assert {(t["runtime"], t["variant"]) for t in timings} == {
         (r, v) for r in ("tensorflow", "onnxruntime") for v in ("original", "optimized")}

@@ -249,5 +249,5 @@ def bench(source: Source, result: Result, *, runs: int = 50, onnx: bool = True) 
     """Latency of the original and the optimized graph, in TensorFlow and onnxruntime."""
     if runs < 1:
         raise InputError("--runs must be at least 1")
-    return latency.bench(source.graph_def, result.graph_def, result.inputs, result.outputs,
-                         result.training_flags, runs=runs, onnx=onnx)
+    return latency.bench(result.before, result.graph_def, result.inputs, result.outputs,
+                         result.settings, feeds=check_feeds(result), runs=runs, onnx=onnx)

@@ -328,9 +328,8 @@ def _check_verification(args, result) -> int:
         v = result.verification
         _say(args, f"verification: {v.summary()}")
         if not v.passed:
-            nonfinite = f" ({v.nonfinite} NaN/Inf output values)" if v.nonfinite else ""
-            print(f"tfsurgery: verification FAILED: max error {v.max_error:.3g} exceeds "
-                  f"{v.allowed:.3g}{nonfinite}; nothing written", file=sys.stderr)
+            print(f"tfsurgery: verification FAILED: {v.failure()}; nothing written",
+                  file=sys.stderr)
             return 1
     elif result.verification_error:
         print(f"tfsurgery: verification FAILED: {result.verification_error}; nothing written",
@@ -425,7 +424,8 @@ def _bench(args, source, transforms) -> int:
              f"{v['original'].median_ms / v['optimized'].median_ms:.2f}x")
             for runtime, v in by_runtime.items()]
     _say(args, f"{source.label}: {len(source.graph_def.node)} → {len(result.graph_def.node)} "
-               f"nodes; median ± interquartile range over {args.runs} interleaved runs, ms")
+               f"nodes; median ± interquartile range over {args.runs} interleaved runs, ms; "
+               f"each runtime in its own process, {timings[0].threads} intra-op threads")
     _say(args, api.format_table(rows, headers=("runtime", "original", "optimized",
                                                "speed-up")))
     if args.report_json:

@@ -1,7 +1,7 @@
 """Which parts of a graph are computed from constants alone, and their values (by TensorFlow).
 
 Shared by the transforms that fold constants, decide cond predicates and drop pointless control
-edges. Stateful and random ops, control flow and placeholders are never constant.
+edges. Stateful and random ops, control flow, placeholders and fake quantization (TFLite reads its ranges) are never constant.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ NEVER_FOLD = PLACEHOLDER_OPS | CONTROL_FLOW_V1_OPS | {"Const", "NoOp", "Assert",
 
 
 def _is_foldable_op(op: str) -> bool:
-    if op in NEVER_FOLD or "Random" in op or "Variable" in op:
+    if op in NEVER_FOLD or "Random" in op or "Variable" in op or op.startswith("FakeQuant"):
         return False
     from tensorflow.python.framework import op_def_registry
     op_def = op_def_registry.get(op)

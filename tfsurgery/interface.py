@@ -179,7 +179,9 @@ def _cut_to_placeholder(graph: Graph, name: str, dims) -> None:
         raise InputError(f"input '{name}': other outputs of {node.op} '{ref.node}' are read too; "
                          "only a single-output tensor can become an input")
     dtype, shape = _output_signature(graph, node, ref.port)
+    sources = [parse_ref(text).node for text in node.input]
     graph.remove([ref.node])
+    _remove_orphans(graph, sources)
     placeholder = graph.new_node("Placeholder", ref.node)
     placeholder.attr["dtype"].type = dtype
     if shape is not None:
@@ -188,6 +190,16 @@ def _cut_to_placeholder(graph: Graph, name: str, dims) -> None:
         _set_shape(placeholder, dims)
     if ref.port:
         graph.rewire(ref, parse_ref(ref.node))
+
+
+def _remove_orphans(graph: Graph, names) -> None:
+    """Remove nodes nothing reads any more (the queue behind a cut dequeue), and theirs."""
+    stack = list(names)
+    while stack:
+        name = stack.pop()
+        if name in graph and not graph.consumers(name, control=True):
+            stack.extend(parse_ref(text).node for text in graph.node(name).input)
+            graph.remove([name])
 
 
 def _output_signature(graph: Graph, node, port: int):

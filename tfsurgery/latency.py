@@ -1,12 +1,18 @@
 """Before/after latency in TensorFlow and onnxruntime: interleaved runs, median and spread.
 
-Interleaving (original, optimized, original, ...) makes both variants share whatever else the
-machine is doing, so their ratio is fair even when absolute times wobble.
+Each runtime is measured in a process of its own (``python -m tfsurgery.latency``), so neither
+runtime's thread pool spins while the other is timed; the thread counts each used are reported.
+Within a process, interleaving (original, optimized, original, ...) makes both variants share
+whatever else the machine is doing, so their ratio is fair even when absolute times wobble.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -14,7 +20,10 @@ from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 
-from tfsurgery.ops import tensor_name
+from tfsurgery.errors import VerificationError
+from tfsurgery.ops import first_line, tensor_name
+
+VARIANTS = ("original", "optimized")
 
 
 @dataclasses.dataclass
@@ -23,6 +32,7 @@ class Timing:
     variant: str
     median_ms: float
     spread_ms: float          # interquartile range
+    threads: int = 0          # intra-op threads the runtime used
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -43,13 +53,17 @@ def interleaved(runners: Dict[str, Callable[[], object]], runs: int, warmup: int
     return times
 
 
-def summarise(runtime: str, times: Dict[str, List[float]]) -> List[Timing]:
+def summarise(runtime: str, times: Dict[str, List[float]], threads: int) -> List[Timing]:
     rows = []
     for variant, seconds in times.items():
         ms = sorted(1000 * s for s in seconds)
         q = statistics.quantiles(ms, n=4) if len(ms) > 1 else [ms[0], ms[0], ms[0]]
-        rows.append(Timing(runtime, variant, statistics.median(ms), q[2] - q[0]))
+        rows.append(Timing(runtime, variant, statistics.median(ms), q[2] - q[0], threads))
     return rows
+
+
+def threads() -> int:
+    return os.cpu_count() or 1
 
 
 def tf_runner(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str]):
@@ -57,16 +71,21 @@ def tf_runner(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str]):
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.import_graph_def(graph_def, name="")
-    session = tf.compat.v1.Session(graph=graph)
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads(),
+                                      inter_op_parallelism_threads=1)
+    session = tf.compat.v1.Session(graph=graph, config=config)
     fetches = [graph.get_tensor_by_name(tensor_name(o)) for o in outputs]
+    present = {n.name for n in graph_def.node}
     feed = {graph.get_tensor_by_name(tensor_name(k)): v for k, v in feeds.items()
-            if k.split(":")[0] in {n.name for n in graph_def.node}}
+            if k.split(":")[0] in present}
     return lambda: session.run(fetches, feed)
 
 
 def ort_runner(model_path: Path, feeds: Dict[str, np.ndarray]):
     import onnxruntime as ort
-    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads()
+    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
     feed = {tensor_name(k): v for k, v in feeds.items()}
     feed = {k: v for k, v in feed.items() if k in names}
@@ -74,21 +93,56 @@ def ort_runner(model_path: Path, feeds: Dict[str, np.ndarray]):
 
 
 def bench(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
-          training_flags: Sequence[str] = (), *, runs: int = 50, onnx: bool = True,
-          seed: int = 0) -> List[Timing]:
-    """Latency of the original and optimized graph, in TF and (optionally) onnxruntime."""
-    from tfsurgery import onnx_export, verify
-    feeds = verify.make_feeds(original, inputs, seed)
-    flags = {name: np.bool_(False) for name in training_flags}
-    rows = summarise("tensorflow", interleaved({
-        "original": tf_runner(original, {**feeds, **flags}, outputs),
-        "optimized": tf_runner(optimized, feeds, outputs)}, runs))
-    if onnx:
-        with tempfile.TemporaryDirectory() as tmp:
-            runners = {}
-            for variant, graph_def in (("original", original), ("optimized", optimized)):
-                path = Path(tmp) / f"{variant}.onnx"
-                onnx_export.export(graph_def, inputs, outputs, path, feeds=feeds)
-                runners[variant] = ort_runner(path, feeds)
-            rows += summarise("onnxruntime", interleaved(runners, runs))
+          settings: Dict[str, object] = None, *, feeds: Dict[str, np.ndarray], runs: int = 50,
+          onnx: bool = True, timeout: float = 600) -> List[Timing]:
+    """Latency of the original and optimized graph, in TF and (optionally) onnxruntime, each
+    runtime in its own process. ``settings`` are fed to the original only (training flags)."""
+    from tfsurgery import onnx_export
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for variant, graph_def in zip(VARIANTS, (original, optimized)):
+            (work / f"{variant}.pb").write_bytes(graph_def.SerializeToString())
+        extra = {k: np.asarray(v) for k, v in (settings or {}).items()}
+        np.savez(work / "original.npz", **{**feeds, **extra})
+        np.savez(work / "optimized.npz", **feeds)
+        (work / "outputs.json").write_text(json.dumps(list(outputs)))
+        rows = _measure("tensorflow", work, runs, timeout)
+        if onnx:
+            for variant, graph_def in zip(VARIANTS, (original, optimized)):
+                onnx_export.export(graph_def, inputs, outputs, work / f"{variant}.onnx",
+                                   feeds={**feeds, **(extra if variant == "original" else {})})
+            rows += _measure("onnxruntime", work, runs, timeout)
     return rows
+
+
+def _measure(runtime: str, work: Path, runs: int, timeout: float) -> List[Timing]:
+    """Run this module as a worker process for one runtime; its timings come back as JSON."""
+    command = [sys.executable, "-m", "tfsurgery.latency", runtime, str(work), str(runs)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    except subprocess.TimeoutExpired:
+        raise VerificationError(f"the {runtime} timing did not finish within {timeout:g} s") \
+            from None
+    if done.returncode != 0:
+        raise VerificationError(f"the {runtime} timing failed: {first_line(done.stderr)}")
+    return [Timing(**row) for row in json.loads(done.stdout.strip().splitlines()[-1])]
+
+
+def _worker(runtime: str, work: Path, runs: int) -> List[Timing]:
+    outputs = json.loads((work / "outputs.json").read_text())
+    runners = {}
+    for variant in VARIANTS:
+        feeds = dict(np.load(work / f"{variant}.npz"))
+        if runtime == "tensorflow":
+            import tensorflow as tf
+            graph_def = tf.compat.v1.GraphDef.FromString((work / f"{variant}.pb").read_bytes())
+            runners[variant] = tf_runner(graph_def, feeds, outputs)
+        else:
+            runners[variant] = ort_runner(work / f"{variant}.onnx", feeds)
+    return summarise(runtime, interleaved(runners, runs), threads())
+
+
+if __name__ == "__main__":
+    rows = _worker(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]))
+    print(json.dumps([row.as_dict() for row in rows]))

@@ -27,7 +27,9 @@ from unittest import mock
 import numpy as np
 
 from tfsurgery import verify
+from tfsurgery.constants import evaluate
 from tfsurgery.errors import ExportError, InputError
+from tfsurgery.graph import Graph
 from tfsurgery.io import PROTOBUF_LIMIT, check_protobuf_size, refuse_input
 from tfsurgery.ops import first_line, tensor_name
 
@@ -100,8 +102,10 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         hist = op_histogram(staged)
         max_error = max((e.max_rel for e in errors), default=0.0)
         external = staged.with_name(path.name + ".data").exists()
+        compared = all(not e.shape or e.nonfinite < np.prod(e.shape) for e in errors)
         result = OnnxExport(path, opset, sum(hist.values()), hist, max_error,
-                            max_error <= tolerance, external, tolerance, converted_nodes, errors)
+                            compared and max_error <= tolerance, external, tolerance,
+                            converted_nodes, errors)
         if result.passed:
             _publish(stage, path)
     return result
@@ -113,6 +117,7 @@ def convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset: 
     """tf2onnx's (ModelProto, ExternalTensorStorage or None); unsupported ops → ExportError."""
     import onnx
     import tf2onnx
+    graph_def = dequantized_weights(graph_def)
     try:
         with _numpy2_compat():
             model, storage = tf2onnx.convert.from_graph_def(
@@ -130,6 +135,21 @@ def convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset: 
                         for op, count in sorted(unsupported.items()))
         raise ExportError(f"tf2onnx cannot convert op(s) {ops} to ONNX opset {opset}")
     return model, storage
+
+
+def dequantized_weights(graph_def):
+    """ONNX has no quint8/qint8 tensors: ``Dequantize`` of constant weights (OpenCV's uint8
+    detectors) is computed by TensorFlow into float constants for the conversion. The optimized
+    ``.pb`` keeps the compact form."""
+    graph = Graph(graph_def, check_inputs=False)
+    weights = [n.name for n in graph if n.op == "Dequantize"
+               and all(graph.is_const(ref) for ref in graph.inputs(n.name))]
+    if not weights:
+        return graph_def
+    for name, value in zip(weights, evaluate(graph, weights)):
+        graph.remove([name])
+        graph.add_const(name, value)
+    return graph.to_graph_def()
 
 
 def save(model, storage, path: Path) -> None:

@@ -2,6 +2,8 @@
 flow — and the small naming helpers every module needs. One place, so the sets never drift apart."""
 from __future__ import annotations
 
+import re
+
 PLACEHOLDER_OPS = frozenset({"Placeholder", "PlaceholderV2", "PlaceholderWithDefault"})
 FEEDABLE_PLACEHOLDER_OPS = frozenset({"Placeholder", "PlaceholderV2"})   # no value of their own
 
@@ -42,8 +44,16 @@ def node_name(ref: str) -> str:
     return name if sep and port.isdigit() else ref
 
 
-def first_line(error: BaseException, limit: int = 300) -> str:
-    """A one-line message from an exception: its first non-empty line, whitespace folded."""
-    lines = [line for line in str(error).strip().splitlines() if line.strip()]
-    text = " ".join(lines[0].split()) if lines else type(error).__name__
-    return text[:limit]
+def first_line(error, limit: int = 300) -> str:
+    """A one-line message from an exception (or text), whitespace folded. TensorFlow and
+    onnxruntime put the failing node and the reason late in long messages, so a shortened message
+    keeps its head and its tail, and any ``{{node NAME}}`` it mentions."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    text = text.replace("Graph execution error: ", "")
+    if len(text) <= limit:
+        return text
+    node = re.search(r"\{\{node ([^}]+)\}\}", text)
+    named = f" [node {node.group(1)}]" if node else ""
+    keep = limit - len(named) - 3
+    short = f"{text[:keep // 2]} … {text[-(keep - keep // 2):]}"
+    return short + (named if node and node.group(1) not in short else "")

@@ -78,8 +78,24 @@ class Verification:
         return max(self.tolerance, min(NOISE_FACTOR * self.noise_floor, NOISE_CAP))
 
     @property
+    def uncomparable(self) -> List[str]:
+        """Outputs whose every value is NaN/Inf in the original: nothing there was compared."""
+        return [o.name for o in self.outputs if o.shape and o.nonfinite == np.prod(o.shape)]
+
+    @property
     def passed(self) -> bool:
-        return bool(self.outputs) and self.max_error <= self.allowed
+        return bool(self.outputs) and not self.uncomparable and self.max_error <= self.allowed
+
+    def failure(self) -> str:
+        """Why it did not pass, in one line."""
+        if not self.outputs:
+            return "no outputs were compared"
+        if self.uncomparable:
+            return (f"cannot compare: every value of output '{self.uncomparable[0]}' is NaN/Inf "
+                    "(not finite) in the original on the test inputs; give real inputs with "
+                    "--feed NAME=file.npy")
+        nonfinite = f" ({self.nonfinite} NaN/Inf output values)" if self.nonfinite else ""
+        return f"max error {self.max_error:.3g} exceeds {self.allowed:.3g}{nonfinite}"
 
     @property
     def nonfinite(self) -> int:
@@ -195,49 +211,75 @@ def output_error(name: str, reference: np.ndarray, result: np.ndarray) -> Output
     reference, result = np.asarray(reference), np.asarray(result)
     if reference.shape != result.shape:
         return OutputError(name, float("inf"), float("inf"), tuple(result.shape))
-    if reference.dtype.kind not in "fc":
+    if reference.dtype.kind != "f":
         wrong = float(np.count_nonzero(reference != result))
         return OutputError(name, wrong, wrong, tuple(reference.shape))
-    ref64, res64 = reference.astype(np.complex128 if reference.dtype.kind == "c" else np.float64), \
-        result.astype(np.complex128 if result.dtype.kind == "c" else np.float64)
+    ref64, res64 = reference.astype(np.float64), result.astype(np.float64)
     finite = np.isfinite(ref64)
     nonfinite = int(finite.size - np.count_nonzero(finite))
-    same_specials = np.array_equal(np.isnan(ref64), np.isnan(res64)) and \
-        np.array_equal(np.where(finite, 0, ref64), np.where(np.isfinite(res64), 0, res64))
+    same_specials = all(np.array_equal(kind(ref64), kind(res64))
+                        for kind in (np.isnan, np.isposinf, np.isneginf))
     if not same_specials:          # NaN/Inf where the original has none, or the reverse
         return OutputError(name, float("inf"), float("inf"), tuple(reference.shape), nonfinite)
     diff = np.abs(ref64[finite] - res64[finite])
     max_abs = float(np.max(diff, initial=0.0))
     magnitude = float(np.max(np.abs(ref64[finite]), initial=0.0))
-    return OutputError(name, max_abs, max_abs / max(magnitude, np.finfo(np.float32).tiny),
+    return OutputError(name, max_abs, float(max_abs / max(magnitude, np.finfo(np.float32).tiny)),
                        tuple(reference.shape), nonfinite)
 
 
 # ---------------------------------------------------------------- the check
 def run_reference(original, inputs: Sequence[str], outputs: Sequence[str],
                   settings: Mapping[str, np.ndarray], *, seed: int, given, timeout: float):
-    """Feeds that make the original run with non-empty outputs, and its outputs. Free dims are
-    tried at growing sizes; an original that cannot run at all is the user's input at fault."""
-    sizes = UNKNOWN_DIMS if has_free_dims(original, inputs) else UNKNOWN_DIMS[:1]
-    problem = None
-    for size in sizes:
-        feeds = make_feeds(original, inputs, seed, given=given, unknown_dim=size)
-        try:
-            expected = run_graph(original, {**feeds, **settings}, outputs, timeout=timeout,
-                                 label="the original graph")
-        except GraphTimeout:
-            raise                    # a deadline is no proof the input is bad: exit 1, not 2
-        except VerificationError as error:
-            problem = str(error)
-            continue
-        empty = [o for o, value in zip(outputs, expected) if np.size(value) == 0]
-        if not empty:
-            return feeds, expected
-        problem = (f"output '{empty[0]}' is empty with free dimensions of size {size}")
+    """Feeds for which the original runs with non-empty outputs, and its outputs. An original
+    that cannot run at all is the user's input at fault."""
+    size = test_size(original, inputs, outputs, given)
+    feeds = make_feeds(original, inputs, seed, given=given, unknown_dim=size)
+    try:
+        expected = run_graph(original, {**feeds, **settings}, outputs, timeout=timeout,
+                             label="the original graph")
+    except GraphTimeout:
+        raise                    # a deadline is no proof the input is bad: exit 1, not 2
+    except VerificationError as error:
+        raise OriginalDoesNotRun(f"the input graph does not run on test inputs: {error}"
+                                 f"{_shape_hint(inputs, given)}") from None
+    empty = [o for o, value in zip(outputs, expected) if np.size(value) == 0]
+    if empty:
+        raise OriginalDoesNotRun(f"output '{empty[0]}' is empty on test inputs"
+                                 f"{_shape_hint(inputs, given)}")
+    return feeds, expected
+
+
+def test_size(graph_def, inputs: Sequence[str], outputs: Sequence[str], given=None) -> int:
+    """The size for free dimensions: the first of UNKNOWN_DIMS for which TensorFlow's shape
+    inference gives every output a non-empty shape (five poolings leave nothing of 16). Decided
+    statically: running a kernel on an empty tensor can crash the process."""
+    if not has_free_dims(graph_def, inputs):
+        return UNKNOWN_DIMS[0]
+    import tensorflow as tf
+    for size in UNKNOWN_DIMS:
+        feeds = make_feeds(graph_def, inputs, given=given, unknown_dim=size)
+        sized = Graph(graph_def, check_inputs=False)
+        for name, value in feeds.items():
+            shape = sized.mutable(node_name(name)).attr["shape"].shape
+            shape.Clear()
+            for dim in np.shape(value):
+                shape.dim.add(size=dim)
+        with tf.Graph().as_default() as graph:
+            try:
+                tf.compat.v1.import_graph_def(sized.to_graph_def(), name="")
+            except ValueError:            # shape inference: a dimension became negative
+                continue
+            shapes = [graph.get_tensor_by_name(tensor_name(o)).shape for o in outputs]
+        if all(shape.rank is None or 0 not in shape.as_list() for shape in shapes):
+            return size
+    return UNKNOWN_DIMS[-1]
+
+
+def _shape_hint(inputs: Sequence[str], given) -> str:
     free = [n for n in inputs if node_name(n) not in {node_name(k) for k in (given or {})}]
-    hint = f"; give real sizes with --input-shape {free[0]}=D0,D1,..." if free else \
-        "; check the --feed values"
-    raise OriginalDoesNotRun(f"the input graph does not run on test inputs: {problem}{hint}")
+    return (f"; give real sizes with --input-shape {free[0]}=D0,D1,... or values with --feed"
+            if free else "; check the --feed values")
 
 
 def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
@@ -262,14 +304,18 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
     if verification.max_error > tolerance:      # only then is the floor worth two more runs
         again = run_graph(reference, {**feeds, **settings}, outputs, timeout=timeout,
                           label="the original graph")
-        verification.deterministic = all(np.array_equal(a, b, equal_nan=True)
-                                         for a, b in zip(expected, again))
+        verification.deterministic = all(_identical(a, b) for a, b in zip(expected, again))
         if verification.deterministic:
             nudged = run_graph(reference, {**nudge(feeds), **settings}, outputs,
                                timeout=timeout, label="the original graph")
             verification.noise_floor = max(output_error(n, e, a).max_rel
                                            for n, e, a in zip(outputs, expected, nudged))
     return verification
+
+
+def _identical(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return np.array_equal(a, b, equal_nan=a.dtype.kind in "fc" and b.dtype.kind in "fc")
 
 
 def _settings(settings) -> Dict[str, np.ndarray]:

@@ -232,14 +232,21 @@ def fold_chain(graph: Graph, lin: Linear, chain: Chain) -> None:
 
 
 def downstream_batch_norms(graph: Graph, name: str, steps: int = 3) -> List[str]:
-    """Batch norms reached from ``name`` through at most ``steps`` single-consumer nodes."""
+    """Batch norms that would fold into ``name``: reached through at most ``steps``
+    single-consumer nodes that only add a constant bias or move data (a BN after a residual Add of
+    two branches belongs to neither)."""
     found = []
     for _ in range(steps):
         readers = graph.consumer_nodes(name)
         found += [r for r in readers if graph.op(r) in BATCH_NORM_OPS]
         if len(readers) != 1:
             break
-        name = readers.pop()
+        reader = readers.pop()
+        others = [ref for ref in graph.inputs(reader) if ref.node != name]
+        if not all(graph.is_const(ref) for ref in others) and \
+                graph.op(reader) not in BATCH_NORM_OPS:
+            break
+        name = reader
     return found
 
 

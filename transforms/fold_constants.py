@@ -3,9 +3,10 @@
 Frozen Keras 3 graphs compute batch-norm parameters at run time — ``Rsqrt(var + eps) * gamma``,
 ``Reshape`` of gamma/beta, ReadVariableOp-style Identity chains — and tf.cond predicates may be
 ``LogicalNot(training)``. TensorFlow itself evaluates them (one Session run for the whole frontier);
-stateful and random ops, control flow and anything a placeholder feeds are never folded, and a result
-larger than ``Options.fold_constants_max_bytes`` (or far larger than the constants it came from) stays
-as it is, so a fold cannot blow the graph up (think ``Fill`` or ``Tile``).
+stateful and random ops, control flow, fake quantization and anything a placeholder feeds are never
+folded. A fold is kept only when it does not grow the serialized graph (think ``Fill``, ``Tile``, a
+``Split`` into many constants, ``Dequantize`` of uint8 weights) and stays below
+``Options.fold_constants_max_bytes``.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tfsurgery.graph import Graph, Ref, parse_ref
 from tfsurgery.tfsession import tf_errors
 from tfsurgery.transform import Options, TransformReport, transform
 
-GROWTH_LIMIT = 4          # a folded value may be this many times its constant inputs (+ 1 KiB)
+NODE_BYTES = 64           # what a NodeDef costs besides its tensor (name, op, attrs), roughly
 
 
 def frontier(graph: Graph, constant: Set[str], options: Options) -> Dict[str, List[int]]:
@@ -35,9 +36,11 @@ def frontier(graph: Graph, constant: Set[str], options: Options) -> Dict[str, Li
     return {name: sorted(ports) for name, ports in wanted.items()}
 
 
-def _input_bytes(graph: Graph, name: str) -> int:
-    roots = [n for n in graph.ancestors([name]) if graph.op(n) == "Const"]
-    return sum(graph.const_nbytes(n) for n in roots)
+def _subgraph_bytes(graph: Graph, name: str, constant: Set[str]) -> int:
+    """Roughly what the constant subgraph computing ``name`` takes in the serialized graph."""
+    nodes = [n for n in graph.ancestors([name]) if n in constant]
+    return sum(graph.const_nbytes(n) for n in nodes if graph.op(n) == "Const") + \
+        NODE_BYTES * len(nodes)
 
 
 @transform("fold-constants")
@@ -59,11 +62,11 @@ def fold_constants(graph: Graph, options: Options) -> TransformReport:
     for name, ports in wanted.items():
         report.matched += 1
         results = {port: values[str(Ref(name, port))] for port in ports}
-        size = sum(np.asarray(v).nbytes for v in results.values())
-        limit = min(options.fold_constants_max_bytes,
-                    GROWTH_LIMIT * _input_bytes(graph, name) + 1024)
-        if size > limit:
-            report.skip(name, f"folded value would take {size} bytes (limit {limit})")
+        size = sum(np.asarray(v).nbytes + NODE_BYTES for v in results.values())
+        before = _subgraph_bytes(graph, name, constant)
+        if size > min(options.fold_constants_max_bytes, before):
+            report.skip(name, f"folded value would take {size} bytes where its subgraph takes "
+                              f"{before}: folding would grow the graph")
             continue
         if any(np.asarray(v).dtype == object for v in results.values()):
             report.skip(name, "string-valued result left as is")
