@@ -134,7 +134,7 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
              input_shapes: Optional[Mapping[str, Sequence[Optional[int]]]] = None,
              feeds: Optional[Mapping[str, object]] = None, verify: bool = True,
              tolerance: Optional[float] = None, verify_timeout: Optional[float] = None,
-             seed: int = 0) -> Result:
+             keep_asserts: bool = False, seed: int = 0) -> Result:
     """Run ``transforms`` on the source graph, then (optionally) check the numbers.
 
     ``inputs`` may name any tensor (a dequeue output becomes a placeholder); ``input_shapes`` give
@@ -153,7 +153,7 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
     inputs = [name for name in inputs if name.split(":")[0] not in values]
     check_fed(original, inputs, outputs)
     options = Options(inputs=inputs, outputs=outputs, training_flags=flags,
-                      inference_values=values)
+                      inference_values=values, keep_asserts=keep_asserts)
     progress(original, f"optimizing {len(original.node)} nodes: {', '.join(transforms)}")
     try:
         graph_def, reports = pipeline.run(original, transforms, options)

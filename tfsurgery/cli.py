@@ -53,6 +53,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         metavar="NAME=VALUE",
                         help="the value verification feeds an input: a number, true/false, or a "
                              ".npy file (repeatable)")
+    parser.add_argument("--keep-asserts", action="store_true",
+                        help="keep Assert, CheckNumerics and Print ops (strip-debug off)")
     parser.add_argument("--verify-timeout", type=_seconds, default=None, metavar="SECONDS",
                         help="deadline for each run of a graph during checks (default 120)")
     parser.add_argument("-v", "--verbose", action="store_true", help="more detail")
@@ -277,7 +279,7 @@ def _interface(args) -> dict:
             "inference_values": {name: value for name, value in args.training_flag
                                  if value is not None},
             "input_shapes": dict(args.input_shape), "feeds": dict(args.feed),
-            "verify_timeout": args.verify_timeout}
+            "verify_timeout": args.verify_timeout, "keep_asserts": args.keep_asserts}
 
 
 def _say(args, text: str = "") -> None:

@@ -99,30 +99,39 @@ def find_dropout_knobs(graph_def, exclude: Sequence[str] = ()) -> Dict[str, floa
     near_random = _near(graph, [n.name for n in graph if n.op in RANDOM_OPS], hops=3)
     knobs = {}
     for node in graph:
-        if node.op not in PLACEHOLDER_OPS or node.name in exclude or not _float_scalar(node):
-            continue
-        kinds = {_knob_use(graph, consumer, node.name, near_random)
-                 for consumer in graph.consumers(node.name)}
-        if kinds == {"keep"} or kinds == {"keep", "scale"}:
-            knobs[node.name] = KEEP
-        elif kinds == {"rate"} or kinds == {"rate", "scale"}:
-            knobs[node.name] = RATE
+        if node.op in PLACEHOLDER_OPS and node.name not in exclude and _float_scalar(node):
+            kind = _knob_kind(graph, node.name, near_random)
+            if kind in ("keep", "rate"):
+                knobs[node.name] = KEEP if kind == "keep" else RATE
     return knobs
 
 
-def _knob_use(graph: Graph, consumer, knob: str, near_random: set) -> str:
-    """How one reader uses a would-be knob: keep (mask), rate (mask), scale, or other."""
-    node = graph.node(consumer.node)
-    others = [ref.node for ref in graph.inputs(node.name) if ref.node != knob]
-    if node.op in ("Add", "AddV2") and others and others[0] in near_random:
-        return "keep"
-    if node.op in ("GreaterEqual", "Less") and others and others[0] in near_random:
-        return "rate"
-    if node.op in ("RealDiv", "Div") and consumer.index == 1:
+def _knob_kind(graph: Graph, name: str, near_random: set, depth: int = 0) -> Optional[str]:
+    """"keep" or "rate" if every reader of ``name`` uses it as a dropout keep probability or
+    rate (a mask comparison against a random tensor, or the 1/keep scale); else None.
+    ``1 - name`` is followed (twice at most): TF2's dropout turns a keep_prob into a rate, and
+    a rate into the 1/(1 - rate) scale, that way."""
+    kinds = set()
+    for consumer in graph.consumers(name):
+        node = graph.node(consumer.node)
+        others = [ref for ref in graph.inputs(node.name) if ref.node != name]
+        random_other = bool(others) and others[0].node in near_random
+        if node.op in ("Add", "AddV2") and random_other:
+            kinds.add("keep")                        # floor(keep + u)
+        elif node.op in ("GreaterEqual", "Less") and random_other and consumer.index == 1:
+            kinds.add("rate")                        # u >= rate
+        elif node.op in ("RealDiv", "Div") and consumer.index == 1:
+            kinds.add("scale")                       # x / keep
+        elif node.op == "Sub" and consumer.index == 1 and depth < 2 and others and \
+                graph.is_const(others[0]):
+            inner = _knob_kind(graph, node.name, near_random, depth + 1)   # 1 - name
+            kinds.add({"keep": "rate", "rate": "keep", "scale": "scale"}.get(inner, "other"))
+        else:
+            kinds.add("other")
+    if kinds == {"scale"}:
         return "scale"
-    if node.op == "Sub" and consumer.index == 1 and others and graph.is_const(others[0]):
-        return "scale"            # 1 - rate, then divided by
-    return "other"
+    kinds.discard("scale")
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 def _near(graph: Graph, starts: Sequence[str], hops: int) -> set:

@@ -23,6 +23,7 @@ class Options:
     # placeholder → its inference value: dropout knobs, --training-flag NAME=VALUE
     inference_values: Dict[str, object] = dataclasses.field(default_factory=dict)
     fold_constants_max_bytes: int = 64 << 20   # a folded constant may not be larger than this
+    keep_asserts: bool = False                 # strip-debug off (--keep-asserts)
 
     @property
     def protected(self) -> set:

@@ -6,11 +6,12 @@ is added by ``--bn-fold``). To add a transform: write its module, mark its funct
 """
 from tfsurgery.transforms import (fold_batch_norm, fold_constants, freeze_placeholder_defaults,
                                   freeze_training_flags, prune, remove_dropout, remove_identity,
-                                  remove_switch_merge)
+                                  remove_switch_merge, strip_debug)
 
 PIPELINE = (
     freeze_training_flags.freeze_training_flags,
     freeze_placeholder_defaults.freeze_placeholder_defaults,
+    strip_debug.strip_debug,
     remove_switch_merge.remove_switch_merge,
     remove_dropout.remove_dropout,
     remove_identity.remove_identity,

@@ -23,9 +23,11 @@ from typing import List, Optional, Tuple, Union
 import numpy as np
 
 from tfsurgery.graph import Graph, Ref
+from tfsurgery.ops import FUSED_BATCH_NORM_OPS
 from tfsurgery.transform import Options, TransformReport, transform
 
-BATCH_NORM_OPS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
+GLOBAL_NORM = "BatchNormWithGlobalNormalization"     # the pre-fused op of old frozen graphs
+BATCH_NORM_OPS = tuple(FUSED_BATCH_NORM_OPS) + (GLOBAL_NORM,)
 
 
 # ---------------------------------------------------------------- the linear ops
@@ -100,6 +102,8 @@ def per_channel(value: Optional[np.ndarray], lin: Linear) -> Optional[np.ndarray
 
 def batch_norm_step(graph: Graph, name: str, lin: Linear) -> Union[Affine, str]:
     """s = gamma / sqrt(var + eps), t = beta - mean * s  — or why this BN cannot fold."""
+    if graph.op(name) == GLOBAL_NORM:
+        return global_norm_step(graph, name, lin)
     if graph.attr(name, "is_training", True):
         return "training-mode batch norm (is_training=True)"
     if any(graph.consumers(name, port) for port in range(1, 6)):
@@ -111,6 +115,21 @@ def batch_norm_step(graph: Graph, name: str, lin: Linear) -> Union[Affine, str]:
         return "batch-norm parameters (scale, offset, mean, variance) are not all constants"
     gamma, beta, mean, var = (p.astype(np.float64) for p in params)
     scale = gamma / np.sqrt(var + graph.attr(name, "epsilon", 1e-4))
+    return scale, beta - mean * scale
+
+
+def global_norm_step(graph: Graph, name: str, lin: Linear) -> Union[Affine, str]:
+    """BatchNormWithGlobalNormalization(t, mean, variance, beta, gamma), channels last:
+    s = gamma / sqrt(var + eps) (gamma only with scale_after_normalization), t = beta - mean·s."""
+    if lin.channel_axis % lin.rank != lin.rank - 1:
+        return "BatchNormWithGlobalNormalization normalizes the last axis, not the channel axis"
+    params = [graph.const_value(ref) for ref in graph.inputs(name)[1:5]]
+    if any(p is None for p in params):
+        return "batch-norm parameters (mean, variance, beta, gamma) are not all constants"
+    mean, var, beta, gamma = (p.astype(np.float64) for p in params)
+    scale = 1.0 / np.sqrt(var + graph.attr(name, "variance_epsilon", 1e-3))
+    if graph.attr(name, "scale_after_normalization", False):
+        scale = scale * gamma
     return scale, beta - mean * scale
 
 
