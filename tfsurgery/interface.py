@@ -41,11 +41,17 @@ def find_training_flags(graph_def, extra_names=()):
     return [n.name for n in graph_def.node if is_training_flag(n, extra_names)]
 
 
+# TF2's freezing leaves placeholders for a function's captured control-flow inputs
+# (bool/variant, unknown rank) that nothing needs: not inputs.
+FREEZING_LEFTOVER = "unused_control_flow_input"
+
+
 def detect_inputs(graph_def, training_flags: Sequence[str] = ()) -> List[str]:
     """Placeholders that must be fed and are not training flags (a PlaceholderWithDefault has a
     value of its own and is not counted)."""
     return [n.name for n in graph_def.node
-            if n.op in FEEDABLE_PLACEHOLDER_OPS and not is_training_flag(n, training_flags)]
+            if n.op in FEEDABLE_PLACEHOLDER_OPS and not is_training_flag(n, training_flags)
+            and not n.name.startswith(FREEZING_LEFTOVER)]
 
 
 def detect_outputs(graph_def) -> List[str]:

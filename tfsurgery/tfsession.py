@@ -2,7 +2,7 @@
 transforms use for constant parts of a graph. TensorFlow is imported lazily (start-up time)."""
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -39,3 +39,19 @@ def run_nodes(nodes, fetches: Sequence[str], feeds: Dict[str, np.ndarray] = None
 
 def tf_errors():
     return tf().errors
+
+
+def static_shapes(graph_def) -> Dict[str, Optional[list]]:
+    """Node name → the static shape TensorFlow's shape inference gives its first output (a list
+    with None for unknown dims; None for unknown rank or no output). Empty if it cannot import."""
+    shapes: Dict[str, Optional[list]] = {}
+    with tf().Graph().as_default() as graph:
+        try:
+            tf().compat.v1.import_graph_def(graph_def, name="")
+        except (ValueError, TypeError, tf_errors().OpError):    # e.g. an op TF lacks
+            return shapes
+        for operation in graph.get_operations():
+            if operation.outputs:
+                shape = operation.outputs[0].shape
+                shapes[operation.name] = shape.as_list() if shape.rank is not None else None
+    return shapes

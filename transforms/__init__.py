@@ -6,7 +6,7 @@ is added by ``--bn-fold``). To add a transform: write its module, mark its funct
 """
 from tfsurgery.transforms import (fold_batch_norm, fold_constants, freeze_placeholder_defaults,
                                   freeze_training_flags, prune, remove_dropout, remove_identity,
-                                  remove_switch_merge, strip_debug)
+                                  remove_switch_merge, simplify_arithmetic, strip_debug)
 
 PIPELINE = (
     freeze_training_flags.freeze_training_flags,
@@ -16,6 +16,7 @@ PIPELINE = (
     remove_dropout.remove_dropout,
     remove_identity.remove_identity,
     fold_constants.fold_constants,
+    simplify_arithmetic.simplify_arithmetic,
     fold_batch_norm.fold_batch_norm,
     prune.prune,
 )

@@ -1,0 +1,156 @@
+"""simplify-arithmetic: operations that do nothing are bypassed.
+
+``x*1``, ``1*x``, ``x+0``, ``0+x``, ``x-0``, ``x/1`` (never ``x*0 → 0``: it would hide NaN and Inf),
+``Cast`` to the dtype the tensor has, ``Transpose`` by the identity permutation, two Transposes
+composed into one (none when they cancel), ``Neg(Neg(x))``, ``Reshape(Reshape(x))`` as one Reshape,
+and ``Reshape``/``ExpandDims``/``Squeeze`` to the shape the tensor already has. Keras 3's swish is
+``x * sigmoid(1.0 * x)``: every EfficientNet carries dozens of ``Mul(1.0, x)``.
+
+A constant operand may only be bypassed when broadcasting cannot change the result's shape: a
+scalar always qualifies; a larger all-ones/all-zeros constant only where TensorFlow's shape
+inference shows the result has the shape of ``x`` (``x + zeros([1,1,1,C])`` may broadcast ``x``
+up). Unknown shapes: left alone, and the report says so. Graph outputs keep their names (the node
+becomes an Identity of ``x``). Runs to its own fixpoint, since one rewrite can expose another.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import numpy as np
+
+from tfsurgery.graph import Graph, Ref
+from tfsurgery.tfsession import static_shapes
+from tfsurgery.transform import Options, TransformReport, transform
+
+NEUTRAL = {"Mul": 1, "Add": 0, "AddV2": 0, "BiasAdd": 0, "Sub": 0, "RealDiv": 1, "Div": 1}
+COMMUTATIVE = ("Mul", "Add", "AddV2")
+SHAPE_OPS = ("Reshape", "ExpandDims", "Squeeze")
+MAX_ROUNDS = 10
+
+
+@transform("simplify-arithmetic")
+def simplify_arithmetic(graph: Graph, options: Options) -> TransformReport:
+    report = TransformReport("simplify-arithmetic")
+    for _ in range(MAX_ROUNDS):
+        shapes = _shapes_if_needed(graph)
+        changed = sum(_simplify(graph, node.name, shapes, options, report)
+                      for node in graph if node.name in graph)
+        if not changed:
+            break
+    return report
+
+
+def _simplify(graph: Graph, name: str, shapes, options: Options, report) -> bool:
+    op = graph.op(name)
+    if op in NEUTRAL:
+        return _neutral_operand(graph, name, shapes, options, report)
+    inputs = graph.inputs(name)
+    if op == "Cast" and graph.attr(name, "SrcT") == graph.attr(name, "DstT"):
+        return _bypass(graph, name, inputs[0], options, report, "Cast to its own dtype")
+    if op == "Neg" and graph.op(inputs[0]) == "Neg":
+        return _bypass(graph, name, graph.inputs(inputs[0].node)[0], options, report, "Neg∘Neg")
+    if op == "Transpose":
+        return _transpose(graph, name, options, report)
+    if op in SHAPE_OPS:
+        return _shape_op(graph, name, shapes, options, report)
+    return False
+
+
+def _neutral_operand(graph: Graph, name: str, shapes, options: Options, report) -> bool:
+    """x op c where c is the op's neutral element (1 for Mul/Div, 0 for Add/Sub)."""
+    op, inputs = graph.op(name), graph.inputs(name)
+    if len(inputs) != 2:
+        return False
+    positions = (1, 0) if op in COMMUTATIVE else (1,)
+    for position in positions:
+        value = graph.const_value(inputs[position])
+        if value is None or value.size == 0 or not np.all(value == NEUTRAL[op]):
+            continue
+        x = inputs[1 - position]
+        if value.ndim and not _same_shape(shapes, Ref(name), x):
+            report.skip(name, f"{op} by a constant {NEUTRAL[op]} of shape {list(value.shape)} "
+                              "might broadcast its input; its shape is not known")
+            return False
+        return _bypass(graph, name, x, options, report, f"{op} by {NEUTRAL[op]}")
+    return False
+
+
+def _transpose(graph: Graph, name: str, options: Options, report) -> bool:
+    x, perm_ref = graph.inputs(name)
+    perm = graph.const_value(perm_ref)
+    if perm is None:
+        return False
+    if np.array_equal(perm, np.arange(perm.size)):
+        return _bypass(graph, name, x, options, report, "Transpose by the identity")
+    inner = graph.node(x.node)
+    if inner.op != "Transpose" or x.port or len(graph.consumers(x.node, control=True)) != 1:
+        return False
+    inner_x, inner_perm_ref = graph.inputs(x.node)
+    inner_perm = graph.const_value(inner_perm_ref)
+    if inner_perm is None or inner_perm.size != perm.size:
+        return False
+    composed = inner_perm[perm]                 # out[i] = in[inner_perm[perm[i]]]
+    if np.array_equal(composed, np.arange(composed.size)):
+        return _bypass(graph, name, inner_x, options, report, "Transpose pair that cancels")
+    graph.set_input(name, 0, inner_x)
+    graph.set_input(name, 1, graph.add_const(f"{name}/composed_perm",
+                                              composed.astype(perm.dtype)))
+    report.rewritten.append(f"{name}: two Transposes composed into one")
+    return True
+
+
+def _shape_op(graph: Graph, name: str, shapes, options: Options, report) -> bool:
+    x = graph.inputs(name)[0]
+    if graph.op(name) == "Reshape" and graph.op(x) == "Reshape" and not x.port and \
+            len(graph.consumers(x.node, control=True)) == 1:
+        graph.set_input(name, 0, graph.inputs(x.node)[0])
+        report.rewritten.append(f"{name}: consecutive Reshapes as one")
+        return True
+    if shapes is None or name not in shapes:
+        return False
+    if _same_shape(shapes, Ref(name), x) and shapes[name] is not None:
+        return _bypass(graph, name, x, options, report, f"{graph.op(name)} to the same shape")
+    return False
+
+
+def _bypass(graph: Graph, name: str, source: Ref, options: Options, report, why: str) -> bool:
+    """Readers of ``name`` read ``source`` instead; an output keeps its name as an Identity."""
+    if graph.control_inputs(name):
+        return False
+    if name in options.protected:
+        dtype = graph.node(name).attr["T"] if "T" in graph.node(name).attr else \
+            graph.node(name).attr["DstT"]
+        graph.remove([name])
+        graph.new_node("Identity", name, [source], {"T": dtype})
+    else:
+        graph.rewire(name, source)
+        graph.move_control_consumers(name, source.node)
+        graph.remove([name])
+    report.matched += 1
+    report.rewritten.append(f"{name}: {why}")
+    return True
+
+
+def _shapes_if_needed(graph: Graph) -> Optional[Dict[str, Optional[list]]]:
+    """Static shapes of every node's first output — only when a rule needs them."""
+    needed = any(node.op in SHAPE_OPS or (node.op in NEUTRAL and _has_const_tensor(graph, node))
+                 for node in graph)
+    return static_shapes(graph.to_graph_def()) if needed else None
+
+
+def _has_const_tensor(graph: Graph, node) -> bool:
+    for ref in graph.inputs(node.name):
+        value = graph.const_value(ref) if graph.is_const(ref) else None
+        if value is not None and value.ndim and value.size and \
+                np.all(value == NEUTRAL[node.op]):
+            return True
+    return False
+
+
+def _same_shape(shapes, a: Ref, b: Ref) -> bool:
+    """Both tensors' static shapes fully known and equal."""
+    if shapes is None:
+        return False
+    first, second = shapes.get(a.node) if not a.port else None, \
+        shapes.get(b.node) if not b.port else None
+    return first is not None and first == second and None not in first
