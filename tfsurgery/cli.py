@@ -55,7 +55,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
                              ".npy file (repeatable)")
     parser.add_argument("--keep-asserts", action="store_true",
                         help="keep Assert, CheckNumerics and Print ops (strip-debug off)")
-    parser.add_argument("--verify-timeout", type=_seconds, default=None, metavar="SECONDS",
+    parser.add_argument("--verify-timeout", type=_positive, default=None, metavar="SECONDS",
                         help="deadline for each run of a graph during checks (default 120)")
     parser.add_argument("-v", "--verbose", action="store_true", help="more detail")
     parser.add_argument("-q", "--quiet", action="store_true", help="errors only")
@@ -72,7 +72,7 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see --help)")
 
 
-def _tolerance(text: str) -> float:
+def _positive(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -127,15 +127,10 @@ def _setting(text: str):
     return name, _scalar(value)
 
 
-def _seconds(text: str) -> float:
-    value = _tolerance(text)
-    return value
-
-
 def _verify_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-verify", action="store_true",
                         help="skip the numeric check of the optimized graph against the original")
-    parser.add_argument("--tolerance", type=_tolerance, default=None,
+    parser.add_argument("--tolerance", type=_positive, default=None,
                         help="max allowed output error relative to the output's magnitude "
                              "(default 1e-4; also used for ONNX vs TensorFlow)")
     parser.add_argument("--report-json", metavar="PATH", help="write the report as JSON")
