@@ -33,6 +33,7 @@ NO_OPS = {
     "reshape-same": lambda x: tf.reshape(x, [2, 3, 4]),
     "reshape-reshape": lambda x: tf.reshape(tf.reshape(x, [6, 4]), [2, 3, 4]) * 2.0,
     "x+zeros[4]": lambda x: x + tf.zeros([4]),
+    "expand-squeeze": lambda x: tf.squeeze(tf.expand_dims(x, 1), [1]),
 }
 
 
@@ -92,3 +93,73 @@ def test_random_chains_of_no_ops_change_nothing(chain):
         return x
     result = optimize(build(body), bn_fold=False)
     assert result.verification.passed and result.verification.max_error < 1e-6
+
+
+# ---------------------------------------------------------------- merge-duplicates
+def test_duplicate_subgraphs_merge_to_a_fixpoint():
+    """Two copies of relu(x*W + b) with equal (separately stored) constants become one."""
+    w = R.standard_normal(4).astype(np.float32)
+    b = R.standard_normal(4).astype(np.float32)
+
+    def body(x):
+        one = tf.nn.relu(x * tf.constant(w) + tf.constant(b))
+        two = tf.nn.relu(x * tf.constant(w.copy()) + tf.constant(b.copy()))
+        return one * two
+    result = optimize(build(body), bn_fold=False)
+    merged = report_of(result, "merge-duplicates")
+    assert len(merged.rewritten) >= 5         # 2 consts, Mul, AddV2, Relu
+    assert ops(result.graph_def).count("Relu") == 1
+    assert result.verification.passed and result.verification.max_error == 0
+
+
+def test_random_ops_and_different_values_never_merge():
+    def body(x):
+        noise = tf.random.uniform([4], seed=1) + tf.random.uniform([4], seed=1)
+        return x * tf.constant([1.0, 2, 3, 4]) + x * tf.constant([1.0, 2, 3, 5]) + noise * 0
+    built = build(body)
+    graph_def = optimize(built, ["merge-duplicates"], bn_fold=False, verify=False).graph_def
+    assert ops(graph_def).count("RandomUniform") == 2
+    assert ops(graph_def).count("Mul") >= 2
+
+
+# ---------------------------------------------------------------- fold-pad-into-conv
+def _padded_conv(conv, *, pad_value=0.0, mirror=False, other_reader=False, padding="VALID"):
+    shape = (1, 9, 8, 3)
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, shape, name="input")
+        paddings = [[0, 0], [1, 2], [2, 1], [0, 0]]
+        if mirror:
+            padded = tf.pad(x, paddings, mode="REFLECT")
+        else:
+            padded = tf.pad(x, paddings, constant_values=pad_value)
+        kernel = tf.constant(R.standard_normal((3, 3, 3, 2)).astype(np.float32))
+        if conv == "Conv2D":
+            y = tf.nn.conv2d(padded, kernel, [1, 2, 2, 1], padding)
+        else:
+            y = tf.nn.depthwise_conv2d(padded, kernel, [1, 2, 2, 1], padding)
+        if other_reader:
+            y = tf.reduce_sum(y) + tf.reduce_sum(padded)
+        tf.identity(y, name="output")
+    return BuiltModel(graph.as_graph_def(), ["input"], ["output"])
+
+
+@pytest.mark.parametrize("conv", ["Conv2D", "DepthwiseConv2dNative"])
+def test_a_zero_pad_becomes_the_convs_explicit_padding(conv):
+    result = optimize(_padded_conv(conv), bn_fold=False)
+    assert report_of(result, "fold-pad-into-conv").rewritten
+    assert not {"Pad", "PadV2"} & set(ops(result.graph_def))
+    node = next(n for n in result.graph_def.node if n.op == conv)
+    assert node.attr["padding"].s == b"EXPLICIT"
+    assert list(node.attr["explicit_paddings"].list.i) == [0, 0, 1, 2, 2, 1, 0, 0]
+    assert result.verification.passed and result.verification.max_error < 1e-5
+
+
+@pytest.mark.parametrize("case,why", [
+    (dict(mirror=True), None), (dict(pad_value=1.5), "not zero"),
+    (dict(other_reader=True), "other readers"), (dict(padding="SAME"), "not VALID")])
+def test_pads_that_are_not_zero_borders_of_one_conv_stay(case, why):
+    result = optimize(_padded_conv("Conv2D", **case), bn_fold=False)
+    assert {"Pad", "PadV2", "MirrorPad"} & set(ops(result.graph_def))
+    skipped = report_of(result, "fold-pad-into-conv").skipped
+    assert why is None or any(why in reason for _, reason in skipped)
+    assert result.verification.passed

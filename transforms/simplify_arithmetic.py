@@ -3,7 +3,7 @@
 ``x*1``, ``1*x``, ``x+0``, ``0+x``, ``x-0``, ``x/1`` (never ``x*0 → 0``: it would hide NaN and Inf),
 ``Cast`` to the dtype the tensor has, ``Transpose`` by the identity permutation, two Transposes
 composed into one (none when they cancel), ``Neg(Neg(x))``, ``Reshape(Reshape(x))`` as one Reshape,
-and ``Reshape``/``ExpandDims``/``Squeeze`` to the shape the tensor already has. Keras 3's swish is
+and ``Reshape``/``ExpandDims``/``Squeeze`` (or a pair of them) to the shape the tensor already has. Keras 3's swish is
 ``x * sigmoid(1.0 * x)``: every EfficientNet carries dozens of ``Mul(1.0, x)``.
 
 A constant operand may only be bypassed when broadcasting cannot change the result's shape: a
@@ -110,6 +110,11 @@ def _shape_op(graph: Graph, name: str, shapes, options: Options, report) -> bool
         return False
     if _same_shape(shapes, Ref(name), x) and shapes[name] is not None:
         return _bypass(graph, name, x, options, report, f"{graph.op(name)} to the same shape")
+    if graph.op(x) in SHAPE_OPS and not x.port:     # ExpandDims then Squeeze, and the like
+        inner_x = graph.inputs(x.node)[0]
+        if _same_shape(shapes, Ref(name), inner_x):
+            return _bypass(graph, name, inner_x, options, report,
+                           f"{graph.op(x)} then {graph.op(name)} back to the same shape")
     return False
 
 
