@@ -163,3 +163,15 @@ def test_pads_that_are_not_zero_borders_of_one_conv_stay(case, why):
     skipped = report_of(result, "fold-pad-into-conv").skipped
     assert why is None or any(why in reason for _, reason in skipped)
     assert result.verification.passed
+
+
+def test_string_constants_merge_by_content_only():
+    from tfsurgery.graph import Graph
+    from tfsurgery.transform import Options
+    from tfsurgery.transforms.merge_duplicates import merge_duplicates
+    with tf.Graph().as_default() as graph:
+        a, b, c = tf.constant(["x", "y"]), tf.constant(["x", "y"]), tf.constant(["x", "z"])
+        tf.identity(tf.strings.join([a, b, c]), name="output")
+    index = Graph(graph.as_graph_def())
+    report = merge_duplicates(index, Options(outputs=["output"]))
+    assert len(report.rewritten) == 1 and sum(n.op == "Const" for n in index) == 2

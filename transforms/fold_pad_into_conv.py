@@ -21,7 +21,7 @@ CONVS = ("Conv2D", "DepthwiseConv2dNative")
 ZERO_PADS = ("Pad", "PadV2")
 
 
-@transform("fold-pad-into-conv")
+@transform("fold-pad-into-conv", repeat=True)
 def fold_pad_into_conv(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("fold-pad-into-conv")
     for node in graph:

@@ -21,7 +21,7 @@ from tfsurgery.transform import Options, TransformReport, transform
 MAX_ROUNDS = 5
 
 
-@transform("merge-duplicates")
+@transform("merge-duplicates", repeat=True)
 def merge_duplicates(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("merge-duplicates")
     for _ in range(MAX_ROUNDS):     # one round suffices without cycles; loops may need another
@@ -63,14 +63,23 @@ def _signature(graph: Graph, name: str) -> Optional[Hashable]:
     data = tuple(str(parse_ref(text)) for text in node.input if not text.startswith("^"))
     control = frozenset(text for text in node.input if text.startswith("^"))
     if node.op == "Const":
-        value = graph.const_value(Ref(name, 0), through_identity=False)
+        tensor = node.attr["value"].tensor
+        shape = tuple(d.size for d in tensor.tensor_shape.dim)
+        # Packed values are the array's bytes; other encodings (float_val, string_val, a
+        # broadcast scalar) are decoded so that equal values in either encoding merge.
+        value = tensor.tensor_content or _value_key(graph.const_value(Ref(name, 0),
+                                                                     through_identity=False))
         attrs = tuple(sorted((k, v.SerializeToString(deterministic=True))
                              for k, v in node.attr.items() if k != "value"))
-        return ("Const", node.device, attrs, value.dtype.str, value.shape, value.tobytes(),
-                control)
+        return ("Const", node.device, attrs, tensor.dtype, shape, value, control)
     attrs = tuple(sorted((k, v.SerializeToString(deterministic=True))
                          for k, v in node.attr.items()))
     return (node.op, node.device, attrs, data, control)
+
+
+def _value_key(value) -> Hashable:
+    """Equal arrays, equal keys (strings by content: an object array's bytes are pointers)."""
+    return tuple(value.ravel().tolist()) if value.dtype == object else value.tobytes()
 
 
 def _replace(graph: Graph, duplicate: str, keeper: str) -> None:

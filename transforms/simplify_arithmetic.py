@@ -28,7 +28,7 @@ SHAPE_OPS = ("Reshape", "ExpandDims", "Squeeze")
 MAX_ROUNDS = 10
 
 
-@transform("simplify-arithmetic")
+@transform("simplify-arithmetic", repeat=True)
 def simplify_arithmetic(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("simplify-arithmetic")
     for _ in range(MAX_ROUNDS):
