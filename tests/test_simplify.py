@@ -175,3 +175,48 @@ def test_string_constants_merge_by_content_only():
     index = Graph(graph.as_graph_def())
     report = merge_duplicates(index, Options(outputs=["output"]))
     assert len(report.rewritten) == 1 and sum(n.op == "Const" for n in index) == 2
+
+
+# ---------------------------------------------------------------- the pipeline's fixpoint
+def test_passes_repeat_while_one_exposes_work_for_another():
+    """A dead reader keeps the inner Transpose shared, so simplify-arithmetic must wait: prune
+    removes the reader, and only a second round composes the pair (and drops it)."""
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [2, 3, 4], name="input")
+        inner = tf.transpose(x * tf.constant(R.standard_normal(4).astype(np.float32)), [0, 2, 1])
+        tf.nn.relu(inner, name="dead_reader")
+        tf.identity(tf.transpose(inner, [0, 2, 1]) + 1.0, name="output")
+    result = optimize(BuiltModel(graph.as_graph_def(), ["input"], ["output"]), bn_fold=False)
+    assert "Transpose" not in ops(result.graph_def)
+    simplify = report_of(result, "simplify-arithmetic")
+    assert any(note.startswith("round 2:") for note in simplify.notes)
+    assert len(simplify.rewritten) == 1 and simplify.removed_nodes == 1   # booked once each
+    assert [r.name for r in result.reports].count("simplify-arithmetic") == 1
+    assert "fixpoint reached" in report_of(result, "prune").notes[-1]
+    assert result.verification.passed and result.verification.max_error == 0
+
+
+def test_the_fixpoint_is_bounded(monkeypatch):
+    """Two passes that keep changing the graph for each other stop at MAX_ROUNDS, and the
+    report says so."""
+    from tfsurgery import pipeline
+    from tfsurgery.transform import TransformReport
+    calls = []
+
+    def restless(name):
+        def run(graph, options):
+            calls.append(name)
+            graph.remove([graph.add_const("restless", 1.0)])
+            report = TransformReport(name)
+            report.rewritten.append("again")
+            return report
+        run.repeat, run.transform_name = True, name
+        return run
+    for name in ("remove-identity", "prune"):
+        monkeypatch.setitem(pipeline.REGISTRY, name, restless(name))
+    built = build(lambda x: x * 2.0)
+    _, reports = pipeline.run(built.graph_def, ["remove-identity", "prune"],
+                              pipeline.Options(outputs=["output"]))
+    assert len(calls) == 2 * pipeline.MAX_ROUNDS
+    assert len(reports) == 2 and len(reports[0].rewritten) == pipeline.MAX_ROUNDS
+    assert "bound" in reports[-1].notes[-1]
