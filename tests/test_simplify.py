@@ -220,3 +220,27 @@ def test_the_fixpoint_is_bounded(monkeypatch):
     assert len(calls) == 2 * pipeline.MAX_ROUNDS
     assert len(reports) == 2 and len(reports[0].rewritten) == pipeline.MAX_ROUNDS
     assert "bound" in reports[-1].notes[-1]
+
+
+def test_a_reshape_that_keeps_its_inputs_batch_gets_a_constant_shape():
+    """Keras' Reshape layer: reshape(x, [shape(x)[0], 1, 1, C]) → reshape(x, [-1, 1, 1, C])."""
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 5, 5, 6], name="input")
+        pooled = tf.reduce_mean(x * R.standard_normal(6).astype(np.float32), [1, 2])
+        y = tf.reshape(pooled, tf.stack([tf.shape(pooled)[0], 1, 1, 6]))
+        wrong = tf.reshape(pooled, tf.stack([tf.shape(pooled)[0], 2, 3]))   # 6 = 2*3: also fine
+        tf.identity(y * tf.reduce_sum(wrong), name="output")
+    result = optimize(BuiltModel(graph.as_graph_def(), ["input"], ["output"]), bn_fold=False)
+    assert not {"Shape", "Pack", "StridedSlice"} & set(ops(result.graph_def))
+    assert len([r for r in report_of(result, "simplify-arithmetic").rewritten
+                if "batch" in r]) == 2
+    assert result.verification.passed and result.verification.max_error < 1e-5
+
+
+def test_a_batch_reshape_with_unknown_inner_dims_is_kept():
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, None, 6], name="input")
+        tf.identity(tf.reshape(x, tf.stack([tf.shape(x)[0], 1, 6])) * 2.0, name="output")
+    result = optimize(BuiltModel(graph.as_graph_def(), ["input"], ["output"]), bn_fold=False,
+                      verify=False)
+    assert "Shape" in ops(result.graph_def)
