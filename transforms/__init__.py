@@ -18,8 +18,10 @@ PIPELINE = (
     remove_identity.remove_identity,
     fold_constants.fold_constants,
     simplify_arithmetic.simplify_arithmetic,
-    merge_duplicates.merge_duplicates,
     fold_batch_norm.fold_batch_norm,
+    # after BN folding: two convs of one input merged first would share one output, and a
+    # shared output blocks the fold of each conv's own batch norm
+    merge_duplicates.merge_duplicates,
     fold_pad_into_conv.fold_pad_into_conv,
     prune.prune,
 )

@@ -21,7 +21,7 @@ from tfsurgery.transform import Options, TransformReport, transform
 MAX_ROUNDS = 5
 
 
-@transform("merge-duplicates", repeat=True)
+@transform("merge-duplicates", default=False, repeat=True)
 def merge_duplicates(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("merge-duplicates")
     for _ in range(MAX_ROUNDS):     # one round suffices without cycles; loops may need another
