@@ -1,8 +1,6 @@
 """Control flow, TF2 functional (If/Case/calls → inline-functions) and v1 (Switch/Merge, while loops
 → remove-switch-merge). Each case is a small graph with random values; it asserts which ops are
 gone (or kept, where removing them is unsafe) and that the outputs match the original's."""
-import contextlib
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -10,6 +8,7 @@ import tensorflow as tf
 from conftest import ops, optimize, report_of
 from tfsurgery.graph import Graph
 from tfsurgery.models.common import BuiltModel
+from tfsurgery.models.tf1 import v1_graph
 from tfsurgery.tfsession import run_nodes
 
 R = np.random.default_rng(11)
@@ -271,3 +270,97 @@ def test_functional_while_stays_runnable():
     for steps in (1, 4):
         feeds = {"input:0": R.standard_normal((2, 4)).astype(np.float32), "steps:0": steps}
         assert_same(model.graph_def, result.graph_def, feeds)
+
+
+# ---------------------------------------------------------------- v1 control flow (Switch/Merge)
+def loop_body(weights):
+    return lambda i, s: (i + 1, tf.tanh(tf.matmul(s, weights)))
+
+
+@pytest.fixture(scope="module")
+def while_in_untaken_cond():
+    """tf.cond(training, <while loop>, <matmul>): the loop lives on the side training=False kills."""
+    step, w = const([4, 4], -0.5, 0.5), const([4, 4])
+    with v1_graph() as graph:
+        x, training = v2_placeholders()
+        loop = lambda: tf.compat.v1.while_loop(lambda i, s: i < 3, loop_body(step), [0, x])[1]
+        y = tf.compat.v1.cond(training, loop, lambda: tf.matmul(x, w))
+        tf.identity(y + 1.0, name="output")
+    return built(graph)
+
+
+def test_while_loop_in_untaken_cond_goes_with_the_branch(while_in_untaken_cond):
+    model = while_in_untaken_cond
+    assert {"Enter", "Exit", "NextIteration", "LoopCond"} <= set(ops(model.graph_def))
+    result = optimize(model, bn_fold=False)
+    assert result.verification_error is None and result.verification is not None
+    after = set(ops(result.graph_def))
+    assert not after & {"Switch", "Merge", "Enter", "Exit", "NextIteration", "LoopCond"}
+    x_val = R.standard_normal((2, 4)).astype(np.float32)
+    assert_same(model.graph_def, result.graph_def, {"input:0": x_val}, **{"training:0": False})
+
+
+@pytest.fixture(scope="module")
+def cond_in_while():
+    """A while loop whose body has a training cond (dropout) and a data-dependent cond."""
+    step = const([4, 4], -0.5, 0.5)
+    with v1_graph() as graph:
+        x, training = v2_placeholders()
+
+        def dropout(s):          # TF1's tf.nn.dropout(s, keep_prob=0.6), written out
+            return s * tf.floor(tf.random.uniform(tf.shape(s)) + 0.6) * (1 / 0.6)
+
+        def body(i, s):
+            s = tf.tanh(tf.matmul(s, step))
+            s = tf.compat.v1.cond(training, lambda: dropout(s), lambda: s)
+            s = tf.compat.v1.cond(tf.reduce_sum(s) > 0, lambda: s * 0.5, lambda: s - 0.25)
+            return i + 1, s
+
+        n = tf.compat.v1.placeholder(tf.int32, [], name="steps")
+        y = tf.compat.v1.while_loop(lambda i, s: i < n, body, [0, x])[1]
+        tf.identity(y, name="output")
+    return built(graph, inputs=("input", "steps"))
+
+
+def test_cond_in_while_loop_keeps_the_loop_valid(cond_in_while):
+    model = cond_in_while
+    before = ops(model.graph_def)
+    result = optimize(model, bn_fold=False)
+    assert result.verification_error is None and result.verification is not None
+    after = ops(result.graph_def)
+    for op in ("Enter", "Exit", "NextIteration", "LoopCond"):   # the loop itself stays
+        assert op in after
+    assert not any("Random" in op for op in after)             # the training cond is gone
+    assert after.count("Merge") == before.count("Merge") - 1    # the data-dependent one stays
+    for steps in (1, 3):
+        feeds = {"input:0": R.standard_normal((2, 4)).astype(np.float32), "steps:0": steps}
+        assert_same(model.graph_def, result.graph_def, feeds, **{"training:0": False})
+
+
+def test_merge_fed_by_dead_enter_is_dead_and_dead_control_keeps_merge():
+    """By hand, as TF's executor decides: a loop Merge whose Enter is dead is dead (the whole
+    frame goes); a Merge with one live data input and a dead *control* input stays alive."""
+    from tfsurgery.transform import Options
+    from tfsurgery.transforms import remove_switch_merge
+    step, w = const([4, 4], -0.5, 0.5), const([4, 4])
+    with v1_graph() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="input")
+        pred = tf.constant(False, name="pred")
+        dead, live = tf.raw_ops.Switch(data=x, pred=pred, name="switch")[1::-1]
+        looped = tf.compat.v1.while_loop(lambda i, s: i < 2, loop_body(step), [0, dead])[1]
+        marker, product = tf.identity(dead, name="dead_marker"), tf.matmul(live, w)
+        with tf.control_dependencies([marker]):
+            merged = tf.raw_ops.Merge(inputs=[looped, product], name="merge")[0]
+        tf.identity(merged, name="output")
+    graph_def = graph.as_graph_def()
+    index = Graph(graph_def)
+    report = remove_switch_merge.remove_switch_merge(index, Options(inputs=["input"],
+                                                                    outputs=["output"]))
+    assert index.structure_problem() is None and "merge" in report.rewritten
+    assert not any(name.startswith("while/Enter") and index.inputs(name)[0].node == "switch"
+                   for name in index.nodes)          # the frame the dead value entered is gone
+    index.prune(["output"])                          # the live counter loop feeds nothing
+    out = index.to_graph_def()
+    assert not {"Enter", "Exit", "NextIteration", "LoopCond", "Merge"} & set(ops(out))
+    x_val = R.standard_normal((2, 4)).astype(np.float32)
+    assert_same(graph_def, out, {"input:0": x_val})
