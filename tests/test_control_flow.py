@@ -279,7 +279,8 @@ def loop_body(weights):
 
 @pytest.fixture(scope="module")
 def while_in_untaken_cond():
-    """tf.cond(training, <while loop>, <matmul>): the loop lives on the side training=False kills."""
+    """tf2onnx test_while_loop_in_cond with a training flag for the predicate:
+    tf.cond(training, <while loop>, <matmul>): the loop lives on the side training=False kills."""
     step, w = const([4, 4], -0.5, 0.5), const([4, 4])
     with v1_graph() as graph:
         x, training = v2_placeholders()
@@ -302,7 +303,8 @@ def test_while_loop_in_untaken_cond_goes_with_the_branch(while_in_untaken_cond):
 
 @pytest.fixture(scope="module")
 def cond_in_while():
-    """A while loop whose body has a training cond (dropout) and a data-dependent cond."""
+    """tf2onnx test_cond_in_while_loop with a training cond (TF1 dropout) next to its
+    data-dependent cond in the loop body."""
     step = const([4, 4], -0.5, 0.5)
     with v1_graph() as graph:
         x, training = v2_placeholders()
@@ -364,3 +366,35 @@ def test_merge_fed_by_dead_enter_is_dead_and_dead_control_keeps_merge():
     assert not {"Enter", "Exit", "NextIteration", "LoopCond", "Merge"} & set(ops(out))
     x_val = R.standard_normal((2, 4)).astype(np.float32)
     assert_same(graph_def, out, {"input:0": x_val})
+
+
+def test_tf2onnx_loop_cond_cases_stay_runnable():
+    """tf2onnx tests/test_cond.py test_while_loop_in_cond (a loop in a data-dependent cond) and
+    test_cond_in_while_loop (TensorArray read → data-dependent cond → write): nothing is
+    constant, so both keep their control flow and still compute what they computed."""
+    shift = float(R.uniform(1, 3))
+    with v1_graph() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [3], name="input")
+        y = tf.compat.v1.placeholder(tf.float32, [3], name="input_2")
+        in_cond = tf.compat.v1.cond(
+            x[0] < y[0], lambda: x,
+            lambda: tf.compat.v1.while_loop(lambda v: tf.reduce_any(v < 10.0),
+                                            lambda v: v + shift, [y]))
+        items = tf.TensorArray(tf.float32, size=0, dynamic_size=True).unstack(in_cond)
+
+        def body(i, out):
+            item = items.read(i)
+            item = tf.compat.v1.cond(item > 0, lambda: item - shift, lambda: item + 3.0)
+            return i + 1, out.write(i, item)
+
+        result = tf.compat.v1.while_loop(
+            lambda i, *_: i < 3, body, [0, tf.TensorArray(tf.float32, size=0, dynamic_size=True)])
+        tf.identity(result[1].stack(), name="output")
+    model = built(graph, inputs=("input", "input_2"))
+    result = optimize(model, bn_fold=False)
+    assert result.verification_error is None and result.verification is not None
+    assert ops(result.graph_def).count("Merge") == ops(model.graph_def).count("Merge")
+    for first in (-5.0, 5.0):                     # both sides of the outer cond
+        feeds = {"input:0": np.array([first, 2, 3], np.float32),
+                 "input_2:0": R.uniform(-2, 2, 3).astype(np.float32)}
+        assert_same(model.graph_def, result.graph_def, feeds)
