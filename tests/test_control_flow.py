@@ -398,3 +398,28 @@ def test_tf2onnx_loop_cond_cases_stay_runnable():
         feeds = {"input:0": np.array([first, 2, 3], np.float32),
                  "input_2:0": R.uniform(-2, 2, 3).astype(np.float32)}
         assert_same(model.graph_def, result.graph_def, feeds)
+
+
+def test_nested_calls_inline_in_a_fresh_process(call_with_bn_and_dropout, tmp_path):
+    """From a .pb in a new process (no function known to TF beforehand), through the CLI: the
+    nested bodies are read against the graph's own library."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    source, target, report = tmp_path / "nested.pb", tmp_path / "out.pb", tmp_path / "r.json"
+    source.write_bytes(call_with_bn_and_dropout.graph_def.SerializeToString())
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "tfsurgery.cli", "optimize", str(source), "-o",
+                           str(target), "--bn-fold", "--report-json", str(report)],
+                          cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    optimized = tf.compat.v1.GraphDef.FromString(target.read_bytes())
+    assert not functional_ops(optimized) and not optimized.library.function
+    assert not {"FusedBatchNorm", "FusedBatchNormV3"} & set(ops(optimized))
+    inline = next(t for t in json.loads(report.read_text())["transforms"]
+                  if t["name"] == "inline-functions")
+    assert len(inline["rewritten"]) == 3 and not inline["skipped"]
+    x_val = R.standard_normal((2, 5, 5, 2)).astype(np.float32)
+    assert_same(call_with_bn_and_dropout.graph_def, optimized, {"input:0": x_val},
+                **{"training:0": False})

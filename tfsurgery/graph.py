@@ -328,6 +328,10 @@ class Graph:
                 return fdef
         return None
 
+    def library(self):
+        """The FunctionDefLibrary (read it; change it through the methods here)."""
+        return self._library
+
     def function_names(self) -> Set[str]:
         return {fdef.signature.name for fdef in self._library.function}
 

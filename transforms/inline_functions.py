@@ -19,6 +19,7 @@ runs as written). Nested calls inline round by round.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -40,6 +41,35 @@ MAX_ROUNDS = 32          # nesting depth of calls in one graph; real graphs use 
 def inline_functions(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("inline-functions")
     skipped: Dict[str, str] = {}
+    if not graph.function_names():
+        return report
+    with library_scope(graph):
+        inline_rounds(graph, options, report, skipped)
+    report.skipped.extend(sorted(skipped.items()))
+    unused = sorted(graph.function_names() - graph.called_functions())
+    if unused:
+        graph.remove_functions(unused)
+        report.notes.append(f"{len(unused)} unused function(s) dropped from the library")
+    return report
+
+
+def library_scope(graph: Graph):
+    """A default TF graph holding the library: TF's FunctionDef reader checks there that the
+    functions a body calls exist (and reads direct calls' signatures)."""
+    import tensorflow as tf
+    from tensorflow.core.framework import graph_pb2
+    holder = tf.Graph()
+    try:
+        with holder.as_default():
+            tf.compat.v1.import_graph_def(graph_pb2.GraphDef(library=graph.library()), name="")
+    except (ValueError, TypeError, tf.errors.OpError):
+        return contextlib.nullcontext()    # each body TF cannot read is then skipped, with why
+    return holder.as_default()
+
+
+def inline_rounds(graph: Graph, options: Options, report: TransformReport,
+                  skipped: Dict[str, str]) -> None:
+    """Inline round by round: a call inside an inlined body is seen in the next round."""
     for _ in range(MAX_ROUNDS):
         chosen = taken_bodies(graph, skipped)
         if not chosen:
@@ -51,12 +81,6 @@ def inline_functions(graph: Graph, options: Options) -> TransformReport:
             else:
                 report.matched += 1
                 report.rewritten.append(call)
-    report.skipped.extend(sorted(skipped.items()))
-    unused = sorted(graph.function_names() - graph.called_functions())
-    if unused:
-        graph.remove_functions(unused)
-        report.notes.append(f"{len(unused)} unused function(s) dropped from the library")
-    return report
 
 
 def taken_bodies(graph: Graph, skipped: Dict[str, str]) -> Dict[str, Tuple[str, List[Ref]]]:
