@@ -346,6 +346,8 @@ class Graph:
                 continue
             called.add(name)
             pending.extend(f for inner in bodies[name].node_def for f in called_by(inner, bodies))
+            pending.extend(g.gradient_func for g in self._library.gradient
+                           if g.function_name == name)
         return called
 
     def remove_functions(self, names: Iterable[str]) -> None:
