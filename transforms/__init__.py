@@ -7,10 +7,12 @@ is added by ``--bn-fold``). To add a transform: write its module, mark its funct
 from tfsurgery.transforms import (fold_batch_norm, fold_constants, freeze_placeholder_defaults,
                                   freeze_training_flags, prune, remove_dropout, remove_identity,
                                   remove_switch_merge, simplify_arithmetic, strip_debug)
+from tfsurgery.transforms import inline_functions
 
 PIPELINE = (
     freeze_training_flags.freeze_training_flags,
     freeze_placeholder_defaults.freeze_placeholder_defaults,
+    inline_functions.inline_functions,
     strip_debug.strip_debug,
     remove_switch_merge.remove_switch_merge,
     remove_dropout.remove_dropout,
