@@ -4,11 +4,12 @@
 is added by ``--bn-fold``). To add a transform: write its module, mark its function with
 ``@transform("name")``, and put it in ``PIPELINE`` where it belongs.
 """
-from tfsurgery.transforms import (fold_batch_norm, fold_constants, freeze_placeholder_defaults,
-                                  freeze_training_flags, prune, remove_dropout, remove_identity,
+from tfsurgery.transforms import (add_preprocessing, fold_affine_into_linear, fold_batch_norm,
+                                  fold_constants, freeze_placeholder_defaults, freeze_training_flags, prune, remove_dropout, remove_identity,
                                   remove_switch_merge, simplify_arithmetic, strip_debug)
 
 PIPELINE = (
+    add_preprocessing.add_preprocessing,
     freeze_training_flags.freeze_training_flags,
     freeze_placeholder_defaults.freeze_placeholder_defaults,
     strip_debug.strip_debug,
@@ -18,6 +19,7 @@ PIPELINE = (
     fold_constants.fold_constants,
     simplify_arithmetic.simplify_arithmetic,
     fold_batch_norm.fold_batch_norm,
+    fold_affine_into_linear.fold_affine_into_linear,
     prune.prune,
 )
 
