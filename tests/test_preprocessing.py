@@ -157,3 +157,34 @@ def test_model_values_order():
     spec = Preprocessing(reverse=True, mean=(1.0, 2.0, 3.0), scale=(1.0, 2.0, 4.0), channel_axis=1)
     raw = np.array([[10.0, 20.0, 30.0]])
     assert np.allclose(model_values(raw, spec, np.float32), [[29.0, 9.0, 1.75]])
+
+
+APPLICATION_CASES = {
+    "MobileNetV2": dict(mean=(127.5,), scale=(127.5,)),
+    "ResNet50": dict(mean=(123.675, 116.28, 103.53), scale=(58.395, 57.12, 57.375)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(APPLICATION_CASES))
+def test_keras_application_uint8_bgr_costs_at_most_two_nodes(name, tmp_path):
+    """Issue 14's Done-when: ≤ 2 more non-Const nodes than plain --bn-fold, uint8 ONNX matches."""
+    from tfsurgery.models import keras_models
+    built = keras_models.keras_application(name, seed=3, input_size=96)
+    source = api.Source(built.graph_def, label=name, inputs=built.inputs, outputs=built.outputs)
+    transforms = api.choose_transforms(bn_fold=True)
+    plain = api.optimize(source, transforms, verify=False)
+    result = api.optimize(source, transforms, preprocess=requested(
+        dtype="uint8", reverse=True, **APPLICATION_CASES[name]))
+    assert result.verification.passed and result.verification.max_error <= 1e-4
+    left, before = ops(result.graph_def), ops(plain.graph_def)
+    print(f"{name}: plain --bn-fold {len(before)} non-Const, with preprocessing {len(left)}; "
+          f"max error {result.verification.max_error:.3g}")
+    assert len(left) - len(before) <= 2
+    for op in ("Mul", "RealDiv", "ReverseV2", "GatherV2"):
+        assert left.count(op) == before.count(op), op
+    exported = api.export_onnx(result, tmp_path / "m.onnx")
+    import onnx
+    model = onnx.load(str(tmp_path / "m.onnx"))
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.UINT8
+    print(f"{name}: ONNX {exported}")
