@@ -73,7 +73,7 @@ def test_shift_before_same_conv_stays_with_reason():
     result = optimized(tf1_source(build))
     left = ops(result.graph_def)
     assert "Mul" not in left and left.count("AddV2") == 1
-    assert any("SAME padding" in reason for reason in skips(result))
+    assert any("per-channel shift before zero padding" in reason for reason in skips(result))
 
 
 def test_scale_and_reversal_pass_a_zero_pad():
@@ -131,3 +131,35 @@ def test_caller_graph_untouched_and_non_constant_weights_left():
     report = fold_affine_into_linear(graph, Options(inputs=["x", "w"], outputs=["out"]))
     assert report.matched == 0 and "not a constant" in report.skipped[0][1]
     assert source.graph_def.SerializeToString() == before
+
+
+def test_constant_gather_on_channels_folds():
+    def build(placeholder):
+        x = placeholder(tf.float32, [None, 6, 6, 3], name="x")
+        y = tf.gather(x, [2, 0, 1, 2], axis=3)          # permutation plus a duplicate
+        tf.identity(tf.nn.conv2d(y, _r(3, 3, 4, 5), 1, "SAME"), name="out")
+    left = ops(optimized(tf1_source(build)).graph_def)
+    assert "GatherV2" not in left and left.count("Conv2D") == 1
+
+
+@pytest.mark.parametrize("layer", ["conv", "depthwise"])
+def test_scalar_shift_before_same_conv_becomes_a_padv2_border(layer):
+    def build(placeholder):
+        x = placeholder(tf.float32, [None, 7, 7, 3], name="x")
+        y = x - 3.5
+        if layer == "conv":
+            y = tf.nn.conv2d(y, _r(3, 3, 3, 4), 2, "SAME")
+        else:
+            y = tf.nn.depthwise_conv2d(y, _r(3, 3, 3, 2), [1, 2, 2, 1], "SAME")
+        tf.identity(y, name="out")
+    left = ops(optimized(tf1_source(build)).graph_def)
+    assert "Sub" not in left and "PadV2" in left, left
+
+
+def test_scalar_shift_through_a_zero_pad_becomes_a_padv2_border():
+    def build(placeholder):
+        x = placeholder(tf.float32, [None, 6, 6, 3], name="x")
+        y = tf.pad(x + 2.0, [[0, 0], [3, 3], [3, 3], [0, 0]])
+        tf.identity(tf.nn.conv2d(y, _r(7, 7, 3, 4), 2, "VALID"), name="out")
+    left = ops(optimized(tf1_source(build)).graph_def)
+    assert "AddV2" not in left and "Pad" not in left and "PadV2" in left, left

@@ -188,3 +188,9 @@ def test_keras_application_uint8_bgr_costs_at_most_two_nodes(name, tmp_path):
     model = onnx.load(str(tmp_path / "m.onnx"))
     assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.UINT8
     print(f"{name}: ONNX {exported}")
+
+
+def test_scalar_mean_with_same_padding_folds_through_a_padv2():
+    result = run(build("nhwc_same"), dtype="uint8", reverse=True, mean=(127.5,), scale=(127.5,))
+    left = ops(result.graph_def)
+    assert not {"Sub", "Mul", "ReverseV2"} & set(left) and left.count("PadV2") == 1

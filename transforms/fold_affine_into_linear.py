@@ -91,9 +91,9 @@ def _fold_one(graph: Graph, lin: str, options: Options, report: TransformReport)
     pad = data.node if graph.op(data) == "Pad" and data.port == 0 else None
     producer = graph.inputs(pad)[0] if pad else data
     op = graph.op(producer)
-    if op not in SCALE_OPS + SHIFT_OPS + ("ReverseV2",) or producer.port != 0:
+    if op not in SCALE_OPS + SHIFT_OPS + ("ReverseV2", "GatherV2") or producer.port != 0:
         return False
-    if pad and (op in SHIFT_OPS or not _zero_pad(graph, pad, lin)):
+    if pad and not _zero_pad(graph, pad, lin):
         return False
     weight = graph.const_value(graph.inputs(lin)[1])
     if weight is None:
@@ -108,10 +108,12 @@ def _fold_one(graph: Graph, lin: str, options: Options, report: TransformReport)
         report.skip(producer.node, f"other nodes read its output besides {pad or lin}")
         return False
     channels = weight.shape[_weight_in_axis(graph, lin)]
+    if op == "GatherV2":
+        return _fold_gather(graph, lin, producer.node, weight, rank, axis, report)
     if op == "ReverseV2":
         return _fold_reverse(graph, lin, producer.node, weight, rank, axis, report)
     return _fold_affine(graph, lin, producer.node, weight, rank, axis, channels, report,
-                        options.protected)
+                        options.protected, pad)
 
 
 def _zero_pad(graph: Graph, pad: str, lin: str) -> bool:
@@ -138,7 +140,47 @@ def _fold_reverse(graph, lin, name, weight, rank, axis, report) -> bool:
     return True
 
 
-def _fold_affine(graph, lin, name, weight, rank, axis, channels, report, protected) -> bool:
+def _fold_gather(graph, lin, name, weight, rank, axis, report) -> bool:
+    """x[..., idx] before the layer: input channel c of the layer reads raw channel idx[c], so
+    W'[j] = sum of W[c] over c with idx[c] = j (a permutation just permutes W)."""
+    indices = graph.const_value(graph.inputs(name)[1])
+    gather_axis = graph.const_value(graph.inputs(name)[2])
+    if indices is None or indices.ndim != 1 or gather_axis is None \
+            or int(gather_axis) % rank != axis or graph.attr(name, "batch_dims", 0) != 0:
+        report.skip(name, f"{lin}: not a constant 1-D gather on the channel axis")
+        return False
+    if graph.op(lin) == "DepthwiseConv2dNative":
+        report.skip(name, f"{lin}: a depthwise conv cannot absorb a channel gather")
+        return False
+    source = _static_dim(graph, graph.inputs(name)[0], axis)
+    if source is None or indices.min() < 0 or indices.max() >= source:
+        report.skip(name, f"{lin}: the gathered input's channel count is unknown")
+        return False
+    w_axis = _weight_in_axis(graph, lin)
+    moved = np.moveaxis(weight.astype(np.float64), w_axis, 0)
+    folded = np.zeros((source,) + moved.shape[1:])
+    np.add.at(folded, indices.astype(np.int64), moved)
+    _write_weights(graph, lin, np.moveaxis(folded, 0, w_axis).astype(weight.dtype))
+    _bypass(graph, name)
+    report.matched += 1
+    report.rewritten.append(f"{name} → {lin} (input channels gathered)")
+    return True
+
+
+def _static_dim(graph: Graph, ref: Ref, axis: int):
+    """A static dimension of a tensor, from its producer's _output_shapes or a placeholder."""
+    node = graph.node(ref.node)
+    if "_output_shapes" in node.attr and len(node.attr["_output_shapes"].list.shape) > ref.port:
+        dims = node.attr["_output_shapes"].list.shape[ref.port].dim
+    elif "shape" in node.attr:
+        dims = node.attr["shape"].shape.dim
+    else:
+        return None
+    return dims[axis].size if len(dims) > axis and dims[axis].size > 0 else None
+
+
+def _fold_affine(graph, lin, name, weight, rank, axis, channels, report, protected,
+                 pad=None) -> bool:
     found = _affine_operand(graph, name)
     op = graph.op(name)
     value = None if found is None else _channel_vector(found[1], rank, axis, channels)
@@ -152,20 +194,88 @@ def _fold_affine(graph, lin, name, weight, rank, axis, channels, report, protect
         scale = 1.0 / value if op == "RealDiv" else value
         _write_weights(graph, lin, _scale_in(graph, lin, weight, scale))
     else:
-        if graph.op(lin) != "MatMul" and graph.attr(lin, "padding") != "VALID":
-            report.skip(name, f"{lin}: {graph.attr(lin, 'padding')} padding — the zero border "
-                              "is not zero before the shift")
+        shift = -value if op == "Sub" else value
+        border = _border(graph, lin, found[0], shift, pad)
+        if isinstance(border, str):
+            report.skip(name, f"{lin}: {border}")
             return False
         if lin in protected:
             report.skip(name, f"{lin} is a graph output: no bias can follow it")
             return False
-        shift = -value if op == "Sub" else value
         _add_bias(graph, lin, _weight_sum(graph, lin, weight, shift))
+        if border is not None:       # zero border of x + a = a border of -a around x, then + a
+            _pad_with(graph, lin, name, border, -float(shift[0]), pad)
     graph.rewire(Ref(name, 0), found[0])
     graph.remove([name])
     report.matched += 1
     report.rewritten.append(f"{name} ({op}) → {lin}")
     return True
+
+
+def _border(graph: Graph, lin: str, data: Ref, shift: np.ndarray, pad: Optional[str]):
+    """How zero padding touches the shifted input: None (it does not), the [rank, 2] paddings a
+    scalar shift can carry as a PadV2 value, or the reason the shift cannot fold (a str)."""
+    padding = None if graph.op(lin) == "MatMul" else graph.attr(lin, "padding")
+    if pad is None and padding in (None, "VALID"):
+        return None
+    if pad is None and padding != "SAME":
+        return f"{padding} padding: the zero border is not zero before the shift"
+    if not np.all(shift == shift[0]):
+        return ("a per-channel shift before zero padding (the zero border is not zero before "
+                "the shift; a PadV2 value is one scalar)")
+    if pad is not None:
+        return graph.const_value(graph.inputs(pad)[1])
+    paddings = _same_paddings(graph, lin, data)
+    return "SAME padding with an unknown spatial size" if paddings is None else paddings
+
+
+def _same_paddings(graph: Graph, lin: str, data: Ref) -> Optional[np.ndarray]:
+    """TensorFlow's SAME padding as explicit [4, 2] paddings, from the static input size."""
+    nchw = graph.attr(lin, "data_format", "NHWC").startswith("NC")
+    spatial = (2, 3) if nchw else (1, 2)
+    kernel = graph.const_value(graph.inputs(lin)[1]).shape[:2]
+    strides, dilations = graph.attr(lin, "strides"), graph.attr(lin, "dilations") or [1] * 4
+    paddings = np.zeros((4, 2), np.int32)
+    for k, axis in zip(kernel, spatial):
+        size = _static_dim(graph, _shape_source(graph, data), axis)
+        if size is None:
+            return None
+        out = -(-size // strides[axis])
+        total = max((out - 1) * strides[axis] + (k - 1) * dilations[axis] + 1 - size, 0)
+        paddings[axis] = total // 2, total - total // 2
+    return paddings
+
+
+def _shape_source(graph: Graph, ref: Ref) -> Ref:
+    """Back through shape-preserving elementwise ops to a tensor with a known static shape."""
+    while graph.op(ref) in ("Cast", "Sub", "Add", "AddV2", "Mul", "RealDiv", "ReverseV2",
+                            "Identity") and "_output_shapes" not in graph.node(ref.node).attr:
+        data = [r for r in graph.inputs(ref.node)[:1] if not graph.is_const(r)]
+        if not data:
+            break
+        ref = data[0]
+    return ref
+
+
+def _pad_with(graph: Graph, lin: str, name: str, paddings: np.ndarray, value: float,
+              pad: Optional[str]) -> None:
+    """``lin`` reads PadV2(shifted input, paddings, value) (replacing ``pad``), VALID."""
+    dtype = graph.node(lin).attr["T"]
+    source = graph.inputs(pad)[0] if pad else Ref(name, 0)
+    pads = graph.add_const(f"{lin}/shift_paddings", np.asarray(paddings, np.int32))
+    border = graph.add_const(f"{lin}/shift_border", np.asarray(value, dtype_numpy(dtype)))
+    padv2 = graph.new_node("PadV2", f"{pad or lin}/shift_pad", [source, pads, border],
+                           {"T": dtype, "Tpaddings": _int32()}, device=graph.node(lin).device)
+    graph.set_input(lin, 0, Ref(padv2.name, 0))
+    if pad:
+        graph.remove([pad])
+    else:
+        graph.mutable(lin).attr["padding"].s = b"VALID"
+
+
+def _int32():
+    import tensorflow as tf
+    return tf.int32
 
 
 def _bypass(graph: Graph, name: str) -> None:
