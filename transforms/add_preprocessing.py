@@ -104,5 +104,7 @@ def _rewrite(graph: Graph, name: str, spec: Preprocessing, axis: Optional[int]) 
         last, steps = Ref(mul.name, 0), steps + ["divide by scale"]
     for consumer in consumers:
         graph.set_input(consumer.node, consumer.index, last)
-    return (f"{name}: m = (reverse(x) - mean) / scale; input now {spec.dtype or model_dtype.name}"
-            f"; emitted {', '.join(steps) or 'nothing'}")
+    values = f"mean={spec.mean or 0}, scale={spec.scale or 1}, reverse={spec.reverse}"
+    return (f"{name}: m = (reverse(x) - mean) / scale with {values}; new input signature "
+            f"{name}: {spec.dtype or model_dtype.name}{graph.attr(name, 'shape')}; emitted "
+            f"{', '.join(steps) or 'nothing'} (fold-affine-into-linear says what folded)")
