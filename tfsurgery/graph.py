@@ -331,6 +331,46 @@ class Graph:
         else:
             del node.attr[COLOCATION_ATTR]
 
+    # ---------------------------------------------------------------- function library
+    def function(self, name: str):
+        """The library's FunctionDef called ``name`` (None if there is none)."""
+        for fdef in self._library.function:
+            if fdef.signature.name == name:
+                return fdef
+        return None
+
+    def library(self):
+        """The FunctionDefLibrary (read it; change it through the methods here)."""
+        return self._library
+
+    def function_names(self) -> Set[str]:
+        return {fdef.signature.name for fdef in self._library.function}
+
+    def called_functions(self) -> Set[str]:
+        """Library functions the nodes call, directly or through other functions' bodies."""
+        bodies = {fdef.signature.name: fdef for fdef in self._library.function}
+        pending = [f for node in self.nodes.values() for f in called_by(node, bodies)]
+        called: Set[str] = set()
+        while pending:
+            name = pending.pop()
+            if name in called or name not in bodies:
+                continue
+            called.add(name)
+            pending.extend(f for inner in bodies[name].node_def for f in called_by(inner, bodies))
+            pending.extend(g.gradient_func for g in self._library.gradient
+                           if g.function_name == name)
+        return called
+
+    def remove_functions(self, names: Iterable[str]) -> None:
+        """Drop functions (and their gradients) from the library."""
+        gone = set(names)
+        kept = [f for f in self._library.function if f.signature.name not in gone]
+        gradients = [g for g in self._library.gradient if g.function_name not in gone]
+        del self._library.function[:]
+        self._library.function.extend(kept)
+        del self._library.gradient[:]
+        self._library.gradient.extend(gradients)
+
     def structure_problem(self) -> Optional[str]:
         """What is broken, if anything: an input naming no node or a port the node lacks, a
         colocation naming no node, a cycle outside a while loop. None when the graph is sound."""
@@ -451,6 +491,18 @@ def colocation_targets(node: node_def_pb2.NodeDef) -> List[str]:
         return []
     return [s[len(COLOCATION_PREFIX):].decode(errors="replace")
             for s in node.attr[COLOCATION_ATTR].list.s if s.startswith(COLOCATION_PREFIX)]
+
+
+def called_by(node: node_def_pb2.NodeDef, library_names=()) -> List[str]:
+    """Function names a node calls: its ``func`` attributes (If's branches, a call's ``f``,
+    While's ``cond``/``body``) and, for a direct call, its op itself if that is a library name."""
+    names = [node.op] if node.op in library_names else []
+    for value in node.attr.values():
+        if value.WhichOneof("value") == "func":
+            names.append(value.func.name)
+        elif value.WhichOneof("value") == "list":
+            names.extend(f.name for f in value.list.func)
+    return names
 
 
 def check_structure(graph_def: graph_pb2.GraphDef) -> None:

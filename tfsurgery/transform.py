@@ -8,9 +8,22 @@ they run, is listed once in ``tfsurgery.transforms``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from tfsurgery.graph import Graph
+
+
+@dataclasses.dataclass
+class Preprocessing:
+    """What one input's raw values become: m = (reverse(cast(x)) - mean) / scale (add-preprocessing).
+    ``mean``/``scale`` hold one value or one per channel, in the model's channel order;
+    ``channel_axis`` is resolved before the transform runs."""
+
+    dtype: Optional[str] = None
+    reverse: bool = False
+    mean: Optional[Tuple[float, ...]] = None
+    scale: Optional[Tuple[float, ...]] = None
+    channel_axis: Optional[int] = None
 
 
 @dataclasses.dataclass
@@ -24,6 +37,8 @@ class Options:
     inference_values: Dict[str, object] = dataclasses.field(default_factory=dict)
     fold_constants_max_bytes: int = 64 << 20   # a folded constant may not be larger than this
     keep_asserts: bool = False                 # strip-debug off (--keep-asserts)
+    # input node name → its preprocessing (add-preprocessing)
+    preprocessing: Dict[str, Preprocessing] = dataclasses.field(default_factory=dict)
 
     @property
     def protected(self) -> set:
