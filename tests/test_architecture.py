@@ -98,8 +98,10 @@ def test_transform_list_is_the_one_registry():
     from tfsurgery import transforms
     assert list(transforms.ORDER) == [fn.transform_name for fn in transforms.PIPELINE]
     assert pipeline.resolve_transforms() == [n for n in transforms.ORDER
-                                             if n != "fold-batch-norm"]
-    assert pipeline.resolve_transforms(bn_fold=True) == list(transforms.ORDER)
+                                             if n in transforms.DEFAULT_TRANSFORMS]
+    assert "fold-batch-norm" not in transforms.DEFAULT_TRANSFORMS
+    assert pipeline.resolve_transforms(bn_fold=True) == [
+        n for n in transforms.ORDER if n in transforms.DEFAULT_TRANSFORMS or n == "fold-batch-norm"]
 
 
 # ---------------------------------------------------------------- a graph checked after every pass
