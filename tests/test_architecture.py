@@ -97,9 +97,10 @@ def test_only_tfsurgery_is_installed(tmp_path):
 def test_transform_list_is_the_one_registry():
     from tfsurgery import transforms
     assert list(transforms.ORDER) == [fn.transform_name for fn in transforms.PIPELINE]
-    assert pipeline.resolve_transforms() == [n for n in transforms.ORDER
-                                             if n != "fold-batch-norm"]
-    assert pipeline.resolve_transforms(bn_fold=True) == list(transforms.ORDER)
+    opt_in = ("fold-batch-norm", "add-preprocessing")   # --bn-fold; the preprocessing options
+    assert pipeline.resolve_transforms() == [n for n in transforms.ORDER if n not in opt_in]
+    assert pipeline.resolve_transforms(bn_fold=True) == [n for n in transforms.ORDER
+                                                         if n != "add-preprocessing"]
 
 
 # ---------------------------------------------------------------- a graph checked after every pass
