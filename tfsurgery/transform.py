@@ -71,11 +71,14 @@ class TransformReport:
 Transform = Callable[[Graph, Options], TransformReport]
 
 
-def transform(name: str, *, default: bool = True) -> Callable[[Transform], Transform]:
+def transform(name: str, *, default: bool = True,
+              repeat: bool = False) -> Callable[[Transform], Transform]:
     """Name a transform function; ``default=False`` keeps it out of a plain run (it is asked for,
-    e.g. ``fold-batch-norm`` by ``--bn-fold``)."""
+    e.g. ``fold-batch-norm`` by ``--bn-fold``). ``repeat=True``: a simplification the pipeline
+    runs again while other passes keep changing the graph (each can expose work for another)."""
     def decorate(fn: Transform) -> Transform:
         fn.transform_name = name
         fn.default = default
+        fn.repeat = repeat
         return fn
     return decorate
