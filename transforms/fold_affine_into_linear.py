@@ -79,6 +79,12 @@ def _affine_operand(graph: Graph, name: str):
     return None
 
 
+def _has_constant_operand(graph: Graph, name: str) -> bool:
+    if graph.op(name) in ("ReverseV2", "GatherV2"):
+        return all(graph.is_const(ref) for ref in graph.inputs(name)[1:])
+    return _affine_operand(graph, name) is not None
+
+
 def _sole_reader(graph: Graph, name: str, reader: str) -> bool:
     return ([c.node for c in graph.consumers(name, control=True)] == [reader]
             and not graph.has_control_consumers(name))
@@ -95,6 +101,8 @@ def _fold_one(graph: Graph, lin: str, options: Options, report: TransformReport)
         return False
     if pad and not _zero_pad(graph, pad, lin):
         return False
+    if not _has_constant_operand(graph, producer.node):
+        return False                    # x * y, a residual x + y: not an affine map
     weight = graph.const_value(graph.inputs(lin)[1])
     if weight is None:
         report.skip(producer.node, f"{lin}: weights are not a constant")
@@ -336,6 +344,7 @@ def _add_bias(graph: Graph, lin: str, delta: np.ndarray) -> None:
 
 
 def _sole_reader_bias(graph: Graph, bias_add: str) -> bool:
+    """The BiasAdd after the linear op adds a constant (so the shift joins that constant)."""
     return graph.is_const(graph.inputs(bias_add)[1])
 
 
