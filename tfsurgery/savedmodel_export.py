@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Dict, Mapping, Sequence
 
 import numpy as np
 
 from tfsurgery import artefacts, verify
 from tfsurgery.artefacts import Artefact
-from tfsurgery.errors import ExportError, InputError
-from tfsurgery.ops import first_line, node_name, tensor_name
+from tfsurgery.errors import ExportError
+from tfsurgery.ops import first_line, tensor_name
 
 DEFAULT_KEY = "serving_default"
 SERVE_TAG = "serve"
@@ -35,6 +35,10 @@ class Signature:
     inputs: Dict[str, str]
     outputs: Dict[str, str]
 
+    def __post_init__(self):
+        self.inputs = {key: tensor_name(n) for key, n in self.inputs.items()}
+        self.outputs = {key: tensor_name(n) for key, n in self.outputs.items()}
+
     @classmethod
     def of_graph(cls, inputs: Sequence[str], outputs: Sequence[str],
                  key: str = DEFAULT_KEY) -> "Signature":
@@ -45,7 +49,7 @@ class Signature:
     def fits(self, inputs: Sequence[str], outputs: Sequence[str]) -> bool:
         """Whether this signature describes exactly these graph inputs and outputs."""
         return ({tensor_name(n) for n in inputs} == set(self.inputs.values()) and
-                [tensor_name(n) for n in outputs] == list(self.outputs.values()))
+                {tensor_name(n) for n in outputs} == set(self.outputs.values()))
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -103,6 +107,10 @@ def build(graph_def, signature: Signature, directory: Path) -> None:
             builder.add_meta_graph_and_variables(session, [SERVE_TAG], strip_default_attrs=True,
                                                  signature_def_map={signature.key: definition})
             builder.save()
+    # TF2's tf.saved_model.save writes a fingerprint; the v1 builder does not, and loaders
+    # complain ("Fingerprint not found") without one.
+    from tensorflow.python.saved_model import fingerprinting_utils
+    fingerprinting_utils.write_fingerprint(str(directory))
 
 
 def check(directory: Path, signature: Signature, feeds: Mapping[str, np.ndarray],
@@ -133,17 +141,3 @@ def run(directory: Path, signature: Signature,
 def check_target(path, force: bool, input_path=None) -> None:
     """Before minutes of work: the SavedModel directory can be written."""
     artefacts.check_new_directory(Path(path), force, input_path)
-
-
-def output_names(signature: Optional[Signature]) -> Sequence[str]:
-    return [node_name(n) for n in signature.outputs.values()] if signature else []
-
-
-def refuse_unknown(signature: Signature, graph_def) -> None:
-    """Every tensor the signature names exists in the graph."""
-    present = {n.name for n in graph_def.node}
-    missing = [n for n in list(signature.inputs.values()) + list(signature.outputs.values())
-               if node_name(n) not in present]
-    if missing:
-        raise InputError(f"signature '{signature.key}' names {missing[0]}, which the optimized "
-                         "graph does not have")
