@@ -292,3 +292,25 @@ def test_keras3_model_to_every_format_with_float16(keras_file, tmp_path, capsys)
     (got,) = signature(image=tf.constant(x)).values()
     scale = np.abs(expected).max()
     assert np.abs(got.numpy() - expected).max() <= api.FLOAT16_TOLERANCE * scale
+
+
+def test_mobilenet_block_saved_model_runs_under_grappler(tmp_path):
+    """ZeroPadding → strided DepthwiseConv2D → BN → ReLU6 (MobileNetV2's pattern): the exported
+    SavedModel is called with Grappler on (its remapper once aborted TF on a depthwise conv with
+    EXPLICIT padding); in a child process, so an abort fails this test, not the whole run."""
+    import keras
+    inp = keras.Input((9, 9, 4), name="image")
+    x = keras.layers.ZeroPadding2D(((0, 1), (0, 1)))(inp)
+    x = keras.layers.DepthwiseConv2D(3, strides=2, use_bias=False, name="dw")(x)
+    x = keras.layers.ReLU(6.0)(keras.layers.BatchNormalization(name="bn")(x))
+    model = keras.Model(inp, x)
+    r = np.random.default_rng(8)
+    for w in model.weights:
+        w.assign(r.uniform(0.5, 1.5, w.shape).astype(np.float32))
+    model.save(tmp_path / "block.keras")
+    done = subprocess.run([sys.executable, "-m", "tfsurgery.cli", str(tmp_path / "block.keras"),
+                           "--bn-fold", "-o", f"{tmp_path / 'sm'}/", "-q"],
+                          capture_output=True, text=True, timeout=600,
+                          cwd=str(__import__("pathlib").Path(__file__).parent.parent))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "sm" / "saved_model.pb").exists()
