@@ -23,6 +23,9 @@ from tfsurgery.ops import first_line
 ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = ("float32", "float16")
 FORMATS = ("pb", "saved_model", "onnx", "tflite")
+# float16 weights in a deep net with random weights move outputs by a few percent (MobileNetV2:
+# 2.6e-2), beyond the CLI's default 1e-2: the benchmark allows 5e-2 and reports what it measured.
+TOLERANCE = {"float32": None, "float16": 5e-2}
 RUNTIME_FILES = {"tensorflow": "model.pb", "onnxruntime": "model.onnx", "tflite": "model.tflite"}
 
 
@@ -34,12 +37,15 @@ def artefacts(source: api.Source, work: Path) -> tuple:
     for weights in WEIGHTS:
         folder = work / weights
         folder.mkdir()
-        result = api.optimize(source, api.choose_transforms(bn_fold=True), weights=weights)
+        result = api.optimize(source, api.choose_transforms(bn_fold=True), weights=weights,
+                              tolerance=TOLERANCE[weights])
         row: Dict[str, dict] = {}
         if weights == "float32":
             feeds, outputs = api.check_feeds(result), result.outputs
         if result.verification is None or not result.verification.passed:
-            table[weights] = {f: {"error": "verification failed"} for f in FORMATS}
+            why = (result.verification.failure() if result.verification
+                   else result.verification_error)
+            table[weights] = {f: {"error": f"verification failed: {why}"} for f in FORMATS}
             continue
         api.save(result.graph_def, folder / "model.pb")
         row["pb"] = _entry(api.pb_artefact(result, folder / "model.pb").as_dict())
@@ -140,7 +146,8 @@ def render(name: str, section: dict) -> str:
                       markdown_table(["format", "weights", "size", "max error", "checked"],
                                      rows), "",
                       "Max error: the .pb against the original graph (verification); the "
-                      "other formats against the .pb run in TensorFlow.", "",
+                      "other formats against the .pb run in TensorFlow. Tolerance: "
+                      f"{TOLERANCE['float16']:g} for float16 weights.", "",
                       f"Latency of the optimized float32 model (median ± IQR over "
                       f"{section['runs']} runs, ms; each runtime in its own process):", "",
                       markdown_table(["runtime", "latency"], timing)])
