@@ -97,9 +97,11 @@ def test_only_tfsurgery_is_installed(tmp_path):
 def test_transform_list_is_the_one_registry():
     from tfsurgery import transforms
     assert list(transforms.ORDER) == [fn.transform_name for fn in transforms.PIPELINE]
-    assert pipeline.resolve_transforms() == [n for n in transforms.ORDER
-                                             if n != "fold-batch-norm"]
-    assert pipeline.resolve_transforms(bn_fold=True) == list(transforms.ORDER)
+    defaults = [n for n in transforms.ORDER if transforms.REGISTRY[n].default]
+    assert "fold-batch-norm" not in defaults and "float16-weights" not in defaults
+    assert pipeline.resolve_transforms() == defaults
+    assert pipeline.resolve_transforms(bn_fold=True) == [
+        n for n in transforms.ORDER if n in defaults or n == "fold-batch-norm"]
 
 
 # ---------------------------------------------------------------- a graph checked after every pass
