@@ -314,3 +314,14 @@ def test_mobilenet_block_saved_model_runs_under_grappler(tmp_path):
                           cwd=str(__import__("pathlib").Path(__file__).parent.parent))
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "sm" / "saved_model.pb").exists()
+
+
+def test_runtimes_that_cannot_be_interrupted_still_have_a_deadline():
+    import time
+    from tfsurgery.artefacts import with_deadline
+    from tfsurgery.errors import ExportError
+    with pytest.raises(ExportError, match="did not finish within 0.2 s"):
+        with_deadline(lambda: time.sleep(5), 0.2, "the TFLite model")
+    assert with_deadline(lambda: 42, 5, "a quick call") == 42
+    with pytest.raises(ZeroDivisionError):                     # errors reach the caller
+        with_deadline(lambda: 1 / 0, 5, "a failing call")
