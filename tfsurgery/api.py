@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
@@ -288,8 +289,8 @@ def bench(source: Source, result: Result, *, runs: int = 50, onnx: bool = True) 
 
 # ---------------------------------------------------------------- deployment artefacts
 def wants_directory(output) -> bool:
-    """``-o DIR/`` (a trailing slash) or an existing directory asks for a SavedModel."""
-    return output is not None and (str(output).endswith(("/", "\\")) or Path(output).is_dir())
+    """``-o DIR/`` (a trailing slash) asks for a SavedModel."""
+    return output is not None and str(output).endswith(("/", os.sep))
 
 
 def check_saved_model_target(path, *, force: bool = False, input_path=None) -> None:

@@ -221,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
                               epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(optimize)
     optimize.add_argument("-o", "--output", help="output file (default: <input>_optimized.pb); "
-                          "DIR/ (trailing slash) or an existing directory: a SavedModel")
+                          "DIR/ (with the trailing slash): a SavedModel")
     _verify_options(optimize)
     optimize.add_argument("--onnx", metavar="PATH",
                           help="also export the optimized graph to ONNX, checked against TF")

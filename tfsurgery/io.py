@@ -227,7 +227,8 @@ def check_writable(path) -> None:
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
-        raise InputError(f"{path}: cannot write (is a directory)")
+        raise InputError(f"{path}: cannot write (is a directory; for a SavedModel write "
+                         f"-o {path}/ or --saved-model {path})")
     if not directory.is_dir():
         raise InputError(f"{path}: output directory {directory} does not exist")
     if not os.access(directory, os.W_OK):
