@@ -20,6 +20,9 @@ setup(
         "tf2onnx>=1.17",
         "onnx>=1.17",
         "onnxruntime>=1.20",
+        # --tflite: the LiteRT interpreter (tf.lite.Interpreter is deprecated). 2.3.0 installs
+        # beside tensorflow 2.21 without changing tensorflow, numpy or protobuf.
+        "ai-edge-litert>=2.3",
     ],
     extras_require={
         "test": ["pytest", "hypothesis", "tf_keras>=2.21,<2.22", "graphviz", "graphviz-pure"],

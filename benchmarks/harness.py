@@ -215,7 +215,7 @@ def measure_variant(graph_def, built, feeds, reference, opset: int) -> dict:
 
 def benchmark_model(name: str, built, *, repeats: int = 3, opset: int = onnx_export.DEFAULT_OPSET,
                     grappler_optimizers: Sequence[str] = GRAPPLER_OPTIMIZERS,
-                    seed: int = 0) -> dict:
+                    seed: int = 0, deploy_runs: int = 0) -> dict:
     """All four variants of one model: structure, error, time, ONNX; plus the parse floor."""
     data = built.graph_def.SerializeToString()
     meta_graph, config = grappler_meta_graph(built), grappler_config(grappler_optimizers)
@@ -244,8 +244,12 @@ def benchmark_model(name: str, built, *, repeats: int = 3, opset: int = onnx_exp
         rows[variant]["seconds"] = timed[variant]["seconds"] if variant in timed else None
     if ours is not None:     # where tfsurgery's time goes (last repeat)
         rows["tfsurgery"]["transform_seconds"] = {r.name: r.seconds for r in ours.reports}
-    return {"model": name, "graph_bytes": len(data), "floor_seconds": timed["floor"]["seconds"],
-            "variants": rows, "ratios": time_ratios(rows, timed["floor"]["seconds"])}
+    row = {"model": name, "graph_bytes": len(data), "floor_seconds": timed["floor"]["seconds"],
+           "variants": rows, "ratios": time_ratios(rows, timed["floor"]["seconds"])}
+    if deploy_runs:         # artefact sizes (pb, SavedModel, ONNX, TFLite) and runtime latency
+        from benchmarks import deploy
+        row["deployment"] = deploy.deployment(built, runs=deploy_runs)
+    return row
 
 
 def time_ratios(rows: dict, floor: float) -> dict:
@@ -383,7 +387,7 @@ def check_targets(result: dict) -> List[dict]:
 def run(models: Sequence[str] = MODELS, *, repeats: int = 3, input_size: Optional[int] = None,
         opset: int = onnx_export.DEFAULT_OPSET, scaling_blocks: Sequence[int] = SCALING_BLOCKS,
         grappler_optimizers: Sequence[str] = GRAPPLER_OPTIMIZERS, training_ops: bool = False,
-        training_repeats: int = 10,
+        training_repeats: int = 10, deploy_runs: int = 20,
         log: Callable[[str], None] = lambda _: None) -> dict:
     result = {"machine": machine_info(),
               "settings": {"repeats": repeats, "input_size": input_size or 32, "opset": opset,
@@ -395,7 +399,8 @@ def run(models: Sequence[str] = MODELS, *, repeats: int = 3, input_size: Optiona
         built = build_model(name, input_size)
         log(f"benchmarking {name} ({len(built.graph_def.node)} nodes)")
         result["models"].append(benchmark_model(name, built, repeats=repeats, opset=opset,
-                                                grappler_optimizers=grappler_optimizers))
+                                                grappler_optimizers=grappler_optimizers,
+                                                deploy_runs=deploy_runs))
     if scaling_blocks:
         log(f"scaling run: {', '.join(map(str, scaling_blocks))} blocks")
         result["scaling"] = scaling_run(scaling_blocks)
@@ -481,8 +486,12 @@ def render_model(model: dict) -> str:
             notes.append(f"{variant}: {row['run_error']}")
         if "onnx" in row and "error" in row["onnx"]:
             notes.append(f"{variant} ONNX: {row['onnx']['error']}")
+    deployment = []
+    if model.get("deployment"):
+        from benchmarks import deploy
+        deployment = ["", deploy.render(model["model"], model["deployment"])]
     return "\n".join([f"### {model['model']}", "", markdown_table(header, model_rows(model)), "",
-                      *[f"- {note}" for note in notes]])
+                      *[f"- {note}" for note in notes], *deployment])
 
 
 def render_scaling(rows: List[dict]) -> str:

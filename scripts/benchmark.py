@@ -36,6 +36,9 @@ def parse_args(argv=None):
     parser.add_argument("--training-ops", action="store_true",
                         help="also run benchmarks.training.adam_step_benchmark")
     parser.add_argument("--training-repeats", type=int, default=10)
+    parser.add_argument("--deploy-runs", type=int, default=20,
+                        help="timed runs per runtime (TF, onnxruntime, TFLite) of the deployment "
+                             "artefacts; 0 skips the artefact sizes and latencies")
     parser.add_argument("--out-md", type=Path, default=ROOT / "docs" / "benchmark.md")
     parser.add_argument("--out-json", type=Path, default=ROOT / "docs" / "benchmark.json")
     args = parser.parse_args(argv)
@@ -56,6 +59,7 @@ def main(argv=None) -> int:
                            grappler_optimizers=args.grappler_optimizers.split(","),
                            training_ops=args.training_ops,
                            training_repeats=args.training_repeats,
+                           deploy_runs=args.deploy_runs,
                            log=lambda line: print(f"[benchmark] {line}", file=sys.stderr,
                                                   flush=True))
     markdown = benchmark.render_markdown(result)

@@ -98,7 +98,8 @@ def test_transform_list_is_the_one_registry():
     from tfsurgery import transforms
     assert list(transforms.ORDER) == [fn.transform_name for fn in transforms.PIPELINE]
     defaults = [n for n in transforms.ORDER if transforms.REGISTRY[n].default]
-    assert "fold-batch-norm" not in defaults and "add-preprocessing" not in defaults
+    for opt_in in ("fold-batch-norm", "add-preprocessing", "float16-weights"):
+        assert opt_in not in defaults
     assert pipeline.resolve_transforms() == defaults
     assert pipeline.resolve_transforms(bn_fold=True) == [
         n for n in transforms.ORDER if n in defaults or n == "fold-batch-norm"]

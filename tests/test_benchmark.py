@@ -67,3 +67,18 @@ def test_training_section_renders_any_dict():
     text = benchmark.render_training(section)
     assert "| fused | 0.1 | – |" in text and "| onnx | 0.2 | 2 |" in text
     assert "Not run" in benchmark.render_training({"error": "missing"})
+
+
+def test_deployment_section_on_the_article_model():
+    from benchmarks import deploy
+    section = deploy.deployment(article_cnn(seed=2), runs=3)
+    for weights in deploy.WEIGHTS:
+        row = section["artefacts"][weights]
+        assert set(row) == set(deploy.FORMATS)
+        assert all(entry["passed"] and entry["bytes"] > 0 for entry in row.values()), row
+    sizes = {w: section["artefacts"][w]["tflite"]["bytes"] for w in deploy.WEIGHTS}
+    assert sizes["float16"] < sizes["float32"]
+    assert set(section["latency"]) == {"tensorflow", "onnxruntime", "tflite"}
+    assert all(t["median_ms"] > 0 for t in section["latency"].values()), section["latency"]
+    text = deploy.render("article_cnn", section)
+    assert "| tflite | float16 |" in text and "| onnxruntime |" in text

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
@@ -15,6 +16,8 @@ from tensorflow.core.framework import graph_pb2
 
 from tfsurgery import (io, latency, onnx_export, pipeline, picture, preprocessing, report,
                        verify as verify_mod)
+from tfsurgery import artefacts, savedmodel_export, tflite_export
+from tfsurgery.artefacts import Artefact
 from tfsurgery.errors import (InputError, OriginalDoesNotRun, TransformError, UnknownTransform,
                               VerificationError)
 from tfsurgery.interface import (check_fed, find_dropout_knobs, find_training_flags,
@@ -25,6 +28,10 @@ from tfsurgery.transform import Options, TransformReport
 
 DEMO_NAME = "article_cnn"
 LARGE_GRAPH = 20_000          # above this many nodes, long steps say what they are doing
+# --weights float16: each weight is rounded to float16 (relative error up to 2^-11); through a
+# few layers the outputs move by up to ~1e-3 of their magnitude, so verification allows 1e-2.
+FLOAT16_TOLERANCE = 1e-2
+WEIGHTS = ("float32", "float16")
 log = logging.getLogger("tfsurgery")
 
 
@@ -44,6 +51,7 @@ class Source:
     inputs: List[str] = dataclasses.field(default_factory=list)
     outputs: List[str] = dataclasses.field(default_factory=list)
     training_flags: List[str] = dataclasses.field(default_factory=list)
+    signature: dict = dataclasses.field(default_factory=dict)   # a SavedModel's (io.Loaded)
 
 
 @dataclasses.dataclass
@@ -61,6 +69,7 @@ class Result:
     verification: Optional[verify_mod.Verification] = None
     verification_error: Optional[str] = None
     preprocess: Optional[preprocessing.Preprocessor] = None   # raw inputs → the original's
+    weights: str = "float32"            # "float16": float16-weights ran (--weights float16)
 
     def as_report(self) -> dict:
         extra = {"training_flags": self.training_flags,
@@ -77,7 +86,7 @@ def load(path, signature: str = "serving_default") -> Source:
     path = Path(path)
     loaded = io.load_model(path, signature)
     return Source(loaded.graph_def, label=path.name, path=path, inputs=loaded.inputs,
-                  outputs=loaded.outputs)
+                  outputs=loaded.outputs, signature=loaded.signature)
 
 
 def demo() -> Source:
@@ -137,15 +146,19 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
              feeds: Optional[Mapping[str, object]] = None, verify: bool = True,
              tolerance: Optional[float] = None, verify_timeout: Optional[float] = None,
              keep_asserts: bool = False, seed: int = 0,
-             preprocess: Optional[preprocessing.Requested] = None) -> Result:
+             preprocess: Optional[preprocessing.Requested] = None,
+             weights: str = "float32") -> Result:
     """Run ``transforms`` on the source graph, then (optionally) check the numbers.
 
     ``inputs`` may name any tensor (a dequeue output becomes a placeholder); ``input_shapes`` give
     inputs their shape (None for a free dimension); ``feeds`` give inputs the values verification
     and the ONNX check use; ``inference_values`` set placeholders (``keep_prob``: 1.0) besides the
     detected training flags and dropout knobs. ``preprocess`` (input dtype, channel reversal,
-    mean/scale) bakes the input pipeline into the graph (add-preprocessing, run first)."""
-    tolerance = verify_mod.DEFAULT_TOLERANCE if tolerance is None else tolerance
+    mean/scale) bakes the input pipeline into the graph (add-preprocessing, run first).
+    ``weights="float16"`` stores large float32 weights as float16 (float16-weights, run last)
+    and verifies with ``FLOAT16_TOLERANCE`` unless a tolerance is given."""
+    transforms, default_tolerance = _with_weights(transforms, weights)
+    tolerance = default_tolerance if tolerance is None else tolerance
     timeout = verify_mod.DEFAULT_TIMEOUT if verify_timeout is None else verify_timeout
     flags = list(dict.fromkeys(list(training_flags) + source.training_flags))
     original = source.graph_def
@@ -169,7 +182,7 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
     settings = {**{name: False for name in find_training_flags(original, flags)}, **values}
     result = Result(graph_def, reports, inputs, outputs, list(settings), original, tolerance,
                     settings=settings, timeout=timeout, given=dict(feeds or {}),
-                    preprocess=preprocessing.preprocessor(original, specs))
+                    preprocess=preprocessing.preprocessor(original, specs), weights=weights)
     if verify:
         progress(original, "verifying: running the original and the optimized graph")
         try:
@@ -177,6 +190,16 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
         except VerificationError as error:
             result.verification_error = str(error)
     return result
+
+
+def _with_weights(transforms: Sequence[str], weights: str):
+    """The transforms for ``--weights`` (float16-weights last) and the default tolerance."""
+    if weights not in WEIGHTS:
+        raise InputError(f"--weights {weights}: choose one of {', '.join(WEIGHTS)}")
+    if weights == "float32":
+        return list(transforms), verify_mod.DEFAULT_TOLERANCE
+    return ([t for t in transforms if t != "float16-weights"] + ["float16-weights"],
+            FLOAT16_TOLERANCE)
 
 
 def _names_a_non_placeholder(graph_def, name: str) -> bool:
@@ -239,7 +262,9 @@ def export_onnx(result: Result, path, *, opset: Optional[int] = None,
     return onnx_export.export(result.graph_def, result.inputs, result.outputs, path, opset=opset,
                               inputs_as_nchw=list(inputs_as_nchw), tolerance=result.tolerance,
                               feeds=check_feeds(result), timeout=result.timeout,
-                              ort_optimize=ort_optimize, input_path=input_path)
+                              ort_optimize=ort_optimize, input_path=input_path,
+                              float16_min_elements=(Options().float16_min_elements
+                                                    if result.weights == "float16" else None))
 
 
 def check_feeds(result: Result) -> Dict[str, object]:
@@ -260,3 +285,55 @@ def bench(source: Source, result: Result, *, runs: int = 50, onnx: bool = True) 
         raise InputError("--runs must be at least 1")
     return latency.bench(result.before, result.graph_def, result.inputs, result.outputs,
                          result.settings, feeds=check_feeds(result), runs=runs, onnx=onnx)
+
+
+# ---------------------------------------------------------------- deployment artefacts
+def wants_directory(output) -> bool:
+    """``-o DIR/`` (a trailing slash) asks for a SavedModel."""
+    return output is not None and str(output).endswith(("/", os.sep))
+
+
+def check_saved_model_target(path, *, force: bool = False, input_path=None) -> None:
+    """Before minutes of work: a file there, or a non-empty directory without --force: exit 2."""
+    savedmodel_export.check_target(Path(path), force, input_path)
+
+
+def signature_for(source: Source, result: Result) -> savedmodel_export.Signature:
+    """A SavedModel input's own signature (key, names) when the optimized graph still has that
+    interface; otherwise ``serving_default`` with the graph's input and output names."""
+    sig = source.signature
+    if sig:
+        kept = savedmodel_export.Signature(sig["key"], dict(sig["inputs"]), dict(sig["outputs"]))
+        if kept.fits(result.inputs, result.outputs):
+            return kept
+    return savedmodel_export.Signature.of_graph(result.inputs, result.outputs)
+
+
+def pb_artefact(result: Result, path) -> Artefact:
+    """The written .pb as an artefact: its check is the verification against the original."""
+    v = result.verification
+    return Artefact("pb", Path(path), artefacts.size_of(Path(path)),
+                    v.max_error if v else float("nan"), v.allowed if v else result.tolerance,
+                    bool(v and v.passed), "verification against the original" if v
+                    else "not verified (--no-verify)", weights=result.weights,
+                    outputs=list(v.outputs) if v else [])
+
+
+def export_saved_model(source: Source, result: Result, path, *, force: bool = False) -> Artefact:
+    """Write the optimized graph as a SavedModel; loaded back and its signature called on the
+    verification inputs; written only if it matches TensorFlow within the run's tolerance."""
+    progress(result.graph_def, f"writing the SavedModel {path}")
+    return savedmodel_export.export(result.graph_def, signature_for(source, result), path,
+                                    feeds=check_feeds(result), tolerance=result.tolerance,
+                                    timeout=result.timeout, force=force, input_path=source.path,
+                                    weights=result.weights)
+
+
+def export_tflite(source: Source, result: Result, path) -> Artefact:
+    """Convert with tf.lite.TFLiteConverter (float16 weights with --weights float16), run in the
+    LiteRT interpreter on the verification inputs; written only if it matches TensorFlow."""
+    progress(result.graph_def, f"converting to TensorFlow Lite: {path}")
+    return tflite_export.export(result.graph_def, signature_for(source, result), path,
+                                feeds=check_feeds(result), tolerance=result.tolerance,
+                                float16=result.weights == "float16", timeout=result.timeout,
+                                input_path=source.path)

@@ -24,6 +24,8 @@ EXAMPLES = """examples:
   tfsurgery export frozen.pb --bn-fold       # -> frozen.onnx next to the input (no .pb written)
   tfsurgery optimize frozen.pb --bn-fold --picture diff.svg --picture-scope backend/bn_1
   tfsurgery bench frozen.pb --bn-fold        # latency before/after in TF and onnxruntime
+  tfsurgery optimize saved_model_dir -o lean_saved_model/   # a SavedModel back out, checked
+  tfsurgery optimize frozen.pb --tflite lean.tflite --weights float16   # TFLite, float16 weights
 """
 
 
@@ -60,6 +62,20 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="more detail")
     parser.add_argument("-q", "--quiet", action="store_true", help="errors only")
     _preprocessing_options(parser)
+    parser.add_argument("--weights", choices=("float32", "float16"), default="float32",
+                        help="float16: store float32 weights of 64+ values as float16 with a Cast "
+                             "back (about half the file; verified with tolerance 1e-2)")
+
+
+def _deploy_options(parser: argparse.ArgumentParser) -> None:
+    """SavedModel and TensorFlow Lite outputs, each loaded back, run and compared with TF."""
+    group = parser.add_argument_group("deployment formats (each checked against TensorFlow)")
+    group.add_argument("--saved-model", metavar="DIR",
+                       help="also write the optimized graph as a SavedModel directory")
+    group.add_argument("--tflite", metavar="OUT.tflite",
+                       help="also convert to TensorFlow Lite, checked in the LiteRT interpreter")
+    group.add_argument("--force", action="store_true",
+                       help="replace an existing non-empty SavedModel directory")
 
 
 def _preprocessing_options(parser: argparse.ArgumentParser) -> None:
@@ -199,11 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
     optimize = sub.add_parser("optimize", help="optimize a graph and verify it (default)",
                               epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(optimize)
-    optimize.add_argument("-o", "--output", help="output file (default: <input>_optimized.pb)")
+    optimize.add_argument("-o", "--output", help="output file (default: <input>_optimized.pb); "
+                          "DIR/ (with the trailing slash): a SavedModel")
     _verify_options(optimize)
     optimize.add_argument("--onnx", metavar="PATH",
                           help="also export the optimized graph to ONNX, checked against TF")
     _onnx_options(optimize)
+    _deploy_options(optimize)
     _picture_options(optimize)
 
     inspect = sub.add_parser("inspect", help="show the graph's interface and what each transform "
@@ -219,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", help="ONNX file (default: <input stem>.onnx)")
     _verify_options(export)
     _onnx_options(export)
+    _deploy_options(export)
     _picture_options(export)
 
     bench = sub.add_parser("bench", help="latency before and after, in TensorFlow and "
@@ -290,9 +309,13 @@ def _silence_native_stderr() -> None:
 def _run(args) -> int:
     from tfsurgery import api
     transforms = api.choose_transforms(_split(args.transforms), bn_fold=args.bn_fold)
+    saved_model = _saved_model_path(args)
     api.check_outputs([getattr(args, option, None)              # before minutes of work
-                       for option in ("output", "report_json", "onnx", "picture")],
+                       for option in ("output", "report_json", "onnx", "picture", "tflite")
+                       if not (option == "output" and _saved_model_from_output(args))],
                       opset=getattr(args, "opset", None), picture_path=getattr(args, "picture", None))
+    if saved_model is not None:
+        api.check_saved_model_target(saved_model, force=args.force, input_path=args.input)
     source = api.load(args.input, args.signature) if args.input else api.demo()
     if args.command == "inspect":
         return _inspect(args, source, transforms)
@@ -309,7 +332,7 @@ def _interface(args) -> dict:
                                  if value is not None},
             "input_shapes": dict(args.input_shape), "feeds": dict(args.feed),
             "verify_timeout": args.verify_timeout, "keep_asserts": args.keep_asserts,
-            "preprocess": _preprocess(args)}
+            "preprocess": _preprocess(args), "weights": args.weights}
 
 
 def _say(args, text: str = "") -> None:
@@ -322,8 +345,9 @@ def _optimize(args, source, transforms) -> int:
     All or nothing: any failed check exits 1 with nothing written."""
     from tfsurgery import api
     exporting = args.command == "export"
-    output = None if exporting else (Path(args.output) if args.output
-                                     else api.default_output_path(source))
+    saved_model = _saved_model_path(args)
+    output = None if exporting or _saved_model_from_output(args) else (
+        Path(args.output) if args.output else api.default_output_path(source))
     onnx_path = _onnx_path(args, source)
     result = api.optimize(source, transforms, verify=not args.no_verify,
                           tolerance=args.tolerance, **_interface(args))
@@ -334,11 +358,21 @@ def _optimize(args, source, transforms) -> int:
         _say(args, line)
     data = result.as_report()
     code = _check_verification(args, result)
+    written = data.setdefault("artefacts", [])
     if code == 0 and onnx_path is not None:
         code = _export_onnx(args, source, result, onnx_path, data)
+        if code == 0:
+            written.append(_onnx_artefact(data["onnx"], result.weights))
+    if code == 0 and saved_model is not None:
+        code = _export_artefact(args, "SavedModel", written, lambda: api.export_saved_model(
+            source, result, saved_model, force=args.force))
+    if code == 0 and getattr(args, "tflite", None):
+        code = _export_artefact(args, "TFLite", written,
+                                lambda: api.export_tflite(source, result, args.tflite))
     if code == 0 and output is not None:
         api.save(result.graph_def, output, input_path=source.path)
-        _say(args, f"wrote {output}")
+        written.insert(0, api.pb_artefact(result, output).as_dict())
+        _say(args, f"wrote {output} ({_size(written[0]['bytes'])})")
     if code == 0 and onnx_path is not None:
         _say(args, f"wrote {onnx_path}")
     if args.report_json:           # last: it describes outputs that now exist (or a failed check)
@@ -346,6 +380,53 @@ def _optimize(args, source, transforms) -> int:
     if code == 0:
         _draw(args, source, result)
     return code
+
+
+def _saved_model_from_output(args) -> bool:
+    """``optimize -o DIR/``: the output itself is a SavedModel (no .pb written)."""
+    from tfsurgery import api
+    return args.command == "optimize" and api.wants_directory(args.output)
+
+
+def _saved_model_path(args) -> Optional[Path]:
+    if getattr(args, "saved_model", None):
+        return Path(args.saved_model)
+    return Path(args.output) if _saved_model_from_output(args) else None
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 1024:.1f} KiB" if nbytes < 1 << 20 else f"{nbytes / (1 << 20):.1f} MiB"
+
+
+def _export_artefact(args, kind: str, written: list, export) -> int:
+    """Run one checked export; on success record it, else one line on stderr and exit 1."""
+    from tfsurgery.errors import ExportError
+    try:
+        artefact = export()
+    except ExportError as error:
+        print(f"tfsurgery: {kind} export FAILED: {error}; nothing written", file=sys.stderr)
+        written.append({"format": kind.lower(), "passed": False, "error": str(error)})
+        return 1
+    check = (f"{artefact.checked_by}: max error {artefact.max_error:.3g} vs TensorFlow "
+             f"(tolerance {artefact.tolerance:g})")
+    if not artefact.passed:
+        written.append({**artefact.as_dict(), "bytes": 0, "written": False})
+        print(f"tfsurgery: {kind} check FAILED: {check}; nothing written", file=sys.stderr)
+        return 1
+    written.append(artefact.as_dict())
+    _say(args, f"wrote {artefact.path} ({kind}, {artefact.weights} weights, "
+               f"{_size(artefact.bytes)}); {check}")
+    return 0
+
+
+def _onnx_artefact(onnx: dict, weights: str) -> dict:
+    path = Path(onnx["path"])
+    data = path.with_name(path.name + ".data")
+    size = path.stat().st_size + (data.stat().st_size if data.exists() else 0)
+    return {"format": "onnx", "path": str(path), "bytes": size, "weights": weights,
+            "max_error": onnx["max_error"], "tolerance": onnx["tolerance"],
+            "passed": onnx["passed"], "checked_by": "onnxruntime",
+            "outputs": onnx.get("outputs", [])}
 
 
 def _draw(args, source, result) -> None:

@@ -38,6 +38,8 @@ class Loaded:
     inputs: List[str] = dataclasses.field(default_factory=list)
     outputs: List[str] = dataclasses.field(default_factory=list)
     frozen_form: str = ""          # how a SavedModel/Keras model was frozen (for the report)
+    # a SavedModel's signature: {"key": ..., "inputs"/"outputs": {signature name: graph tensor}}
+    signature: dict = dataclasses.field(default_factory=dict)
 
 
 def load_model(path, signature: str = "serving_default") -> Loaded:
@@ -66,7 +68,22 @@ def load_saved_model(path: Path, signature: str = "serving_default") -> Loaded:
         known = ", ".join(sorted(signatures)) or "none"
         raise InputError(f"{path}: no signature '{signature}' (available: {known}); "
                          "choose one with --signature")
-    return freeze_concrete_function(signatures[signature], str(path))
+    loaded_model = freeze_concrete_function(signatures[signature], str(path))
+    loaded_model.signature = signature_names(signatures[signature], signature, loaded_model)
+    return loaded_model
+
+
+def signature_names(function, key: str, loaded: Loaded) -> dict:
+    """The signature's structured input/output names → the frozen graph's tensors. A signature
+    function takes its inputs as keyword arguments and returns a dict; both flatten in sorted key
+    order, the order of ``function.inputs`` / ``function.outputs``."""
+    inputs = sorted(function.structured_input_signature[1])
+    outputs = function.structured_outputs
+    if not isinstance(outputs, dict) or len(inputs) > len(loaded.inputs) or \
+            len(outputs) != len(loaded.outputs):
+        return {}
+    return {"key": key, "inputs": dict(zip(inputs, loaded.inputs)),
+            "outputs": dict(zip(sorted(outputs), loaded.outputs))}
 
 
 def load_keras(path: Path) -> Loaded:
@@ -210,7 +227,8 @@ def check_writable(path) -> None:
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
-        raise InputError(f"{path}: cannot write (is a directory)")
+        raise InputError(f"{path}: cannot write (is a directory; for a SavedModel write "
+                         f"-o {path}/ or --saved-model {path})")
     if not directory.is_dir():
         raise InputError(f"{path}: output directory {directory} does not exist")
     if not os.access(directory, os.W_OK):

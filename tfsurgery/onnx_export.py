@@ -67,13 +67,15 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
            feeds: Optional[Dict[str, np.ndarray]] = None,
            tolerance: float = verify.DEFAULT_TOLERANCE, large_model: Optional[bool] = None,
            ort_optimize: bool = True, input_path=None, seed: int = 0,
-           timeout: float = verify.DEFAULT_TIMEOUT) -> OnnxExport:
+           timeout: float = verify.DEFAULT_TIMEOUT,
+           float16_min_elements: Optional[int] = None) -> OnnxExport:
     """Convert ``graph_def`` to ONNX at ``path`` and check it against TensorFlow.
 
     ``large_model=None`` chooses external data when the GraphDef exceeds ``LARGE_MODEL_BYTES``.
     ``feeds`` default to ``verify.make_feeds(graph_def, inputs, seed)`` (NHWC; transposed for
     onnxruntime where ``inputs_as_nchw`` made the ONNX input NCHW). The model is written only if
-    ``passed``; ``input_path`` is never overwritten.
+    ``passed``; ``input_path`` is never overwritten. ``float16_min_elements``: float32 initializers
+    of at least that many values are stored as float16 with a Cast back (--weights float16).
     """
     path = Path(path)
     check_protobuf_size(graph_def.ByteSize(), "the graph")
@@ -96,6 +98,8 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         save(model, storage, staged)
         if ort_optimize:
             optimize_with_onnxruntime(staged, external_data=large_model)
+        if float16_min_elements is not None:
+            weights_to_float16(staged, float16_min_elements)
         check(staged)
         actual = run_onnx(staged, _onnx_feeds(feeds, nchw), outputs, timeout=timeout)
         errors = [verify.output_error(name, e, a) for name, e, a in zip(outputs, expected, actual)]
@@ -207,6 +211,40 @@ def optimize_with_onnxruntime(path: Path, *, external_data: bool = False) -> boo
             os.replace(produced, path.parent / produced.name)
     shutil.rmtree(work)
     return kept
+
+
+def weights_to_float16(path: Path, min_elements: int) -> int:
+    """float32 initializers with at least ``min_elements`` values → float16 initializers and a
+    Cast to float32 under the original name (consumers unchanged). After onnxruntime's rewrite,
+    whose constant folding would undo it. Returns how many were converted."""
+    import onnx
+    from onnx import helper, numpy_helper
+    model = onnx.load(str(path))
+    graph, casts, kept = model.graph, [], []
+    for tensor in graph.initializer:
+        if tensor.data_type != onnx.TensorProto.FLOAT or np.prod(tensor.dims) < min_elements:
+            kept.append(tensor)
+            continue
+        value = numpy_helper.to_array(tensor)
+        if not np.all(np.isfinite(value)) or np.abs(value).max() > np.finfo(np.float16).max:
+            kept.append(tensor)
+            continue
+        kept.append(numpy_helper.from_array(value.astype(np.float16), tensor.name + "_float16"))
+        casts.append(helper.make_node("Cast", [tensor.name + "_float16"], [tensor.name],
+                                      name=tensor.name + "_to_float32", to=onnx.TensorProto.FLOAT))
+    if casts:
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+        nodes = casts + list(graph.node)
+        del graph.node[:]
+        graph.node.extend(nodes)
+        data = path.with_name(path.name + ".data")
+        external = data.exists()
+        data.unlink(missing_ok=True)
+        onnx.save_model(model, str(path), save_as_external_data=external,
+                        location=data.name if external else None,
+                        size_threshold=EXTERNAL_MIN_BYTES)
+    return len(casts)
 
 
 def check(path: Path) -> None:

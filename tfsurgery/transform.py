@@ -39,6 +39,7 @@ class Options:
     keep_asserts: bool = False                 # strip-debug off (--keep-asserts)
     # input node name → its preprocessing (add-preprocessing)
     preprocessing: Dict[str, Preprocessing] = dataclasses.field(default_factory=dict)
+    float16_min_elements: int = 64      # float16-weights: smaller float32 constants stay float32
 
     @property
     def protected(self) -> set:

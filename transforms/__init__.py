@@ -9,7 +9,7 @@ from tfsurgery.transforms import (add_preprocessing, fold_affine_into_linear, fo
                                   freeze_placeholder_defaults, freeze_training_flags,
                                   merge_duplicates, prune, remove_dropout, remove_identity,
                                   remove_switch_merge, simplify_arithmetic, strip_debug)
-from tfsurgery.transforms import inline_functions
+from tfsurgery.transforms import float16_weights, inline_functions
 
 PIPELINE = (
     add_preprocessing.add_preprocessing,
@@ -29,6 +29,7 @@ PIPELINE = (
     fold_affine_into_linear.fold_affine_into_linear,
     fold_pad_into_conv.fold_pad_into_conv,
     prune.prune,
+    float16_weights.float16_weights,
 )
 
 REGISTRY = {fn.transform_name: fn for fn in PIPELINE}

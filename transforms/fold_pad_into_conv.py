@@ -2,8 +2,12 @@
 
 ``Conv2D(Pad(x, p), padding=VALID)`` = ``Conv2D(x, padding=EXPLICIT, explicit_paddings=p)``: the
 pad's zeros are exactly what explicit padding adds. Every Keras ``ZeroPadding2D`` before a strided
-conv is this pattern (ResNet50, MobileNetV2, EfficientNet). DepthwiseConv2dNative takes explicit
-padding too (TensorFlow 2.21's CPU kernel accepts it; tests/test_simplify.py checks the numbers).
+conv is this pattern (ResNet50, MobileNetV2, EfficientNet).
+
+DepthwiseConv2dNative is refused: its CPU kernel accepts explicit padding, but Grappler's remapper
+(on in every default runtime: tf.function, a loaded SavedModel, TF Serving) fuses Depthwise +
+BiasAdd + Relu6 into ``_FusedDepthwiseConv2dNative``, which aborts the process on EXPLICIT padding
+(TF 2.21: "tensor_format.h Check failed ... Invalid index from the dimension"; MobileNetV2).
 
 Refused (with a reason): a pad whose paddings are not a constant, that pads the batch or channel
 axis or is negative, a PadV2 whose fill is not zero, a pad that others read too (it must stay),
@@ -18,6 +22,8 @@ from tfsurgery.graph import Graph
 from tfsurgery.transform import Options, TransformReport, transform
 
 CONVS = ("Conv2D", "DepthwiseConv2dNative")
+DEPTHWISE_REFUSAL = ("a depthwise conv with EXPLICIT padding aborts TensorFlow once Grappler's "
+                     "remapper fuses it with BiasAdd + Relu6 (TF 2.21): the pad stays")
 ZERO_PADS = ("Pad", "PadV2")
 
 
@@ -42,6 +48,8 @@ def fold_pad_into_conv(graph: Graph, options: Options) -> TransformReport:
 
 def _why_not(graph: Graph, conv: str, pad: str, options: Options):
     """Why the pad cannot become the conv's padding (None when it can)."""
+    if graph.op(conv) == "DepthwiseConv2dNative":
+        return DEPTHWISE_REFUSAL
     if graph.attr(conv, "padding") != "VALID":
         return f"padding is {graph.attr(conv, 'padding')}, not VALID"
     inputs = graph.inputs(pad)

@@ -1,0 +1,131 @@
+"""What a deployment export wrote and how it was checked, shared by the SavedModel and TFLite
+exporters: the ``Artefact`` record (format, path, size, error against TensorFlow), a staging
+directory next to the target (same filesystem, so publishing is a rename), and a deadline for
+runtimes that cannot be interrupted from Python (a loaded SavedModel signature, the LiteRT
+interpreter)."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Mapping
+
+import numpy as np
+
+from tfsurgery import verify
+from tfsurgery.errors import ExportError, InputError
+
+
+@dataclasses.dataclass
+class Artefact:
+    """One written file or directory, and its check against the optimized graph in TensorFlow."""
+
+    format: str                  # "pb", "saved_model", "onnx", "tflite"
+    path: Path
+    bytes: int
+    max_error: float
+    tolerance: float
+    passed: bool
+    checked_by: str              # what ran it: "tf.saved_model.load", "LiteRT interpreter", ...
+    weights: str = "float32"
+    outputs: List[verify.OutputError] = dataclasses.field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"format": self.format, "path": str(self.path), "bytes": int(self.bytes),
+                "weights": self.weights, "max_error": float(self.max_error),
+                "tolerance": float(self.tolerance), "passed": bool(self.passed),
+                "checked_by": self.checked_by, "outputs": [o.as_dict() for o in self.outputs]}
+
+
+def compare(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray]) -> tuple:
+    """(per-output errors, max error, compared): ``compared`` is False when some output was all
+    NaN/Inf in TensorFlow, i.e. nothing real was compared there."""
+    errors = [verify.output_error(name, expected[name], np.asarray(actual[name]))
+              for name in expected]
+    max_error = max((e.max_rel for e in errors), default=float("inf"))
+    compared = bool(errors) and all(not e.shape or e.nonfinite < np.prod(e.shape)
+                                    for e in errors)
+    return errors, max_error, compared
+
+
+def size_of(path: Path) -> int:
+    """Bytes of a file, or of every file under a directory."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+@contextlib.contextmanager
+def staging(path: Path) -> Iterator[Path]:
+    """A temporary directory next to ``path``, removed afterwards whatever happens."""
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise InputError(f"{path}: output directory {directory} does not exist")
+    try:
+        stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=directory))
+    except OSError as error:
+        raise InputError(f"{path}: cannot write ({error.strerror})") from None
+    try:
+        yield stage
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def publish_directory(staged: Path, path: Path, stage: Path) -> None:
+    """Rename the staged directory into place; an existing one (``--force``) is moved into the
+    stage first, so the target is never half old, half new."""
+    try:
+        if path.exists():
+            os.replace(path, stage / ".replaced")
+        os.replace(staged, path)
+    except OSError as error:
+        raise InputError(f"{path}: cannot write ({error.strerror})") from None
+
+
+def with_deadline(fn: Callable, timeout: float, what: str):
+    """``fn()`` within ``timeout`` seconds, else ``ExportError``. The runtime keeps its thread
+    (neither TensorFlow's eager calls nor LiteRT can be cancelled); the tool stops waiting."""
+    outcome: Dict[str, object] = {}
+
+    def target():
+        try:
+            outcome["value"] = fn()
+        except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
+            outcome["error"] = error
+    thread = threading.Thread(target=target, daemon=True, name=f"tfsurgery {what}")
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise ExportError(f"{what} did not finish within {timeout:g} s; give real inputs with "
+                          "--feed / --input-shape, or a longer --verify-timeout")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def check_new_directory(path: Path, force: bool, input_path=None) -> None:
+    """A directory output: a file there, or a non-empty directory without ``force``, is refused."""
+    path = Path(path)
+    if input_path is not None and path.exists() and Path(input_path).exists() and \
+            os.path.samefile(path, input_path):
+        raise InputError(f"{path}: refusing to overwrite the input; choose another output")
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{path}: exists and is not a directory")
+    if path.is_dir() and any(path.iterdir()) and not force:
+        raise InputError(f"{path}: directory exists and is not empty (use --force to replace it)")
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise InputError(f"{path}: output directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise InputError(f"{path}: cannot write (directory {directory} not writable)")
+
+
+def feeds_by_key(feeds: Mapping[str, np.ndarray], names: Mapping[str, str]) -> Dict[str, np.ndarray]:
+    """Verification feeds (keyed by graph input) re-keyed by signature input name."""
+    plain = {k.split(":")[0]: v for k, v in feeds.items()}
+    return {key: plain[tensor.split(":")[0]] for key, tensor in names.items()}
