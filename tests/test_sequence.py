@@ -41,3 +41,34 @@ def test_recurrent_models_export_to_onnx_that_matches(recurrent_models, name, tm
     assert any("@" in o["name"] for o in data["verification"]["outputs"])   # a second length
     model = onnx.load(str(tmp_path / "m.onnx"))
     assert {"Loop", "LSTM", "GRU", "Scan"} & {n.op_type for n in model.graph.node}
+
+
+@pytest.fixture(scope="module")
+def lowered_lstm_pb(tmp_path_factory):
+    """A Keras 3 LSTM frozen by TF2 with lowering (the Android-app form): its loop is
+    Enter/Exit/NextIteration around TensorList ops, which tf2onnx leaves unconverted."""
+    import keras
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2)
+    rng = np.random.default_rng(5)
+    model = keras.Sequential([keras.Input((None, 4)), keras.layers.LSTM(8), keras.layers.Dense(3)])
+    for weight in model.weights:
+        weight.assign(rng.normal(0, 0.5, weight.shape).astype("float32"))
+    function = tf.function(lambda x: model(x, training=False)).get_concrete_function(
+        tf.TensorSpec([None, None, 4], tf.float32))
+    graph_def = convert_variables_to_constants_v2(function).graph.as_graph_def()
+    path = tmp_path_factory.mktemp("lowered") / "lstm_lowered.pb"
+    path.write_bytes(graph_def.SerializeToString())
+    return path
+
+
+def test_unconvertible_loop_names_op_and_node_and_writes_no_onnx(lowered_lstm_pb, tmp_path,
+                                                                 capsys):
+    code = main([str(lowered_lstm_pb), "-o", str(tmp_path / "m.pb"),
+                 "--onnx", str(tmp_path / "m.onnx")])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "TensorListReserve (node '" in err and "TensorListSetItem" in err
+    assert not (tmp_path / "m.onnx").exists()
+    assert "nothing written" in err and not (tmp_path / "m.pb").exists()

@@ -132,13 +132,20 @@ def convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset: 
     except Exception as error:   # tf2onnx raises ValueError, KeyError, AssertionError, ...
         raise ExportError(f"tf2onnx cannot convert the graph: {first_line(error)}") from None
     # tf2onnx keeps going past unsupported ops and leaves them in as TF ops: name them all here.
-    unsupported = collections.Counter(n.op_type for n in model.graph.node
-                                      if not onnx.defs.has(n.op_type, n.domain))
-    if unsupported:
-        ops = ", ".join(f"{op} (x{count})" if count > 1 else op
-                        for op, count in sorted(unsupported.items()))
-        raise ExportError(f"tf2onnx cannot convert op(s) {ops} to ONNX opset {opset}")
+    left = [n for n in _nodes(model.graph) if not onnx.defs.has(n.op_type, n.domain)]
+    if left:
+        raise ExportError(f"tf2onnx cannot convert op(s) {_unsupported(left)} to ONNX opset {opset}")
     return model, storage
+
+
+def _unsupported(nodes) -> str:
+    """"TensorListReserve (x2, e.g. node 'while/TensorListReserve')": each op and a node to find it by."""
+    counts = collections.Counter(n.op_type for n in nodes)
+    first = {}
+    for n in nodes:
+        first.setdefault(n.op_type, n.name)
+    return ", ".join(f"{op} ({f'x{count}, ' if count > 1 else ''}node '{first[op]}')"
+                     for op, count in sorted(counts.items()))
 
 
 def dequantized_weights(graph_def):
