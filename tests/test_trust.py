@@ -195,3 +195,14 @@ def test_error_lines_keep_the_failing_node_and_reason():
     line = first_line(message)
     assert len(line) <= 300 and "\n" not in line
     assert "tensor with 0 values" in line and "model/Reshape" in line
+
+
+@pytest.mark.parametrize("name,feeds", [("queue_fed", {}),
+                                        ("endless_loop", {"input": np.ones(2, np.float32)})])
+def test_the_session_deadline_interrupts_an_empty_queue_and_an_endless_loop(graphs, name, feeds):
+    import time
+    start = time.monotonic()
+    with pytest.raises(verify.GraphTimeout, match="the original did not finish within 1 s"):
+        verify.run_graph(graphs[name].graph_def, feeds, ["output"], timeout=1,
+                         label="the original")
+    assert time.monotonic() - start < 30
