@@ -106,3 +106,23 @@ def test_index_scales_linearly_to_large_graphs():
     g = Graph(graph_def(*nodes))
     assert len(g.topological_order()) == 100_000
     assert len(g.ancestors(["n99999"])) == 100_000    # no recursion-depth error
+
+
+def test_function_library_api():
+    """Graph reads, finds the called functions of (transitively, gradients too) and drops
+    library functions; the GraphDef it writes carries the library that is left."""
+    from tensorflow.core.framework import function_pb2, graph_pb2
+    library = function_pb2.FunctionDefLibrary()
+    for name in ("outer", "inner", "inner_grad", "orphan"):
+        library.function.add().signature.name = name
+    library.function[0].node_def.add(name="call", op="PartitionedCall").attr["f"].func.name = "inner"
+    library.gradient.add(function_name="inner", gradient_func="inner_grad")
+    graph_def = graph_pb2.GraphDef(library=library)
+    graph_def.node.add(name="c", op="StatefulPartitionedCall").attr["f"].func.name = "outer"
+    graph = Graph(graph_def, check_inputs=False)
+    assert graph.function("inner").signature.name == "inner" and graph.function("nope") is None
+    assert graph.called_functions() == {"outer", "inner", "inner_grad"}
+    graph.remove_functions(graph.function_names() - graph.called_functions())
+    assert graph.function_names() == {"outer", "inner", "inner_grad"}
+    graph.remove_functions(["inner"])
+    assert not graph.to_graph_def().library.gradient

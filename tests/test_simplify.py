@@ -33,6 +33,7 @@ NO_OPS = {
     "reshape-same": lambda x: tf.reshape(x, [2, 3, 4]),
     "reshape-reshape": lambda x: tf.reshape(tf.reshape(x, [6, 4]), [2, 3, 4]) * 2.0,
     "x+zeros[4]": lambda x: x + tf.zeros([4]),
+    "expand-squeeze": lambda x: tf.squeeze(tf.expand_dims(x, 1), [1]),
 }
 
 
@@ -92,3 +93,154 @@ def test_random_chains_of_no_ops_change_nothing(chain):
         return x
     result = optimize(build(body), bn_fold=False)
     assert result.verification.passed and result.verification.max_error < 1e-6
+
+
+# ---------------------------------------------------------------- merge-duplicates
+def test_duplicate_subgraphs_merge_to_a_fixpoint():
+    """Two copies of relu(x*W + b) with equal (separately stored) constants become one."""
+    w = R.standard_normal(4).astype(np.float32)
+    b = R.standard_normal(4).astype(np.float32)
+
+    def body(x):
+        one = tf.nn.relu(x * tf.constant(w) + tf.constant(b))
+        two = tf.nn.relu(x * tf.constant(w.copy()) + tf.constant(b.copy()))
+        return one * two
+    result = optimize(build(body), bn_fold=False)
+    merged = report_of(result, "merge-duplicates")
+    assert len(merged.rewritten) >= 5         # 2 consts, Mul, AddV2, Relu
+    assert ops(result.graph_def).count("Relu") == 1
+    assert result.verification.passed and result.verification.max_error == 0
+
+
+def test_random_ops_and_different_values_never_merge():
+    def body(x):
+        noise = tf.random.uniform([4], seed=1) + tf.random.uniform([4], seed=1)
+        return x * tf.constant([1.0, 2, 3, 4]) + x * tf.constant([1.0, 2, 3, 5]) + noise * 0
+    built = build(body)
+    graph_def = optimize(built, ["merge-duplicates"], bn_fold=False, verify=False).graph_def
+    assert ops(graph_def).count("RandomUniform") == 2
+    assert ops(graph_def).count("Mul") >= 2
+
+
+# ---------------------------------------------------------------- fold-pad-into-conv
+def _padded_conv(conv, *, pad_value=0.0, mirror=False, other_reader=False, padding="VALID"):
+    shape = (1, 9, 8, 3)
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, shape, name="input")
+        paddings = [[0, 0], [1, 2], [2, 1], [0, 0]]
+        if mirror:
+            padded = tf.pad(x, paddings, mode="REFLECT")
+        else:
+            padded = tf.pad(x, paddings, constant_values=pad_value)
+        kernel = tf.constant(R.standard_normal((3, 3, 3, 2)).astype(np.float32))
+        if conv == "Conv2D":
+            y = tf.nn.conv2d(padded, kernel, [1, 2, 2, 1], padding)
+        else:
+            y = tf.nn.depthwise_conv2d(padded, kernel, [1, 2, 2, 1], padding)
+        if other_reader:
+            y = tf.reduce_sum(y) + tf.reduce_sum(padded)
+        tf.identity(y, name="output")
+    return BuiltModel(graph.as_graph_def(), ["input"], ["output"])
+
+
+@pytest.mark.parametrize("conv", ["Conv2D", "DepthwiseConv2dNative"])
+def test_a_zero_pad_becomes_the_convs_explicit_padding(conv):
+    result = optimize(_padded_conv(conv), bn_fold=False)
+    assert report_of(result, "fold-pad-into-conv").rewritten
+    assert not {"Pad", "PadV2"} & set(ops(result.graph_def))
+    node = next(n for n in result.graph_def.node if n.op == conv)
+    assert node.attr["padding"].s == b"EXPLICIT"
+    assert list(node.attr["explicit_paddings"].list.i) == [0, 0, 1, 2, 2, 1, 0, 0]
+    assert result.verification.passed and result.verification.max_error < 1e-5
+
+
+@pytest.mark.parametrize("case,why", [
+    (dict(mirror=True), None), (dict(pad_value=1.5), "not zero"),
+    (dict(other_reader=True), "other readers"), (dict(padding="SAME"), "not VALID")])
+def test_pads_that_are_not_zero_borders_of_one_conv_stay(case, why):
+    result = optimize(_padded_conv("Conv2D", **case), bn_fold=False)
+    assert {"Pad", "PadV2", "MirrorPad"} & set(ops(result.graph_def))
+    skipped = report_of(result, "fold-pad-into-conv").skipped
+    assert why is None or any(why in reason for _, reason in skipped)
+    assert result.verification.passed
+
+
+def test_string_constants_merge_by_content_only():
+    from tfsurgery.graph import Graph
+    from tfsurgery.transform import Options
+    from tfsurgery.transforms.merge_duplicates import merge_duplicates
+    with tf.Graph().as_default() as graph:
+        a, b, c = tf.constant(["x", "y"]), tf.constant(["x", "y"]), tf.constant(["x", "z"])
+        tf.identity(tf.strings.join([a, b, c]), name="output")
+    index = Graph(graph.as_graph_def())
+    report = merge_duplicates(index, Options(outputs=["output"]))
+    assert len(report.rewritten) == 1 and sum(n.op == "Const" for n in index) == 2
+
+
+# ---------------------------------------------------------------- the pipeline's fixpoint
+def test_passes_repeat_while_one_exposes_work_for_another():
+    """A dead reader keeps the inner Transpose shared, so simplify-arithmetic must wait: prune
+    removes the reader, and only a second round composes the pair (and drops it)."""
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [2, 3, 4], name="input")
+        inner = tf.transpose(x * tf.constant(R.standard_normal(4).astype(np.float32)), [0, 2, 1])
+        tf.nn.relu(inner, name="dead_reader")
+        tf.identity(tf.transpose(inner, [0, 2, 1]) + 1.0, name="output")
+    result = optimize(BuiltModel(graph.as_graph_def(), ["input"], ["output"]), bn_fold=False)
+    assert "Transpose" not in ops(result.graph_def)
+    simplify = report_of(result, "simplify-arithmetic")
+    assert any(note.startswith("round 2:") for note in simplify.notes)
+    assert len(simplify.rewritten) == 1 and simplify.removed_nodes == 1   # booked once each
+    assert [r.name for r in result.reports].count("simplify-arithmetic") == 1
+    assert "fixpoint reached" in report_of(result, "prune").notes[-1]
+    assert result.verification.passed and result.verification.max_error == 0
+
+
+def test_the_fixpoint_is_bounded(monkeypatch):
+    """Two passes that keep changing the graph for each other stop at MAX_ROUNDS, and the
+    report says so."""
+    from tfsurgery import pipeline
+    from tfsurgery.transform import TransformReport
+    calls = []
+
+    def restless(name):
+        def run(graph, options):
+            calls.append(name)
+            graph.remove([graph.add_const("restless", 1.0)])
+            report = TransformReport(name)
+            report.rewritten.append("again")
+            return report
+        run.repeat, run.transform_name = True, name
+        return run
+    for name in ("remove-identity", "prune"):
+        monkeypatch.setitem(pipeline.REGISTRY, name, restless(name))
+    built = build(lambda x: x * 2.0)
+    _, reports = pipeline.run(built.graph_def, ["remove-identity", "prune"],
+                              pipeline.Options(outputs=["output"]))
+    assert len(calls) == 2 * pipeline.MAX_ROUNDS
+    assert len(reports) == 2 and len(reports[0].rewritten) == pipeline.MAX_ROUNDS
+    assert "bound" in reports[-1].notes[-1]
+
+
+def test_a_reshape_that_keeps_its_inputs_batch_gets_a_constant_shape():
+    """Keras' Reshape layer: reshape(x, [shape(x)[0], 1, 1, C]) → reshape(x, [-1, 1, 1, C])."""
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 5, 5, 6], name="input")
+        pooled = tf.reduce_mean(x * R.standard_normal(6).astype(np.float32), [1, 2])
+        y = tf.reshape(pooled, tf.stack([tf.shape(pooled)[0], 1, 1, 6]))
+        wrong = tf.reshape(pooled, tf.stack([tf.shape(pooled)[0], 2, 3]))   # 6 = 2*3: also fine
+        tf.identity(y * tf.reduce_sum(wrong), name="output")
+    result = optimize(BuiltModel(graph.as_graph_def(), ["input"], ["output"]), bn_fold=False)
+    assert not {"Shape", "Pack", "StridedSlice"} & set(ops(result.graph_def))
+    assert len([r for r in report_of(result, "simplify-arithmetic").rewritten
+                if "batch" in r]) == 2
+    assert result.verification.passed and result.verification.max_error < 1e-5
+
+
+def test_a_batch_reshape_with_unknown_inner_dims_is_kept():
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, None, 6], name="input")
+        tf.identity(tf.reshape(x, tf.stack([tf.shape(x)[0], 1, 6])) * 2.0, name="output")
+    result = optimize(BuiltModel(graph.as_graph_def(), ["input"], ["output"]), bn_fold=False,
+                      verify=False)
+    assert "Shape" in ops(result.graph_def)

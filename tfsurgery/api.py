@@ -13,7 +13,8 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from tensorflow.core.framework import graph_pb2
 
-from tfsurgery import io, latency, onnx_export, pipeline, picture, report, verify as verify_mod
+from tfsurgery import (io, latency, onnx_export, pipeline, picture, preprocessing, report,
+                       verify as verify_mod)
 from tfsurgery.errors import (InputError, OriginalDoesNotRun, TransformError, UnknownTransform,
                               VerificationError)
 from tfsurgery.interface import (check_fed, find_dropout_knobs, find_training_flags,
@@ -59,6 +60,7 @@ class Result:
     given: Dict[str, object] = dataclasses.field(default_factory=dict)   # the user's feeds
     verification: Optional[verify_mod.Verification] = None
     verification_error: Optional[str] = None
+    preprocess: Optional[preprocessing.Preprocessor] = None   # raw inputs → the original's
 
     def as_report(self) -> dict:
         extra = {"training_flags": self.training_flags,
@@ -134,13 +136,15 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
              input_shapes: Optional[Mapping[str, Sequence[Optional[int]]]] = None,
              feeds: Optional[Mapping[str, object]] = None, verify: bool = True,
              tolerance: Optional[float] = None, verify_timeout: Optional[float] = None,
-             keep_asserts: bool = False, seed: int = 0) -> Result:
+             keep_asserts: bool = False, seed: int = 0,
+             preprocess: Optional[preprocessing.Requested] = None) -> Result:
     """Run ``transforms`` on the source graph, then (optionally) check the numbers.
 
     ``inputs`` may name any tensor (a dequeue output becomes a placeholder); ``input_shapes`` give
     inputs their shape (None for a free dimension); ``feeds`` give inputs the values verification
     and the ONNX check use; ``inference_values`` set placeholders (``keep_prob``: 1.0) besides the
-    detected training flags and dropout knobs."""
+    detected training flags and dropout knobs. ``preprocess`` (input dtype, channel reversal,
+    mean/scale) bakes the input pipeline into the graph (add-preprocessing, run first)."""
     tolerance = verify_mod.DEFAULT_TOLERANCE if tolerance is None else tolerance
     timeout = verify_mod.DEFAULT_TIMEOUT if verify_timeout is None else verify_timeout
     flags = list(dict.fromkeys(list(training_flags) + source.training_flags))
@@ -152,8 +156,11 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
                                         list(outputs) or source.outputs, flags)
     inputs = [name for name in inputs if name.split(":")[0] not in values]
     check_fed(original, inputs, outputs)
+    specs = preprocessing.resolve(original, inputs, preprocess or preprocessing.Requested())
+    if specs and "add-preprocessing" not in transforms:
+        transforms = ["add-preprocessing"] + list(transforms)
     options = Options(inputs=inputs, outputs=outputs, training_flags=flags,
-                      inference_values=values, keep_asserts=keep_asserts)
+                      inference_values=values, keep_asserts=keep_asserts, preprocessing=specs)
     progress(original, f"optimizing {len(original.node)} nodes: {', '.join(transforms)}")
     try:
         graph_def, reports = pipeline.run(original, transforms, options)
@@ -161,7 +168,8 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
         raise InputError(str(error)) from None
     settings = {**{name: False for name in find_training_flags(original, flags)}, **values}
     result = Result(graph_def, reports, inputs, outputs, list(settings), original, tolerance,
-                    settings=settings, timeout=timeout, given=dict(feeds or {}))
+                    settings=settings, timeout=timeout, given=dict(feeds or {}),
+                    preprocess=preprocessing.preprocessor(original, specs))
     if verify:
         progress(original, "verifying: running the original and the optimized graph")
         try:
@@ -184,7 +192,8 @@ def check(result: Result, *, feeds: Optional[Mapping[str, object]] = None,
         return verify_mod.verify(result.before, result.graph_def, result.inputs, result.outputs,
                                  result.settings, tolerance=result.tolerance, seed=seed,
                                  given=feeds, timeout=result.timeout,
-                                 reference_note=_reference_note(result.settings))
+                                 reference_note=_reference_note(result.settings),
+                                 preprocess=result.preprocess)
     except OriginalDoesNotRun as error:
         raise InputError(str(error)) from None
 

@@ -59,6 +59,40 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="deadline for each run of a graph during checks (default 120)")
     parser.add_argument("-v", "--verbose", action="store_true", help="more detail")
     parser.add_argument("-q", "--quiet", action="store_true", help="errors only")
+    _preprocessing_options(parser)
+
+
+def _preprocessing_options(parser: argparse.ArgumentParser) -> None:
+    """--input-dtype etc.: the model then sees m = (reverse(x) - mean) / scale (add-preprocessing)."""
+    group = parser.add_argument_group("preprocessing in the graph: the model sees "
+                                      "(reverse(x) - mean) / scale")
+    group.add_argument("--input-dtype", type=_checked("parse_dtype"), metavar="[NAME=]DTYPE",
+                       help="the input takes this dtype (e.g. uint8), cast to the model's")
+    group.add_argument("--reverse-input-channels", nargs="?", const=(None, True), default=None,
+                       type=lambda text: (text or None, True), metavar="NAME",
+                       help="reverse the input's channel order (BGR<->RGB)")
+    group.add_argument("--mean-values", type=_checked("parse_values"), metavar="[NAME=]V[,V...]",
+                       help="subtract these (one, or one per channel in the model's order)")
+    group.add_argument("--scale-values", type=_checked("parse_values"), metavar="[NAME=]V[,V...]",
+                       help="then divide by these (one, or one per channel)")
+
+
+def _checked(parser_name: str):
+    """A tfsurgery.preprocessing parser as an argparse type (bad text: one line, exit 2)."""
+    def parse(text: str):
+        from tfsurgery import preprocessing
+        from tfsurgery.errors import InputError
+        try:
+            return getattr(preprocessing, parser_name)(text)
+        except InputError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return parse
+
+
+def _preprocess(args):
+    from tfsurgery.preprocessing import Requested
+    return Requested(args.input_dtype, args.reverse_input_channels, args.mean_values,
+                     args.scale_values)
 
 
 class UsageError(Exception):
@@ -279,7 +313,8 @@ def _interface(args) -> dict:
             "inference_values": {name: value for name, value in args.training_flag
                                  if value is not None},
             "input_shapes": dict(args.input_shape), "feeds": dict(args.feed),
-            "verify_timeout": args.verify_timeout, "keep_asserts": args.keep_asserts}
+            "verify_timeout": args.verify_timeout, "keep_asserts": args.keep_asserts,
+            "preprocess": _preprocess(args)}
 
 
 def _say(args, text: str = "") -> None:

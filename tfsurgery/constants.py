@@ -5,7 +5,7 @@ edges. Stateful and random ops, control flow, placeholders and fake quantization
 """
 from __future__ import annotations
 
-from typing import List, Set
+from typing import Dict, Iterable, List, Optional, Set
 
 import numpy as np
 
@@ -43,3 +43,21 @@ def evaluate(graph: Graph, tensors: List[str]) -> List[np.ndarray]:
     """Run the graph's constant part in TensorFlow and fetch ``tensors``."""
     needed = graph.ancestors(tensors)
     return run_nodes([graph.node(n) for n in graph.topological_order() if n in needed], tensors)
+
+
+def constant_values(graph: Graph, refs: Iterable) -> Dict[str, Optional[np.ndarray]]:
+    """Each tensor's value if it is a Const or computed from constants only (then TensorFlow
+    evaluates it, e.g. ``LogicalNot(training)``); None where it is not, or TF refuses."""
+    refs = [str(ref) for ref in refs]
+    values = {ref: graph.const_value(ref) for ref in refs}
+    unknown = [ref for ref, value in values.items() if value is None]
+    computable = constant_nodes(graph) if unknown else set()
+    pending = {ref: str(graph.resolve(ref)) for ref in unknown
+               if graph.resolve(ref).node in computable}
+    if pending:
+        from tfsurgery.tfsession import tf_errors
+        try:
+            values.update(zip(pending, evaluate(graph, list(pending.values()))))
+        except (ValueError, TypeError, KeyError, tf_errors().OpError):
+            pass                   # TensorFlow rejects it: those stay unknown
+    return values

@@ -82,6 +82,10 @@ class Graph:
         self._owned: Set[str] = set()
         self._consumers: Dict[str, Dict[Tuple[str, int], Ref]] = defaultdict(dict)
         self._colocated: Dict[str, Set[str]] = defaultdict(set)    # target → nodes naming it
+        # Edits so far, and the count at the last clean structure check: a pass that changed
+        # nothing is not checked again (the check walks the whole graph).
+        self._edits = 0
+        self._sound_at = -1
         for node in self.nodes.values():
             self._index_edges(node)
 
@@ -133,6 +137,10 @@ class Graph:
 
     def consumer_nodes(self, name: str, port: Optional[int] = None) -> Set[str]:
         return {c.node for c in self.consumers(name, port)}
+
+    def reader_count(self, name: str) -> int:
+        """How many input slots (data and control) read node ``name`` — O(1)."""
+        return len(self._consumers.get(name, ()))
 
     def has_control_consumers(self, name: str) -> bool:
         return any(ref.control for ref in self._consumers.get(name, {}).values())
@@ -188,6 +196,7 @@ class Graph:
     # ---------------------------------------------------------------- editing
     def mutable(self, name: str) -> node_def_pb2.NodeDef:
         """Node ``name``, safe to change: our own copy, never the caller's NodeDef."""
+        self._edits += 1
         if name not in self._owned:
             copy_ = node_def_pb2.NodeDef()
             copy_.CopyFrom(self.nodes[name])
@@ -207,6 +216,7 @@ class Graph:
         if node.name in self.nodes:
             raise GraphError(f"node '{node.name}' already exists")
         self.nodes[node.name] = node
+        self._edits += 1
         self._owned.add(node.name)
         self._index_edges(node)
         return node
@@ -295,6 +305,7 @@ class Graph:
         """Delete nodes (their own input edges go with them). Colocation constraints naming a
         deleted node are dropped: TensorFlow refuses a graph whose ``_class`` names a missing node."""
         removed = []
+        self._edits += 1
         for name in list(names):
             node = self.nodes.pop(name, None)
             if node is None:
@@ -320,9 +331,57 @@ class Graph:
         else:
             del node.attr[COLOCATION_ATTR]
 
+    # ---------------------------------------------------------------- function library
+    def function(self, name: str):
+        """The library's FunctionDef called ``name`` (None if there is none)."""
+        for fdef in self._library.function:
+            if fdef.signature.name == name:
+                return fdef
+        return None
+
+    def library(self):
+        """The FunctionDefLibrary (read it; change it through the methods here)."""
+        return self._library
+
+    def function_names(self) -> Set[str]:
+        return {fdef.signature.name for fdef in self._library.function}
+
+    def called_functions(self) -> Set[str]:
+        """Library functions the nodes call, directly or through other functions' bodies."""
+        bodies = {fdef.signature.name: fdef for fdef in self._library.function}
+        pending = [f for node in self.nodes.values() for f in called_by(node, bodies)]
+        called: Set[str] = set()
+        while pending:
+            name = pending.pop()
+            if name in called or name not in bodies:
+                continue
+            called.add(name)
+            pending.extend(f for inner in bodies[name].node_def for f in called_by(inner, bodies))
+            pending.extend(g.gradient_func for g in self._library.gradient
+                           if g.function_name == name)
+        return called
+
+    def remove_functions(self, names: Iterable[str]) -> None:
+        """Drop functions (and their gradients) from the library."""
+        gone = set(names)
+        kept = [f for f in self._library.function if f.signature.name not in gone]
+        gradients = [g for g in self._library.gradient if g.function_name not in gone]
+        del self._library.function[:]
+        self._library.function.extend(kept)
+        del self._library.gradient[:]
+        self._library.gradient.extend(gradients)
+
     def structure_problem(self) -> Optional[str]:
         """What is broken, if anything: an input naming no node or a port the node lacks, a
         colocation naming no node, a cycle outside a while loop. None when the graph is sound."""
+        if self._sound_at == self._edits:
+            return None                     # nothing changed since the last clean check
+        problem = self._structure_problem()
+        if problem is None:
+            self._sound_at = self._edits
+        return problem
+
+    def _structure_problem(self) -> Optional[str]:
         for producer, readers in self._consumers.items():
             if not readers:
                 continue
@@ -344,9 +403,7 @@ class Graph:
     def _cycle_outside_loops(self) -> Optional[str]:
         """A node on a cycle that no NextIteration closes (Kahn without the loops' back edges)."""
         back = {name for name, node in self.nodes.items() if node.op in BACK_EDGE_OPS}
-        indegree = {name: sum(1 for ref in map(parse_ref, node.input)
-                              if ref.node in self.nodes and ref.node not in back)
-                    for name, node in self.nodes.items()}
+        indegree = self._indegrees(skip=back)
         ready = deque(name for name, d in indegree.items() if d == 0)
         seen = 0
         while ready:
@@ -354,7 +411,7 @@ class Graph:
             seen += 1
             if name in back:
                 continue
-            for (consumer, _index), _ref in self._consumers.get(name, {}).items():
+            for consumer, _index in self._consumers.get(name, ()):
                 if consumer in indegree:
                     indegree[consumer] -= 1
                     if indegree[consumer] == 0:
@@ -387,17 +444,13 @@ class Graph:
     def topological_order(self) -> List[str]:
         """Producers before consumers (Kahn). Nodes on cycles — while loops, whose NextIteration
         feeds a Merge — are appended in graph order instead of failing."""
-        indegree = {name: 0 for name in self.nodes}
-        for name, node in self.nodes.items():
-            for ref in map(parse_ref, node.input):
-                if ref.node in self.nodes:
-                    indegree[name] += 1
+        indegree = self._indegrees()
         ready = deque(name for name, d in indegree.items() if d == 0)
         order: List[str] = []
         while ready:
             name = ready.popleft()
             order.append(name)
-            for (consumer, _index), _ref in self._consumers.get(name, {}).items():
+            for consumer, _index in self._consumers.get(name, ()):
                 if consumer in indegree:
                     indegree[consumer] -= 1
                     if indegree[consumer] == 0:
@@ -406,6 +459,17 @@ class Graph:
             placed = set(order)
             order.extend(name for name in self.nodes if name not in placed)
         return order
+
+    def _indegrees(self, skip: Set[str] = frozenset()) -> Dict[str, int]:
+        """Input edges per node from existing producers not in ``skip`` (read off the index)."""
+        indegree = dict.fromkeys(self.nodes, 0)
+        nodes = self.nodes
+        for producer, readers in self._consumers.items():
+            if producer in nodes and producer not in skip:
+                for consumer, _index in readers:
+                    if consumer in indegree:
+                        indegree[consumer] += 1
+        return indegree
 
     def op_histogram(self) -> Dict[str, int]:
         counts: Dict[str, int] = defaultdict(int)
@@ -427,6 +491,18 @@ def colocation_targets(node: node_def_pb2.NodeDef) -> List[str]:
         return []
     return [s[len(COLOCATION_PREFIX):].decode(errors="replace")
             for s in node.attr[COLOCATION_ATTR].list.s if s.startswith(COLOCATION_PREFIX)]
+
+
+def called_by(node: node_def_pb2.NodeDef, library_names=()) -> List[str]:
+    """Function names a node calls: its ``func`` attributes (If's branches, a call's ``f``,
+    While's ``cond``/``body``) and, for a direct call, its op itself if that is a library name."""
+    names = [node.op] if node.op in library_names else []
+    for value in node.attr.values():
+        if value.WhichOneof("value") == "func":
+            names.append(value.func.name)
+        elif value.WhichOneof("value") == "list":
+            names.extend(f.name for f in value.list.func)
+    return names
 
 
 def check_structure(graph_def: graph_pb2.GraphDef) -> None:

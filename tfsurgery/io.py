@@ -37,6 +37,7 @@ class Loaded:
     graph_def: graph_pb2.GraphDef
     inputs: List[str] = dataclasses.field(default_factory=list)
     outputs: List[str] = dataclasses.field(default_factory=list)
+    frozen_form: str = ""          # how a SavedModel/Keras model was frozen (for the report)
 
 
 def load_model(path, signature: str = "serving_default") -> Loaded:
@@ -87,20 +88,30 @@ def load_keras(path: Path) -> Loaded:
 
 
 def freeze_concrete_function(function, where: str) -> Loaded:
-    """Variables → constants (TF's own convert_variables_to_constants_v2), keeping the real
-    input and output names."""
+    """Variables → constants, keeping functional control flow (While/If stay, with their bodies
+    in the function library) and the real input and output names — as tf2onnx's own loader
+    freezes, so tf2onnx later sees the While it turns into an ONNX Loop. Recurrent layers whose
+    dropout seed state is assigned at inference (Keras 3 LSTM/GRU) defeat TF's freezer; then
+    tf2onnx's own repair is used: freeze without the check and drop the variable assignments."""
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import \
         convert_variables_to_constants_v2
+    inputs = [t.op.name for t in function.inputs if t.dtype != tf.resource]
+    outputs = [t.op.name for t in function.outputs]
     try:
-        frozen = convert_variables_to_constants_v2(function)
+        frozen = convert_variables_to_constants_v2(function, lower_control_flow=False,
+                                                   aggressive_inlining=True)
+        graph_def = frozen.graph.as_graph_def()
+    except ValueError as error:
+        if "incompatible with expected resource" not in str(error):
+            raise InputError(f"{where}: cannot freeze the model ({first_line(error)})") from None
+        from tf2onnx import tf_loader
+        graph_def = tf_loader.fix_freezing_errors(
+            tf_loader.convert_variables_to_constants_large_model(function))
     except Exception as error:  # noqa: BLE001
         raise InputError(f"{where}: cannot freeze the model ({first_line(error)})") from None
-    inputs = [t.op.name for t in frozen.inputs if t.dtype != tf.resource]
-    outputs = [t.op.name for t in frozen.outputs]
-    graph_def = frozen.graph.as_graph_def()
     check_graph_def(graph_def, where)
-    return Loaded(graph_def, inputs, outputs)
+    return Loaded(graph_def, inputs, outputs, frozen_form="functional control flow kept")
 
 
 def _plain_name(tensor) -> str:

@@ -3,12 +3,18 @@
 The caller's GraphDef is never mutated. A transform that leaves a broken graph (dangling input,
 bad port, colocation naming a deleted node, a cycle outside a while loop) stops the run with its
 name: ``StructureError``, never a written file.
+
+Simplifications expose each other (a folded constant makes ``x*1`` visible; a bypassed no-op
+makes two nodes duplicates), so after the first pass the transforms marked ``repeat`` run again,
+in order, while the graph keeps changing — bounded by ``MAX_ROUNDS``. Only a transform that some
+OTHER pass changed the graph for re-runs (each reaches its own fixpoint). Each transform keeps one
+report: later rounds add their rewrites, removed nodes and time to it (and a note per round).
 """
 from __future__ import annotations
 
 import logging
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorflow.core.framework import graph_pb2
 
@@ -18,6 +24,7 @@ from tfsurgery.transform import Options, TransformReport
 from tfsurgery.transforms import DEFAULT_TRANSFORMS, ORDER, REGISTRY
 
 log = logging.getLogger("tfsurgery")
+MAX_ROUNDS = 4      # the first pass over every transform, then up to 3 rounds of re-runs
 
 
 def resolve_transforms(names: Optional[Sequence[str]] = None, *, bn_fold: bool = False) -> List[str]:
@@ -43,17 +50,60 @@ def run(graph_def: graph_pb2.GraphDef, transforms: Sequence[str],
     if unknown:
         raise UnknownTransform(f"unknown transform '{unknown[0]}'")
     graph = Graph(graph_def)
-    reports = []
-    for name in transforms:
-        before = len(graph)
-        start = time.perf_counter()
-        report = REGISTRY[name](graph, options)
-        report.seconds = time.perf_counter() - start
-        report.removed_nodes = before - len(graph)
-        reports.append(report)
-        problem = graph.structure_problem()
-        if problem:
-            raise StructureError(f"transform '{name}' left a broken graph: {problem}")
-        log.debug("%s: %d rewritten, %d skipped, %d nodes left (%.3f s)", name,
-                  len(report.rewritten), len(report.skipped), len(graph), report.seconds)
-    return graph.to_graph_def(), reports
+    reports: Dict[str, TransformReport] = {}
+    seen_changes: Dict[str, int] = {}       # name → the change count when it last ran
+    changes = 0
+    rounds = 0
+    for round_ in range(1, MAX_ROUNDS + 1):
+        for name in transforms:
+            if round_ > 1 and not (REGISTRY[name].repeat and changes > seen_changes[name]):
+                continue                   # no other pass changed the graph since it last ran
+            rounds = round_
+            report = _run_pass(graph, name, options)
+            if report.rewritten or report.removed_nodes:
+                changes += 1
+            seen_changes[name] = changes   # each pass reaches its own fixpoint
+            _book(reports, name, report, round_)
+        if rounds < round_:
+            break                          # a fixpoint: no pass had anything new to look at
+    unsettled = any(REGISTRY[name].repeat and changes > seen_changes[name] for name in transforms)
+    if reports:
+        last = reports[transforms[-1]]
+        last.notes.append(f"pipeline: {rounds} round(s), " + (
+            f"stopped at the bound of {MAX_ROUNDS} before a fixpoint" if unsettled
+            else "fixpoint reached"))
+    return graph.to_graph_def(), list(reports.values())
+
+
+def _run_pass(graph: Graph, name: str, options: Options) -> TransformReport:
+    """One transform over the graph, timed, with the structure checked after it."""
+    before = len(graph)
+    start = time.perf_counter()
+    report = REGISTRY[name](graph, options)
+    report.seconds = time.perf_counter() - start
+    report.removed_nodes = before - len(graph)
+    problem = graph.structure_problem()
+    if problem:
+        raise StructureError(f"transform '{name}' left a broken graph: {problem}")
+    log.debug("%s: %d rewritten, %d skipped, %d nodes left (%.3f s)", name,
+              len(report.rewritten), len(report.skipped), len(graph), report.seconds)
+    return report
+
+
+def _book(reports: Dict[str, TransformReport], name: str, report: TransformReport,
+          round_: int) -> None:
+    """One report per transform: a later round's work is added to its first round's."""
+    first = reports.setdefault(name, report)
+    if first is report:
+        return
+    known = set(first.skipped)
+    repeated = [entry for entry in report.skipped if entry in known]
+    first.matched += report.matched - len(repeated)    # a skip seen before is no new match
+    first.rewritten.extend(report.rewritten)
+    first.skipped.extend(entry for entry in report.skipped if entry not in known)
+    first.notes.extend(note for note in report.notes if note not in first.notes)
+    first.removed_nodes += report.removed_nodes
+    first.seconds += report.seconds
+    if report.rewritten or report.removed_nodes:
+        first.notes.append(f"round {round_}: {len(report.rewritten)} more rewritten, "
+                           f"{report.removed_nodes} more nodes removed")

@@ -77,12 +77,23 @@ def _neutralize(graph: Graph, name: str) -> None:
     index_type = node.attr["T"].type if "T" in node.attr else node.attr["Tshape"].type
     numpy_type = dtype.as_numpy_dtype
     value = np.array(1 - np.finfo(numpy_type).eps if node.op in UNIFORM_OPS else 0, numpy_type)
-    constant = graph.add_const(name + "/neutral_value", value)
+    constant = _const_beside(graph, name + "/neutral_value", value, shape.node)
     graph.remove([name])
     graph.new_node("Fill", name, [shape, constant],
                    {"T": dtype, "index_type": tf.dtypes.as_dtype(index_type)})
 
 
+
+
+def _const_beside(graph: Graph, name: str, value, anchor: str) -> str:
+    """A Const with a control edge from ``anchor``: inside a while loop (or cond) a constant
+    must belong to the frame of the nodes it meets, or TensorFlow refuses the graph."""
+    name = graph.add_const(name, value)
+    node = graph.node(name)
+    graph.remove([name])
+    node.input.append(f"^{anchor}")
+    graph.add_node(node)
+    return name
 
 
 def _expect_mask(graph: Graph, uniform: str, settings: Dict[str, object]) -> bool:
@@ -133,7 +144,8 @@ def _apply_expected(graph: Graph, compare: str, keep: float) -> bool:
     if reader.op in ("Select", "SelectV2") and readers[0].index == 0:
         data = graph.inputs(reader.name)[1]
         dtype = reader.attr["T"]
-        constant = graph.add_const(reader.name + "/expected_mask", np.array(keep, _numpy(dtype)))
+        constant = _const_beside(graph, reader.name + "/expected_mask",
+                                 np.array(keep, _numpy(dtype)), data.node)
         graph.remove([reader.name])
         graph.new_node("Mul", reader.name, [data, constant], {"T": dtype})
         return True
@@ -145,11 +157,12 @@ def _replace_by_probability(graph: Graph, mask: str, shaped_like: Ref, keep: flo
     import tensorflow as tf
     node = graph.node(mask)
     dtype = node.attr["T"] if node.op == "Floor" else node.attr["DstT"]
+    producer = graph.node(shaped_like.node)
+    boolean = node.op == "Cast" or "T" not in producer.attr       # a Cast reads a bool mask
     shape = graph.new_node("Shape", mask + "/expected_shape", [shaped_like],
-                           {"T": graph.node(shaped_like.node).attr["T"] if "T" in
-                            graph.node(shaped_like.node).attr else tf.bool,
-                            "out_type": tf.int32})
-    constant = graph.add_const(mask + "/expected_mask", np.array(keep, _numpy(dtype)))
+                           {"T": tf.bool if boolean else producer.attr["T"], "out_type": tf.int32})
+    constant = _const_beside(graph, mask + "/expected_mask", np.array(keep, _numpy(dtype)),
+                             shaped_like.node)
     graph.remove([mask])
     graph.new_node("Fill", mask, [shape.name, constant],
                    {"T": tf.dtypes.as_dtype(dtype.type), "index_type": tf.int32})

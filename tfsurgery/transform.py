@@ -8,9 +8,22 @@ they run, is listed once in ``tfsurgery.transforms``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from tfsurgery.graph import Graph
+
+
+@dataclasses.dataclass
+class Preprocessing:
+    """What one input's raw values become: m = (reverse(cast(x)) - mean) / scale (add-preprocessing).
+    ``mean``/``scale`` hold one value or one per channel, in the model's channel order;
+    ``channel_axis`` is resolved before the transform runs."""
+
+    dtype: Optional[str] = None
+    reverse: bool = False
+    mean: Optional[Tuple[float, ...]] = None
+    scale: Optional[Tuple[float, ...]] = None
+    channel_axis: Optional[int] = None
 
 
 @dataclasses.dataclass
@@ -24,6 +37,8 @@ class Options:
     inference_values: Dict[str, object] = dataclasses.field(default_factory=dict)
     fold_constants_max_bytes: int = 64 << 20   # a folded constant may not be larger than this
     keep_asserts: bool = False                 # strip-debug off (--keep-asserts)
+    # input node name → its preprocessing (add-preprocessing)
+    preprocessing: Dict[str, Preprocessing] = dataclasses.field(default_factory=dict)
 
     @property
     def protected(self) -> set:
@@ -56,11 +71,14 @@ class TransformReport:
 Transform = Callable[[Graph, Options], TransformReport]
 
 
-def transform(name: str, *, default: bool = True) -> Callable[[Transform], Transform]:
+def transform(name: str, *, default: bool = True,
+              repeat: bool = False) -> Callable[[Transform], Transform]:
     """Name a transform function; ``default=False`` keeps it out of a plain run (it is asked for,
-    e.g. ``fold-batch-norm`` by ``--bn-fold``)."""
+    e.g. ``fold-batch-norm`` by ``--bn-fold``). ``repeat=True``: a simplification the pipeline
+    runs again while other passes keep changing the graph (each can expose work for another)."""
     def decorate(fn: Transform) -> Transform:
         fn.transform_name = name
         fn.default = default
+        fn.repeat = repeat
         return fn
     return decorate

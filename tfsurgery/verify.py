@@ -230,10 +230,11 @@ def output_error(name: str, reference: np.ndarray, result: np.ndarray) -> Output
 
 # ---------------------------------------------------------------- the check
 def run_reference(original, inputs: Sequence[str], outputs: Sequence[str],
-                  settings: Mapping[str, np.ndarray], *, seed: int, given, timeout: float):
+                  settings: Mapping[str, np.ndarray], *, seed: int, given, timeout: float,
+                  size: Optional[int] = None):
     """Feeds for which the original runs with non-empty outputs, and its outputs. An original
     that cannot run at all is the user's input at fault."""
-    size = test_size(original, inputs, outputs, given)
+    size = test_size(original, inputs, outputs, given) if size is None else size
     feeds = make_feeds(original, inputs, seed, given=given, unknown_dim=size)
     try:
         expected = run_graph(original, {**feeds, **settings}, outputs, timeout=timeout,
@@ -247,7 +248,7 @@ def run_reference(original, inputs: Sequence[str], outputs: Sequence[str],
     if empty:
         raise OriginalDoesNotRun(f"output '{empty[0]}' is empty on test inputs"
                                  f"{_shape_hint(inputs, given)}")
-    return feeds, expected
+    return feeds, expected, size
 
 
 def test_size(graph_def, inputs: Sequence[str], outputs: Sequence[str], given=None) -> int:
@@ -285,19 +286,29 @@ def _shape_hint(inputs: Sequence[str], given) -> str:
 def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
            settings: Mapping[str, object] = (), *, tolerance: float = DEFAULT_TOLERANCE,
            seed: int = 0, given: Optional[Mapping[str, np.ndarray]] = None,
-           timeout: float = DEFAULT_TIMEOUT, reference_note: Optional[str] = None) -> Verification:
+           timeout: float = DEFAULT_TIMEOUT, reference_note: Optional[str] = None,
+           preprocess=None) -> Verification:
     """Compare every output of ``optimized`` with ``original`` on the same feeds. ``settings``
     are values the original is fed besides the inputs: training flags False, dropout knobs at
-    their inference value (a list of names means bool flags set False)."""
+    their inference value (a list of names means bool flags set False). ``preprocess`` (see
+    tfsurgery.preprocessing.Preprocessor): the optimized graph takes raw inputs, the original
+    their preprocessed values, computed by the hook in NumPy."""
     settings = _settings(settings)
+    raw = None
+    if preprocess is not None:
+        raw, given = _preprocessed_feeds(original, optimized, inputs, outputs, preprocess,
+                                         seed=seed, given=given)
     reference, optimized, random_note = comparable_reference(
         original, optimized, {node_name(k): v for k, v in settings.items()})
-    feeds, expected = run_reference(reference, inputs, outputs, settings, seed=seed,
-                                    given=given, timeout=timeout)
-    actual = run_graph(optimized, feeds, outputs, timeout=timeout,
+    feeds, expected, size = run_reference(reference, inputs, outputs, settings, seed=seed,
+                                          given=given, timeout=timeout)
+    actual = run_graph(optimized, feeds if raw is None else raw, outputs, timeout=timeout,
                        label="the optimized graph")
     errors = [output_error(name, e, a) for name, e, a in zip(outputs, expected, actual)]
-    verification = Verification(errors, tolerance, feeds=feeds)
+    if raw is None:
+        errors += _second_size(reference, optimized, inputs, outputs, settings, size,
+                               seed=seed, given=given, timeout=timeout)
+    verification = Verification(errors, tolerance, feeds=feeds if raw is None else raw)
     notes = [note for note in (reference_note, random_note) if note]
     if notes:
         verification.reference = "; ".join(notes)
@@ -311,6 +322,33 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
             verification.noise_floor = max(output_error(n, e, a).max_rel
                                            for n, e, a in zip(outputs, expected, nudged))
     return verification
+
+
+def _second_size(reference, optimized, inputs, outputs, settings, first: int, **run) -> list:
+    """Free dimensions are checked at a second, larger size too: a loop whose trip count, or a
+    reshape whose size, became a constant cannot pass. Errors are named ``output@size``."""
+    if not has_free_dims(reference, inputs):
+        return []
+    larger = [size for size in UNKNOWN_DIMS if size > first] or [first + 1]
+    try:
+        more_feeds, expected, _ = run_reference(reference, inputs, outputs, settings,
+                                                size=larger[0], **run)
+    except OriginalDoesNotRun:
+        return []            # the original itself needs the first size: nothing more to learn
+    actual = run_graph(optimized, more_feeds, outputs, timeout=run["timeout"],
+                       label="the optimized graph")
+    return [output_error(f"{name}@{larger[0]}", e, a)
+            for name, e, a in zip(outputs, expected, actual)]
+
+
+def _preprocessed_feeds(original, optimized, inputs, outputs, preprocess, *, seed, given):
+    """Raw feeds for the optimized graph (the user's where given) and the original's feeds."""
+    size = test_size(original, inputs, outputs, given)
+    made = make_feeds(optimized, inputs, seed, given=given, unknown_dim=size)
+    fixed = {node_name(k) for k in (given or {})}
+    raw = {**preprocess.raw_feeds(made, seed),
+           **{k: v for k, v in made.items() if node_name(k) in fixed}}
+    return raw, preprocess.model_feeds(raw)
 
 
 def _identical(a, b) -> bool:

@@ -4,20 +4,28 @@
 is added by ``--bn-fold``). To add a transform: write its module, mark its function with
 ``@transform("name")``, and put it in ``PIPELINE`` where it belongs.
 """
-from tfsurgery.transforms import (fold_batch_norm, fold_constants, freeze_placeholder_defaults,
-                                  freeze_training_flags, prune, remove_dropout, remove_identity,
+from tfsurgery.transforms import (add_preprocessing, fold_affine_into_linear, fold_batch_norm,
+                                  fold_constants, fold_pad_into_conv,
+                                  freeze_placeholder_defaults, freeze_training_flags,
+                                  merge_duplicates, prune, remove_dropout, remove_identity,
                                   remove_switch_merge, simplify_arithmetic, strip_debug)
+from tfsurgery.transforms import inline_functions
 
 PIPELINE = (
+    add_preprocessing.add_preprocessing,
     freeze_training_flags.freeze_training_flags,
     freeze_placeholder_defaults.freeze_placeholder_defaults,
+    inline_functions.inline_functions,
     strip_debug.strip_debug,
     remove_switch_merge.remove_switch_merge,
     remove_dropout.remove_dropout,
     remove_identity.remove_identity,
     fold_constants.fold_constants,
     simplify_arithmetic.simplify_arithmetic,
+    merge_duplicates.merge_duplicates,
     fold_batch_norm.fold_batch_norm,
+    fold_affine_into_linear.fold_affine_into_linear,
+    fold_pad_into_conv.fold_pad_into_conv,
     prune.prune,
 )
 

@@ -225,7 +225,7 @@ def write_weights(graph: Graph, lin: Linear, weights: np.ndarray) -> None:
     """Store the scaled weights: in place if the constant is this op's alone, else as a copy."""
     const = lin.weight
     owned = (graph.op(const) == "Const" and const.port == 0
-             and [c.node for c in graph.consumers(const.node, control=True)] == [lin.name])
+             and graph.reader_count(const.node) == 1)      # lin is the one reader
     if owned:
         graph.set_const_value(const.node, weights)
     else:

@@ -43,7 +43,7 @@ def _subgraph_bytes(graph: Graph, name: str, constant: Set[str]) -> int:
         NODE_BYTES * len(nodes)
 
 
-@transform("fold-constants")
+@transform("fold-constants", repeat=True)
 def fold_constants(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("fold-constants")
     constant = constant_nodes(graph)

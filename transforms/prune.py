@@ -13,7 +13,7 @@ from tfsurgery.transform import Options, TransformReport, transform
 from tfsurgery.constants import constant_nodes
 
 
-@transform("prune")
+@transform("prune", repeat=True)
 def prune(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("prune")
     if not options.outputs:

@@ -11,7 +11,7 @@ from tfsurgery.graph import Graph, Ref
 from tfsurgery.ops import IDENTITY_OPS
 from tfsurgery.transform import Options, TransformReport, transform
 
-@transform("remove-identity")
+@transform("remove-identity", repeat=True)
 def remove_identity(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("remove-identity")
     protected = options.protected

@@ -2,11 +2,13 @@
 
 ``Switch(data, pred)`` forwards ``data`` on port 1 if ``pred`` else port 0; the other port is *dead*.
 Deadness spreads forward: a node with a dead data or control input is dead, except ``Merge``, which is
-dead only when all its inputs are. A ``Merge`` with exactly one live input forwards it (port 0) and
+dead only when all its data inputs are — or, as in TensorFlow's executor, when a dead ``Enter`` feeds
+it: a while loop inside a dead branch goes with the branch. A ``Merge`` with exactly one live input forwards it (port 0) and
 that input's position (port 1, ``value_index``). So the rewrite is decided by value, never by input
 position: consumers of a live Switch port read ``data``, consumers of a Merge read its live input, and
 every dead node is deleted. Switches whose predicate is not a constant (while loops, data-dependent
-conds) are left alone.
+conds) are left alone; a cond inside a loop, whose predicate enters through a constant ``Enter``,
+collapses like any other and the loop stays whole.
 """
 from __future__ import annotations
 
@@ -17,33 +19,35 @@ import numpy as np
 from tfsurgery.graph import Graph, Ref
 from tfsurgery.errors import TransformError
 from tfsurgery.transform import Options, TransformReport, transform
-from tfsurgery.constants import constant_nodes, evaluate
-from tfsurgery.tfsession import tf_errors
+from tfsurgery.constants import constant_values
 
 SWITCH_OPS = ("Switch", "RefSwitch")
 MERGE_OPS = ("Merge", "RefMerge")
+ENTER_OPS = ("Enter", "RefEnter")
 
 
 def constant_switches(graph: Graph) -> dict:
     """Switch name → its live port, for every Switch whose predicate is a constant — or is
-    computed from constants only (``LogicalNot(training)``), which TensorFlow then evaluates."""
-    predicates = {node.name: graph.inputs(node.name)[1] for node in graph
+    computed from constants only (``LogicalNot(training)``), which TensorFlow then evaluates.
+    Inside a while loop the predicate arrives through a constant ``Enter``: the same value in
+    every iteration."""
+    predicates = {node.name: loop_invariant(graph, graph.inputs(node.name)[1]) for node in graph
                   if node.op in SWITCH_OPS}
-    values = {name: graph.const_value(ref) for name, ref in predicates.items()}
-    unknown = [name for name, value in values.items() if value is None]
-    computable = constant_nodes(graph) if unknown else set()
-    pending = {name: str(graph.resolve(predicates[name])) for name in unknown
-               if graph.resolve(predicates[name]).node in computable}
-    if pending:
-        try:
-            values.update(zip(pending, evaluate(graph, list(pending.values()))))
-        except (ValueError, TypeError, KeyError, tf_errors().OpError):
-            pass                   # TensorFlow rejects it: leave those conds as they are
+    values = constant_values(graph, set(predicates.values()))
     live = {}
-    for name, value in values.items():
+    for name, predicate in predicates.items():
+        value = values.get(str(predicate))
         if value is not None and np.asarray(value).size == 1:
             live[name] = 1 if bool(np.asarray(value).reshape(())) else 0
     return live
+
+
+def loop_invariant(graph: Graph, ref: Ref) -> Ref:
+    """The tensor outside the loop a constant ``Enter`` forwards (the ref itself otherwise)."""
+    ref = graph.resolve(ref)
+    while graph.op(ref) in ENTER_OPS and graph.attr(ref.node, "is_constant", False):
+        ref = graph.resolve(graph.inputs(ref.node)[0])
+    return ref
 
 
 def dead_nodes(graph: Graph, live_port: dict) -> tuple:
@@ -71,13 +75,23 @@ def dead_nodes(graph: Graph, live_port: dict) -> tuple:
         for consumer in readers:
             if consumer.node in dead_nodes:
                 continue
-            if graph.op(consumer.node) in MERGE_OPS and not consumer.ref.control:
-                inputs = graph.inputs(consumer.node)
-                if all(Ref(i.node, i.port) in dead_tensors or i.node in dead_nodes for i in inputs):
+            if graph.op(consumer.node) in MERGE_OPS:
+                if merge_is_dead(graph, consumer, ref, dead_tensors, dead_nodes):
                     kill_node(consumer.node)
             else:
                 kill_node(consumer.node)
     return dead_nodes, dead_tensors
+
+
+def merge_is_dead(graph: Graph, consumer, ref: Ref, dead_tensors: set, dead_nodes: set) -> bool:
+    """As TensorFlow's executor decides: a dead control input never kills a Merge; a dead value
+    from an ``Enter`` does (the loop frame it opens is dead, back edge and all); otherwise a Merge
+    is dead only when every data input is."""
+    if consumer.ref.control:
+        return False
+    if graph.op(ref.node) in ENTER_OPS:
+        return True
+    return all(i in dead_tensors or i.node in dead_nodes for i in graph.inputs(consumer.node))
 
 
 @transform("remove-switch-merge")

@@ -3,8 +3,9 @@
 ``x*1``, ``1*x``, ``x+0``, ``0+x``, ``x-0``, ``x/1`` (never ``x*0 → 0``: it would hide NaN and Inf),
 ``Cast`` to the dtype the tensor has, ``Transpose`` by the identity permutation, two Transposes
 composed into one (none when they cancel), ``Neg(Neg(x))``, ``Reshape(Reshape(x))`` as one Reshape,
-and ``Reshape``/``ExpandDims``/``Squeeze`` to the shape the tensor already has. Keras 3's swish is
-``x * sigmoid(1.0 * x)``: every EfficientNet carries dozens of ``Mul(1.0, x)``.
+a Reshape to ``[Shape(x)[0], c…]`` as the constant ``[-1, c…]``, and
+``Reshape``/``ExpandDims``/``Squeeze`` (or a pair of them) to the shape the tensor already has.
+Keras 3's swish is ``x * sigmoid(1.0 * x)``: every EfficientNet carries dozens of ``Mul(1.0, x)``.
 
 A constant operand may only be bypassed when broadcasting cannot change the result's shape: a
 scalar always qualifies; a larger all-ones/all-zeros constant only where TensorFlow's shape
@@ -28,7 +29,7 @@ SHAPE_OPS = ("Reshape", "ExpandDims", "Squeeze")
 MAX_ROUNDS = 10
 
 
-@transform("simplify-arithmetic")
+@transform("simplify-arithmetic", repeat=True)
 def simplify_arithmetic(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("simplify-arithmetic")
     for _ in range(MAX_ROUNDS):
@@ -108,9 +109,56 @@ def _shape_op(graph: Graph, name: str, shapes, options: Options, report) -> bool
         return True
     if shapes is None or name not in shapes:
         return False
+    if graph.op(name) == "Reshape" and _batch_of_own_input(graph, name, shapes):
+        return _constant_batch_shape(graph, name, report)
     if _same_shape(shapes, Ref(name), x) and shapes[name] is not None:
         return _bypass(graph, name, x, options, report, f"{graph.op(name)} to the same shape")
+    if graph.op(x) in SHAPE_OPS and not x.port:     # ExpandDims then Squeeze, and the like
+        inner_x = graph.inputs(x.node)[0]
+        if _same_shape(shapes, Ref(name), inner_x):
+            return _bypass(graph, name, inner_x, options, report,
+                           f"{graph.op(x)} then {graph.op(name)} back to the same shape")
     return False
+
+
+def _batch_of_own_input(graph: Graph, name: str, shapes) -> bool:
+    """Reshape(x, Pack(Shape(x)[0], c1, …, ck)) with x's other dims known and c1·…·ck equal
+    to their product: the shape is the constant [-1, c1, …, ck] (Keras' Reshape layer keeps
+    the batch this way; EfficientNet's squeeze-excite does it 16 times)."""
+    x, shape_ref = graph.inputs(name)
+    if graph.op(shape_ref) != "Pack" or shape_ref.port or graph.attr(shape_ref.node, "axis"):
+        return False
+    first, *rest = graph.inputs(shape_ref.node)
+    dims = [graph.const_value(ref) for ref in rest]
+    if graph.op(first) != "StridedSlice" or any(d is None or d.ndim for d in dims):
+        return False
+    shape_of, begin, end, strides = graph.inputs(first.node)
+    masks = [graph.attr(first.node, key, 0) for key in
+             ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")]
+    if graph.op(shape_of) != "Shape" or graph.inputs(shape_of.node)[0] != x or \
+            masks != [0, 0, 0, 0, 1] or [_ints(graph, r) for r in (begin, end, strides)] != \
+            [[0], [1], [1]]:
+        return False
+    known = shapes.get(x.node) if not x.port else None
+    if not known or None in known[1:] or any(int(d) < 0 for d in dims):
+        return False
+    return int(np.prod(known[1:])) == int(np.prod([int(d) for d in dims])) != 0
+
+
+def _ints(graph: Graph, ref: Ref):
+    value = graph.const_value(ref)
+    return None if value is None else value.reshape(-1).tolist()
+
+
+def _constant_batch_shape(graph: Graph, name: str, report) -> bool:
+    shape_ref = graph.inputs(name)[1]
+    dims = [int(graph.const_value(ref)) for ref in graph.inputs(shape_ref.node)[1:]]
+    dtype = graph.node(name).attr["Tshape"].type
+    graph.set_input(name, 1, graph.add_const(f"{name}/batch_shape", np.array([-1] + dims),
+                                             dtype=dtype))
+    report.matched += 1
+    report.rewritten.append(f"{name}: shape from its own input's batch became [-1, {dims}]")
+    return True
 
 
 def _bypass(graph: Graph, name: str, source: Ref, options: Options, report, why: str) -> bool:

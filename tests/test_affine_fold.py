@@ -1,0 +1,165 @@
+"""fold-affine-into-linear: per-channel scale / shift / channel reversal before a linear op folded
+into its weights (and bias, where exact); verified numerically against the original."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfsurgery import api
+from tfsurgery.graph import Graph
+from tfsurgery.transform import Options
+from tfsurgery.transforms.fold_affine_into_linear import fold_affine_into_linear
+
+RNG = np.random.default_rng(11)
+
+
+def _r(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def tf1_source(build):
+    with tf.Graph().as_default() as g:
+        build(tf.compat.v1.placeholder)
+    return api.Source(g.as_graph_def(), label="t", inputs=["x"], outputs=["out"])
+
+
+def optimized(source, bn_fold=True):
+    result = api.optimize(source, api.choose_transforms(bn_fold=bn_fold))
+    assert result.verification.passed, result.verification_error or result.verification.failure()
+    return result
+
+
+def ops(graph_def):
+    return [n.op for n in graph_def.node if n.op != "Const"]
+
+
+def skips(result):
+    return [reason for rep in result.reports for _, reason in rep.skipped]
+
+
+def keras_source(layers, input_shape, seed=0):
+    from tfsurgery.models import keras_models
+    model = tf.keras.Sequential([tf.keras.Input(input_shape)] + layers)
+    built = keras_models._keras3_built(model, seed)
+    return api.Source(built.graph_def, label="keras", inputs=built.inputs, outputs=built.outputs)
+
+
+def test_keras_rescaling_before_valid_conv_folds_completely():
+    source = keras_source([tf.keras.layers.Rescaling(1 / 127.5, offset=-1.0),
+                           tf.keras.layers.Conv2D(4, 3, padding="valid"),
+                           tf.keras.layers.Flatten()], (6, 6, 3))
+    left = ops(optimized(source).graph_def)
+    assert "Mul" not in left and "AddV2" not in left and "Add" not in left
+
+
+def test_keras_normalization_before_dense_folds_completely():
+    norm = tf.keras.layers.Normalization(mean=_r(5), variance=np.abs(_r(5)) + 0.5)
+    source = keras_source([norm, tf.keras.layers.Dense(3)], (5,))
+    left = ops(optimized(source).graph_def)
+    assert not {"Mul", "RealDiv", "Sub", "Maximum", "Sqrt"} & set(left), left
+
+
+def test_bn_after_relu_before_dense_folds_into_the_dense():
+    source = keras_source([tf.keras.layers.Dense(6), tf.keras.layers.ReLU(),
+                           tf.keras.layers.BatchNormalization(), tf.keras.layers.Dense(3)], (4,))
+    left = ops(optimized(source).graph_def)
+    assert left.count("MatMul") == 2 and "Mul" not in left and "Sub" not in left, left
+
+
+def test_shift_before_same_conv_stays_with_reason():
+    def build(placeholder):
+        x = placeholder(tf.float32, [None, 6, 6, 3], name="x")
+        y = tf.nn.conv2d((x + _r(3)) * _r(3), _r(3, 3, 3, 4), 1, "SAME")
+        tf.identity(y, name="out")
+    result = optimized(tf1_source(build))
+    left = ops(result.graph_def)
+    assert "Mul" not in left and left.count("AddV2") == 1
+    assert any("per-channel shift before zero padding" in reason for reason in skips(result))
+
+
+def test_scale_and_reversal_pass_a_zero_pad():
+    def build(placeholder):
+        x = placeholder(tf.float32, [None, 6, 6, 3], name="x")
+        y = tf.reverse(x, [3]) * _r(3)
+        y = tf.pad(y, [[0, 0], [1, 2], [2, 1], [0, 0]])
+        tf.identity(tf.nn.conv2d(y, _r(3, 3, 3, 4), 2, "VALID"), name="out")
+    left = ops(optimized(tf1_source(build)).graph_def)
+    assert "Mul" not in left and "ReverseV2" not in left and "Pad" in left
+
+
+def test_nchw_conv_and_transpose_b_matmul():
+    def build(placeholder):
+        x = placeholder(tf.float32, [None, 3, 6, 6], name="x")
+        y = tf.nn.conv2d(x * _r(3, 1, 1) - _r(1, 3, 1, 1), _r(3, 3, 3, 4), 1, "VALID",
+                         data_format="NCHW")
+        y = tf.reshape(y, [-1, 64])
+        tf.identity(tf.matmul(y * _r(64), _r(5, 64), transpose_b=True), name="out")
+    left = ops(optimized(tf1_source(build)).graph_def)
+    assert "Mul" not in left and "Sub" not in left, left
+
+
+def test_affine_with_a_second_reader_stays():
+    def build(placeholder):
+        x = placeholder(tf.float32, [None, 4], name="x")
+        scaled = x * _r(4)
+        tf.identity(tf.matmul(scaled, _r(4, 3)) + tf.reduce_sum(scaled), name="out")
+    result = optimized(tf1_source(build))
+    assert "Mul" in ops(result.graph_def)
+    assert any("other nodes read" in reason for reason in skips(result))
+
+
+def test_shared_weight_is_copied_not_changed():
+    def build(placeholder):
+        x = placeholder(tf.float32, [None, 4], name="x")
+        w = tf.constant(_r(4, 4), name="w")
+        tf.identity(tf.matmul(x * _r(4), w) + tf.matmul(x, w), name="out")
+    source = tf1_source(build)
+    result = optimized(source, bn_fold=False)
+    assert "Mul" not in ops(result.graph_def)
+    assert sum(n.op == "Const" and n.attr["value"].tensor.tensor_shape.dim[0].size == 4
+               and len(n.attr["value"].tensor.tensor_shape.dim) == 2
+               for n in result.graph_def.node) == 2
+
+
+def test_caller_graph_untouched_and_non_constant_weights_left():
+    def build(placeholder):
+        x = placeholder(tf.float32, [None, 4], name="x")
+        w = placeholder(tf.float32, [4, 3], name="w")
+        tf.identity(tf.matmul(x * 2.0, w), name="out")
+    source = tf1_source(build)
+    before = source.graph_def.SerializeToString()
+    graph = Graph(source.graph_def)
+    report = fold_affine_into_linear(graph, Options(inputs=["x", "w"], outputs=["out"]))
+    assert report.matched == 0 and "not a constant" in report.skipped[0][1]
+    assert source.graph_def.SerializeToString() == before
+
+
+def test_constant_gather_on_channels_folds():
+    def build(placeholder):
+        x = placeholder(tf.float32, [None, 6, 6, 3], name="x")
+        y = tf.gather(x, [2, 0, 1, 2], axis=3)          # permutation plus a duplicate
+        tf.identity(tf.nn.conv2d(y, _r(3, 3, 4, 5), 1, "SAME"), name="out")
+    left = ops(optimized(tf1_source(build)).graph_def)
+    assert "GatherV2" not in left and left.count("Conv2D") == 1
+
+
+@pytest.mark.parametrize("layer", ["conv", "depthwise"])
+def test_scalar_shift_before_same_conv_becomes_a_padv2_border(layer):
+    def build(placeholder):
+        x = placeholder(tf.float32, [None, 7, 7, 3], name="x")
+        y = x - 3.5
+        if layer == "conv":
+            y = tf.nn.conv2d(y, _r(3, 3, 3, 4), 2, "SAME")
+        else:
+            y = tf.nn.depthwise_conv2d(y, _r(3, 3, 3, 2), [1, 2, 2, 1], "SAME")
+        tf.identity(y, name="out")
+    left = ops(optimized(tf1_source(build)).graph_def)
+    assert "Sub" not in left and "PadV2" in left, left
+
+
+def test_scalar_shift_through_a_zero_pad_becomes_a_padv2_border():
+    def build(placeholder):
+        x = placeholder(tf.float32, [None, 6, 6, 3], name="x")
+        y = tf.pad(x + 2.0, [[0, 0], [3, 3], [3, 3], [0, 0]])
+        tf.identity(tf.nn.conv2d(y, _r(7, 7, 3, 4), 2, "VALID"), name="out")
+    left = ops(optimized(tf1_source(build)).graph_def)
+    assert "AddV2" not in left and "Pad" not in left and "PadV2" in left, left

@@ -1,0 +1,196 @@
+"""add-preprocessing: uint8 / channel reversal / mean / scale baked into the graph, folded where exact,
+verified against the original fed the verifier's own NumPy preprocessing."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfsurgery import api
+from tfsurgery.cli import main
+from tfsurgery.preprocessing import Requested
+from tfsurgery.transform import Preprocessing
+from tfsurgery.preprocessing import model_values
+
+RNG = np.random.default_rng(7)
+
+
+def _r(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def build(kind: str):
+    """A small TF1 graph: input 'x' → first layer → ... → 'out'."""
+    v1 = tf.compat.v1
+    with tf.Graph().as_default() as g:
+        if kind == "matmul":
+            x = v1.placeholder(tf.float32, [None, 6], name="x")
+            y = tf.nn.bias_add(tf.matmul(x, _r(6, 4)), _r(4))
+        else:
+            nchw = kind.startswith("nchw")
+            shape = [None, 3, 8, 8] if nchw else [None, 8, 8, 3]
+            fmt = "NCHW" if nchw else "NHWC"
+            x = v1.placeholder(tf.float32, shape, name="x")
+            padding = "VALID" if kind.endswith("valid") else "SAME"
+            if kind.startswith("depthwise"):
+                y = tf.nn.depthwise_conv2d(x, _r(3, 3, 3, 2), [1, 1, 1, 1], padding)
+                y = tf.nn.bias_add(y, _r(6))
+            else:
+                y = tf.nn.conv2d(x, _r(3, 3, 3, 5), 1, padding, data_format=fmt)
+                y = tf.nn.bias_add(y, _r(5), data_format=fmt)
+            if kind.endswith("branches"):     # a second head reads the input elsewhere
+                y = tf.reduce_mean(tf.nn.relu(y)) + tf.reduce_mean(x * 0.5)
+            y = tf.reshape(tf.nn.relu(y), [-1]) if not kind.endswith("branches") else y
+        tf.identity(y, name="out")
+    return api.Source(g.as_graph_def(), label=kind, inputs=["x"], outputs=["out"])
+
+
+IMAGE = dict(dtype="uint8", reverse=True, mean=(123.675, 116.28, 103.53),
+             scale=(58.395, 57.12, 57.375))
+
+
+def requested(dtype=None, reverse=False, mean=None, scale=None, name=None):
+    return Requested(dtype and (name, dtype), (name, True) if reverse else None,
+                     mean and (name, tuple(mean)), scale and (name, tuple(scale)))
+
+
+def run(source, **kwargs):
+    result = api.optimize(source, api.choose_transforms(), preprocess=requested(**kwargs))
+    assert result.verification is not None and result.verification.passed, \
+        result.verification_error or result.verification.failure()
+    return result
+
+
+def ops(graph_def):
+    return [n.op for n in graph_def.node if n.op != "Const"]
+
+
+@pytest.mark.parametrize("kind", ["nhwc_valid", "nchw_valid", "nhwc_same"])
+def test_image_preprocessing_folds_into_first_conv(kind):
+    source = build(kind)
+    result = run(source, **IMAGE)
+    placeholder = next(n for n in result.graph_def.node if n.name == "x")
+    assert tf.dtypes.as_dtype(placeholder.attr["dtype"].type) == tf.uint8
+    left = ops(result.graph_def)
+    assert "Mul" not in left and "RealDiv" not in left and "ReverseV2" not in left
+    extra = len(left) - len(ops(source.graph_def))
+    if kind.endswith("valid"):              # the mean folds into the bias: only the Cast
+        assert "Sub" not in left and extra == 1
+    else:                                   # SAME padding: one Sub stays before the conv
+        assert left.count("Sub") == 1 and extra == 2
+    feeds = result.verification.feeds["x"]
+    assert feeds.dtype == np.uint8 and feeds.min() == 0 and feeds.max() == 255
+
+
+def test_numbers_match_numpy_reference_independently():
+    """The verifier's NumPy preprocessing, checked by hand against the formula."""
+    source = build("nhwc_valid")
+    result = run(source, **IMAGE)
+    raw = RNG.integers(0, 256, size=(2, 8, 8, 3)).astype(np.uint8)
+    model = ((raw[..., ::-1].astype(np.float64) - np.array(IMAGE["mean"]))
+             / np.array(IMAGE["scale"])).astype(np.float32)
+    from tfsurgery.verify import run_graph
+    expected = run_graph(source.graph_def, {"x": model}, ["out"])[0]
+    actual = run_graph(result.graph_def, {"x": raw}, ["out"])[0]
+    assert np.max(np.abs(expected - actual)) <= 1e-4 * np.max(np.abs(expected))
+
+
+def test_depthwise_first_layer_scale_folds_reversal_stays():
+    result = run(build("depthwise_valid"), **IMAGE)
+    left = ops(result.graph_def)
+    assert "Mul" not in left              # the scale folds per input channel
+    assert "ReverseV2" in left            # it would permute the depthwise outputs too
+    assert any("depthwise" in r for rep in result.reports for _, r in rep.skipped)
+
+
+def test_matmul_first_layer_mean_and_scale_fold():
+    result = run(build("matmul"), dtype="float16", mean=(1, 2, 3, 4, 5, 6), scale=(2,))
+    left = ops(result.graph_def)
+    assert left.count("Cast") == 1 and "Sub" not in left and "Mul" not in left
+
+
+def test_input_read_by_two_branches_keeps_its_meaning():
+    result = run(build("nhwc_valid_branches"), **IMAGE)
+    assert "ReverseV2" in ops(result.graph_def)   # the second head still reads m
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--mean-values", "1,2"], "2 values"),
+    (["--scale-values", "0"], "scale of 0"),
+    (["--mean-values", "nope=1"], "not an input"),
+    (["--reverse-input-channels"], "not an image"),
+])
+def test_bad_preprocessing_options_exit_2(tmp_path, capsys, args, message):
+    path = tmp_path / "m.pb"
+    model = build("matmul") if "--reverse-input-channels" in args else build("nhwc_valid")
+    path.write_bytes(model.graph_def.SerializeToString())
+    out = tmp_path / "o.pb"
+    code = main([str(path), "-o", str(out), "--inputs", "x", "--outputs", "out"] + args)
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_integer_model_input_refused(tmp_path, capsys):
+    with tf.Graph().as_default() as g:
+        x = tf.compat.v1.placeholder(tf.int32, [None, 4], name="x")
+        tf.identity(tf.cast(x, tf.float32) * 2.0, name="out")
+    path = tmp_path / "m.pb"
+    path.write_bytes(g.as_graph_def().SerializeToString())
+    code = main([str(path), "-o", str(tmp_path / "o.pb"), "--input-dtype", "uint8"])
+    assert code == 2 and "not float" in capsys.readouterr().err
+
+
+def test_cli_uint8_onnx_matches(tmp_path):
+    source = build("nhwc_same")
+    path = tmp_path / "m.pb"
+    path.write_bytes(source.graph_def.SerializeToString())
+    onnx_path = tmp_path / "m.onnx"
+    code = main([str(path), "-o", str(tmp_path / "o.pb"), "--onnx", str(onnx_path), "-q",
+                 "--inputs", "x", "--outputs", "out", "--input-dtype", "uint8",
+                 "--reverse-input-channels", "--mean-values", "127.5", "--scale-values", "127.5"])
+    assert code == 0
+    import onnx
+    model = onnx.load(str(onnx_path))
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.UINT8
+
+
+def test_model_values_order():
+    spec = Preprocessing(reverse=True, mean=(1.0, 2.0, 3.0), scale=(1.0, 2.0, 4.0), channel_axis=1)
+    raw = np.array([[10.0, 20.0, 30.0]])
+    assert np.allclose(model_values(raw, spec, np.float32), [[29.0, 9.0, 1.75]])
+
+
+APPLICATION_CASES = {
+    "MobileNetV2": dict(mean=(127.5,), scale=(127.5,)),
+    "ResNet50": dict(mean=(123.675, 116.28, 103.53), scale=(58.395, 57.12, 57.375)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(APPLICATION_CASES))
+def test_keras_application_uint8_bgr_costs_at_most_two_nodes(name, tmp_path):
+    """Issue 14's Done-when: ≤ 2 more non-Const nodes than plain --bn-fold, uint8 ONNX matches."""
+    from tfsurgery.models import keras_models
+    built = keras_models.keras_application(name, seed=3, input_size=96)
+    source = api.Source(built.graph_def, label=name, inputs=built.inputs, outputs=built.outputs)
+    transforms = api.choose_transforms(bn_fold=True)
+    plain = api.optimize(source, transforms, verify=False)
+    result = api.optimize(source, transforms, preprocess=requested(
+        dtype="uint8", reverse=True, **APPLICATION_CASES[name]))
+    assert result.verification.passed and result.verification.max_error <= 1e-4
+    left, before = ops(result.graph_def), ops(plain.graph_def)
+    print(f"{name}: plain --bn-fold {len(before)} non-Const, with preprocessing {len(left)}; "
+          f"max error {result.verification.max_error:.3g}")
+    assert len(left) - len(before) <= 2
+    for op in ("Mul", "RealDiv", "ReverseV2", "GatherV2"):
+        assert left.count(op) == before.count(op), op
+    exported = api.export_onnx(result, tmp_path / "m.onnx")
+    import onnx
+    model = onnx.load(str(tmp_path / "m.onnx"))
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.UINT8
+    print(f"{name}: ONNX {exported}")
+
+
+def test_scalar_mean_with_same_padding_folds_through_a_padv2():
+    result = run(build("nhwc_same"), dtype="uint8", reverse=True, mean=(127.5,), scale=(127.5,))
+    left = ops(result.graph_def)
+    assert not {"Sub", "Mul", "ReverseV2"} & set(left) and left.count("PadV2") == 1

@@ -1,0 +1,110 @@
+"""add-preprocessing: the input pipeline baked into the graph (--input-dtype, --reverse-input-channels,
+--mean-values, --scale-values).
+
+The model sees  m = (reverse(x) - mean) / scale   (OpenVINO's order; values in the model's
+channel order). The input placeholder keeps its name and takes the raw dtype; after it come
+    Cast → Sub(reverse(mean)) → ReverseV2(channel axis) → Mul(1 / scale)
+which is the same map (reverse(x) - mean = reverse(x - reverse(mean))), emitted in the order
+fold-affine-into-linear can absorb: the Mul and the ReverseV2 fold into the first linear layer's
+weights, the Sub into its bias where that is exact; what cannot fold stays, and every other reader
+of the input reads m, so its meaning is unchanged.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from tfsurgery.errors import TransformError
+from tfsurgery.graph import Graph, Ref
+from tfsurgery.ops import FORWARDING_OPS
+from tfsurgery.transform import Options, Preprocessing, TransformReport, transform
+
+FORMAT_OPS = ("Conv2D", "DepthwiseConv2dNative", "BiasAdd", "MaxPool", "AvgPool",
+              "FusedBatchNorm", "FusedBatchNormV3", "Conv2DBackpropInput")
+PASS_THROUGH = tuple(FORWARDING_OPS) + ("Pad", "PadV2", "Mul", "Add", "AddV2", "Sub", "RealDiv",
+                                        "Relu", "Relu6", "Cast", "ReverseV2")
+
+
+@transform("add-preprocessing", default=False)
+def add_preprocessing(graph: Graph, options: Options) -> TransformReport:
+    report = TransformReport("add-preprocessing")
+    for name, spec in options.preprocessing.items():
+        if name not in graph:
+            raise TransformError(f"--input-dtype/--mean-values/...: no input named '{name}'")
+        axis = spec.channel_axis if spec.channel_axis is not None else channel_axis(graph, name)
+        report.notes.append(_rewrite(graph, name, spec, axis))
+        report.matched += 1
+        report.rewritten.append(name)
+    return report
+
+
+def channel_axis(graph: Graph, name: str) -> Optional[int]:
+    """The channel axis of input ``name``: from the data format of the first format-bearing op
+    reached through elementwise ops (rank 4), the last axis for a rank-2 input; None if unknown."""
+    shape = graph.attr(name, "shape")
+    rank = None if shape is None or shape.rank is None else shape.rank
+    if rank == 2:
+        return 1
+    seen, frontier = set(), [name]
+    while frontier:
+        node = frontier.pop()
+        for reader in graph.consumer_nodes(node):
+            op = graph.op(reader)
+            if op in FORMAT_OPS:
+                fmt = graph.attr(reader, "data_format", "NHWC")
+                return 1 if fmt.startswith("NC") else (rank or len(fmt)) - 1
+            if op in PASS_THROUGH and reader not in seen:
+                seen.add(reader)
+                frontier.append(reader)
+    return None
+
+
+def is_image(graph: Graph, name: str) -> bool:
+    shape = graph.attr(name, "shape")
+    return shape is not None and shape.rank == 4
+
+
+def _broadcast_shape(values, axis: Optional[int], rank: Optional[int]) -> tuple:
+    if len(values) == 1:
+        return ()
+    return (len(values),) + (1,) * (rank - 1 - axis)
+
+
+def _rewrite(graph: Graph, name: str, spec: Preprocessing, axis: Optional[int]) -> str:
+    import tensorflow as tf
+    node = graph.node(name)
+    model_dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
+    rank = graph.attr(name, "shape").rank
+    consumers = graph.consumers(name, 0)
+    last, steps = Ref(name, 0), []
+    if spec.dtype and tf.dtypes.as_dtype(spec.dtype) != model_dtype:
+        graph.mutable(name).attr["dtype"].type = tf.dtypes.as_dtype(spec.dtype).as_datatype_enum
+        cast = graph.new_node("Cast", f"{name}/preprocess/cast", [last], {
+            "SrcT": tf.dtypes.as_dtype(spec.dtype), "DstT": model_dtype, "Truncate": False})
+        last, steps = Ref(cast.name, 0), steps + [f"cast to {model_dtype.name}"]
+    np_dtype = model_dtype.as_numpy_dtype
+    if spec.mean is not None and any(spec.mean):
+        mean = np.asarray(spec.mean, np.float64)
+        mean = mean[::-1] if spec.reverse else mean        # x - reverse(mean), reversed next
+        const = graph.add_const(f"{name}/preprocess/mean",
+                                mean.reshape(_broadcast_shape(spec.mean, axis, rank)).astype(np_dtype))
+        sub = graph.new_node("Sub", f"{name}/preprocess/sub_mean", [last, const], {"T": model_dtype})
+        last, steps = Ref(sub.name, 0), steps + ["subtract mean"]
+    if spec.reverse:
+        axes = graph.add_const(f"{name}/preprocess/channel_axis", np.asarray([axis], np.int32))
+        rev = graph.new_node("ReverseV2", f"{name}/preprocess/reverse_channels", [last, axes],
+                             {"T": model_dtype, "Tidx": tf.int32})
+        last, steps = Ref(rev.name, 0), steps + [f"reverse axis {axis}"]
+    if spec.scale is not None and any(s != 1 for s in spec.scale):
+        inverse = 1.0 / np.asarray(spec.scale, np.float64)
+        const = graph.add_const(f"{name}/preprocess/inverse_scale",
+                                inverse.reshape(_broadcast_shape(spec.scale, axis, rank)).astype(np_dtype))
+        mul = graph.new_node("Mul", f"{name}/preprocess/scale", [last, const], {"T": model_dtype})
+        last, steps = Ref(mul.name, 0), steps + ["divide by scale"]
+    for consumer in consumers:
+        graph.set_input(consumer.node, consumer.index, last)
+    values = f"mean={spec.mean or 0}, scale={spec.scale or 1}, reverse={spec.reverse}"
+    return (f"{name}: m = (reverse(x) - mean) / scale with {values}; new input signature "
+            f"{name}: {spec.dtype or model_dtype.name}{graph.attr(name, 'shape')}; emitted "
+            f"{', '.join(steps) or 'nothing'} (fold-affine-into-linear says what folded)")
