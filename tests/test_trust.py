@@ -195,3 +195,51 @@ def test_error_lines_keep_the_failing_node_and_reason():
     line = first_line(message)
     assert len(line) <= 300 and "\n" not in line
     assert "tensor with 0 values" in line and "model/Reshape" in line
+
+
+@pytest.mark.parametrize("name,feeds", [("queue_fed", {}),
+                                        ("endless_loop", {"input": np.ones(2, np.float32)})])
+def test_the_session_deadline_interrupts_an_empty_queue_and_an_endless_loop(graphs, name, feeds):
+    import time
+    start = time.monotonic()
+    with pytest.raises(verify.GraphTimeout, match="the original did not finish within 1 s"):
+        verify.run_graph(graphs[name].graph_def, feeds, ["output"], timeout=1,
+                         label="the original")
+    assert time.monotonic() - start < 30
+
+
+def endless_onnx_loop(path):
+    """An ONNX Loop whose condition stays true and that has no trip count: it never ends."""
+    import onnx
+    from onnx import TensorProto, helper
+    vector = [helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [2])]
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["v_in", "one"], ["v_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])] + vector,
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [2])],
+        [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])])
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["go"], value=helper.make_tensor(
+            "true", TensorProto.BOOL, [], [True])),
+         helper.make_node("Loop", ["", "go", "input:0"], ["output:0"], body=body)], "endless",
+        [helper.make_tensor_value_info("input:0", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("output:0", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_the_onnx_deadline_interrupts_an_endless_loop(tmp_path):
+    import time
+    from tfsurgery import onnx_export
+    from tfsurgery.errors import ExportError
+    path = endless_onnx_loop(tmp_path / "loop.onnx")
+    start = time.monotonic()
+    with pytest.raises(ExportError, match="ONNX model did not finish within 1 s"):
+        onnx_export.run_onnx(path, {"input:0": np.ones(2, np.float32)}, ["output"], timeout=1)
+    assert time.monotonic() - start < 30
