@@ -9,7 +9,7 @@ from typing import Dict, Iterable, List, Optional, Set
 
 import numpy as np
 
-from tfsurgery.graph import Graph, parse_ref
+from tfsurgery.graph import Graph, op_def
 from tfsurgery.ops import CONTROL_FLOW_V1_OPS, PLACEHOLDER_OPS
 from tfsurgery.tfsession import run_nodes
 
@@ -17,32 +17,48 @@ NEVER_FOLD = PLACEHOLDER_OPS | CONTROL_FLOW_V1_OPS | {"Const", "NoOp", "Assert",
                                                       "PrintV2"}
 
 
+_FOLDABLE: Dict[str, bool] = {}
+
+
 def _is_foldable_op(op: str) -> bool:
-    if op in NEVER_FOLD or "Random" in op or "Variable" in op or op.startswith("FakeQuant"):
-        return False
-    from tensorflow.python.framework import op_def_registry
-    op_def = op_def_registry.get(op)
-    return op_def is not None and not op_def.is_stateful
+    foldable = _FOLDABLE.get(op)
+    if foldable is None:
+        definition = None if (op in NEVER_FOLD or "Random" in op or "Variable" in op or
+                              op.startswith("FakeQuant")) else op_def(op)
+        foldable = definition is not None and not definition.is_stateful
+        if foldable or definition is not None or op in NEVER_FOLD:
+            _FOLDABLE[op] = foldable        # an op TF does not know yet is asked again
+    return foldable
 
 
 def constant_nodes(graph: Graph) -> Set[str]:
     """Nodes computed from constants alone: Consts and NoOps whose (control) inputs are all
-    constant, and foldable ops whose every input is."""
-    constant: Set[str] = set()
-    for name in graph.topological_order():
-        node = graph.node(name)
-        inputs_constant = all(ref.node in constant for ref in map(parse_ref, node.input))
-        if node.op in ("Const", "NoOp") and inputs_constant:
-            constant.add(name)
-        elif node.input and inputs_constant and _is_foldable_op(node.op):
-            constant.add(name)
-    return constant
+    constant, and foldable ops whose every input is.
 
+    Spread from the input-less Consts and NoOps to their readers, each reader counting down its
+    inputs still unknown: only the constant part of the graph and its border are visited."""
+    constant: Set[str] = set()
+    pending: Dict[str, int] = {}            # reader → inputs not yet known constant
+    ready = [name for name, node in graph.nodes.items()
+             if node.op in ("Const", "NoOp") and not node.input]
+    while ready:
+        name = ready.pop()
+        constant.add(name)
+        for reader, _index in graph.reader_slots(name):
+            left = pending.get(reader)
+            if left is None:
+                left = len(graph.input_refs(reader))
+            pending[reader] = left = left - 1
+            if left == 0:
+                op = graph.node(reader).op
+                if op in ("Const", "NoOp") or _is_foldable_op(op):
+                    ready.append(reader)
+    return constant
 
 def evaluate(graph: Graph, tensors: List[str]) -> List[np.ndarray]:
     """Run the graph's constant part in TensorFlow and fetch ``tensors``."""
     needed = graph.ancestors(tensors)
-    return run_nodes([graph.node(n) for n in graph.topological_order() if n in needed], tensors)
+    return run_nodes([node for name, node in graph.nodes.items() if name in needed], tensors)
 
 
 def constant_values(graph: Graph, refs: Iterable) -> Dict[str, Optional[np.ndarray]]:

@@ -9,17 +9,22 @@ Tensor values go through TensorFlow's own ``tf.make_ndarray`` / ``tf.make_tensor
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
+import gc
 from collections import defaultdict, deque
 from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 import numpy as np
 
-from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2
+from tensorflow.core.framework import (attr_value_pb2, graph_pb2, node_def_pb2, tensor_pb2,
+                                      tensor_shape_pb2)
 
 from tfsurgery.errors import GraphError
 from tfsurgery.ops import FORWARDING_OPS
 
+CACHED_VALUE_BYTES = 4096      # decoded Const values up to this size are kept (read-only)
 COLOCATION_ATTR = "_class"      # ["loc:@other_node", ...]: place this node with those
 COLOCATION_PREFIX = b"loc:@"
 BACK_EDGE_OPS = frozenset({"NextIteration", "RefNextIteration"})   # a while loop's back edge
@@ -43,11 +48,11 @@ class Ref(NamedTuple):
 
 def parse_ref(text: str) -> Ref:
     """``"a"`` → (a, 0), ``"a:2"`` → (a, 2), ``"^a"`` → control edge from a."""
-    if text.startswith("^"):
+    if text[:1] == "^":
         return Ref(text[1:], 0, True)
-    name, sep, port = text.rpartition(":")
-    if sep and port.isdigit():
-        return Ref(name, int(port), False)
+    colon = text.rfind(":")
+    if colon > 0 and text[colon + 1:].isdigit():
+        return Ref(text[:colon], int(text[colon + 1:]), False)
     return Ref(text, 0, False)
 
 
@@ -63,6 +68,20 @@ class Consumer(NamedTuple):
     ref: Ref           # what it reads from the producer
 
 
+@contextlib.contextmanager
+def gc_paused():
+    """Python's cyclic garbage collector off for a while. Building an index allocates millions of
+    small objects that all stay alive; the collector would scan them again and again (half the
+    time of indexing a 200k-node graph) to find nothing."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _tf():
     import tensorflow as tf  # imported lazily: the index itself is usable without a TF session
     return tf
@@ -72,29 +91,40 @@ class Graph:
     """An editable, indexed copy of a GraphDef (the caller's GraphDef is never touched)."""
 
     def __init__(self, graph_def: graph_pb2.GraphDef, *, check_inputs: bool = True):
-        if check_inputs:
-            check_structure(graph_def)
         self._versions = copy.deepcopy(graph_def.versions)
         self._library = copy.deepcopy(graph_def.library)
         # Copy-on-write: nodes are the caller's until first changed (see ``mutable``), so an
         # index over a large graph costs little more than the graph itself.
         self.nodes: Dict[str, node_def_pb2.NodeDef] = {n.name: n for n in graph_def.node}
+        if check_inputs and len(self.nodes) != len(graph_def.node):
+            _check_unique_names(graph_def)
         self._owned: Set[str] = set()
+        self._refs: Dict[str, Tuple[Ref, ...]] = {}      # node → its inputs, parsed once
         self._consumers: Dict[str, Dict[Tuple[str, int], Ref]] = defaultdict(dict)
         self._colocated: Dict[str, Set[str]] = defaultdict(set)    # target → nodes naming it
+        self._values: Dict[str, np.ndarray] = {}          # small Const values, decoded once
         # Edits so far, and the count at the last clean structure check: a pass that changed
         # nothing is not checked again (the check walks the whole graph).
         self._edits = 0
         self._sound_at = -1
-        for node in self.nodes.values():
-            self._index_edges(node)
+        outputs: Dict[str, Optional[int]] = {}
+        with gc_paused():        # a burst of small objects that all live on: nothing to collect
+            for node in self.nodes.values():
+                refs = self._index_edges(node)
+                if check_inputs:
+                    check_attr_kinds(node)
+                    _check_inputs(node, refs, self.nodes, outputs)
 
-    def _index_edges(self, node: node_def_pb2.NodeDef) -> None:
-        for index, text in enumerate(node.input):
-            ref = parse_ref(text)
-            self._consumers[ref.node][(node.name, index)] = ref
-        for target in colocation_targets(node):
-            self._colocated[target].add(node.name)
+    def _index_edges(self, node: node_def_pb2.NodeDef) -> Tuple[Ref, ...]:
+        name = node.name
+        refs = self._refs[name] = tuple(map(parse_ref, node.input))
+        consumers = self._consumers
+        for index, ref in enumerate(refs):
+            consumers[ref.node][(name, index)] = ref
+        if COLOCATION_ATTR in node.attr:
+            for target in colocation_targets(node):
+                self._colocated[target].add(name)
+        return refs
 
     # ---------------------------------------------------------------- reading
     def __contains__(self, name: str) -> bool:
@@ -113,15 +143,21 @@ class Graph:
         """Op type of the node behind a name or Ref (None if missing)."""
         if ref is None:
             return None
-        node = self.nodes.get(ref.node if isinstance(ref, Ref) else parse_ref(ref).node)
+        node = self.nodes.get(ref.node if isinstance(ref, Ref) else ref)
+        if node is None and not isinstance(ref, Ref):      # "name:1" or "^name"
+            node = self.nodes.get(parse_ref(ref).node)
         return node.op if node is not None else None
 
     def inputs(self, name: str) -> List[Ref]:
         """Data inputs of a node, parsed, in order (control inputs excluded)."""
-        return [ref for ref in map(parse_ref, self.nodes[name].input) if not ref.control]
+        return [ref for ref in self._refs[name] if not ref.control]
+
+    def input_refs(self, name: str) -> Tuple[Ref, ...]:
+        """Every input of a node, parsed, in order (control inputs included)."""
+        return self._refs[name]
 
     def control_inputs(self, name: str) -> List[str]:
-        return [ref.node for ref in map(parse_ref, self.nodes[name].input) if ref.control]
+        return [ref.node for ref in self._refs[name] if ref.control]
 
     def consumers(self, name: str, port: Optional[int] = None, *,
                   control: bool = False) -> List[Consumer]:
@@ -137,6 +173,10 @@ class Graph:
 
     def consumer_nodes(self, name: str, port: Optional[int] = None) -> Set[str]:
         return {c.node for c in self.consumers(name, port)}
+
+    def reader_slots(self, name: str) -> Iterable[Tuple[str, int]]:
+        """(consumer, input index) of every input slot, data or control, that reads ``name``."""
+        return self._consumers.get(name, {}).keys()
 
     def reader_count(self, name: str) -> int:
         """How many input slots (data and control) read node ``name`` — O(1)."""
@@ -183,10 +223,17 @@ class Graph:
         ref = ref if isinstance(ref, Ref) else parse_ref(ref)
         if through_identity:
             ref = self.resolve(ref)
+        cached = self._values.get(ref.node)
+        if cached is not None and ref.port == 0:
+            return cached
         node = self.nodes.get(ref.node)
         if node is None or node.op != "Const" or ref.port != 0:
             return None
-        return _tf().make_ndarray(node.attr["value"].tensor)
+        value = decode_tensor(node.attr["value"].tensor)
+        if value.nbytes <= CACHED_VALUE_BYTES:
+            value.flags.writeable = False       # shared: callers compute new arrays from it
+            self._values[ref.node] = value
+        return value
 
     def is_const(self, ref) -> bool:
         ref = self.resolve(ref if isinstance(ref, Ref) else parse_ref(ref))
@@ -197,6 +244,7 @@ class Graph:
     def mutable(self, name: str) -> node_def_pb2.NodeDef:
         """Node ``name``, safe to change: our own copy, never the caller's NodeDef."""
         self._edits += 1
+        self._values.pop(name, None)
         if name not in self._owned:
             copy_ = node_def_pb2.NodeDef()
             copy_.CopyFrom(self.nodes[name])
@@ -218,6 +266,7 @@ class Graph:
         self.nodes[node.name] = node
         self._edits += 1
         self._owned.add(node.name)
+        self._values.pop(node.name, None)
         self._index_edges(node)
         return node
 
@@ -233,7 +282,7 @@ class Graph:
 
     def add_const(self, name: str, value, dtype=None, device: str = "") -> str:
         """Add a Const holding ``value`` (numpy or scalar); returns its (unique) name."""
-        tensor = _tf().make_tensor_proto(value, dtype=dtype)
+        tensor = encode_tensor(value, dtype)
         node = self.new_node("Const", name, attrs={
             "dtype": attr_value_pb2.AttrValue(type=tensor.dtype)}, device=device)
         node.attr["value"].tensor.CopyFrom(tensor)      # one copy of the (maybe large) values
@@ -247,7 +296,7 @@ class Graph:
 
     def set_const_value(self, name: str, value, dtype=None) -> None:
         """Replace a Const's value in place (callers make sure no one else depends on it)."""
-        tensor = _tf().make_tensor_proto(value, dtype=dtype)
+        tensor = encode_tensor(value, dtype)
         node = self.mutable(name)
         node.attr["dtype"].type = tensor.dtype
         node.attr["value"].tensor.CopyFrom(tensor)
@@ -255,10 +304,11 @@ class Graph:
     def set_input(self, name: str, index: int, new) -> None:
         """Make input ``index`` of node ``name`` read ``new`` (str or Ref)."""
         node = self.mutable(name)
-        old = parse_ref(node.input[index])
-        self._consumers[old.node].pop((name, index), None)
+        refs = self._refs[name]
+        self._consumers[refs[index].node].pop((name, index), None)
         new_ref = new if isinstance(new, Ref) else parse_ref(new)
         node.input[index] = str(new_ref)
+        self._refs[name] = refs[:index] + (new_ref,) + refs[index + 1:]
         self._consumers[new_ref.node][(name, index)] = new_ref
 
     def rewire(self, old, new, *, keep=()) -> int:
@@ -290,15 +340,15 @@ class Graph:
     def remove_inputs(self, name: str, indices: Iterable[int]) -> None:
         """Drop the inputs at ``indices`` from node ``name`` (one re-index, however many)."""
         node = self.mutable(name)
-        refs = list(node.input)
-        for i, text in enumerate(refs):
-            self._consumers[parse_ref(text).node].pop((name, i), None)
+        refs = self._refs[name]
+        for i, ref in enumerate(refs):
+            self._consumers[ref.node].pop((name, i), None)
         dropped = set(indices)
-        refs = [text for i, text in enumerate(refs) if i not in dropped]
+        refs = tuple(ref for i, ref in enumerate(refs) if i not in dropped)
         del node.input[:]
-        node.input.extend(refs)
-        for i, text in enumerate(refs):
-            ref = parse_ref(text)
+        node.input.extend(str(ref) for ref in refs)
+        self._refs[name] = refs
+        for i, ref in enumerate(refs):
             self._consumers[ref.node][(name, i)] = ref
 
     def remove(self, names: Iterable[str]) -> None:
@@ -312,10 +362,12 @@ class Graph:
                 continue
             removed.append(name)
             self._owned.discard(name)
-            for index, text in enumerate(node.input):
-                self._consumers[parse_ref(text).node].pop((name, index), None)
-            for target in colocation_targets(node):
-                self._colocated[target].discard(name)
+            self._values.pop(name, None)
+            for index, ref in enumerate(self._refs.pop(name)):
+                self._consumers[ref.node].pop((name, index), None)
+            if COLOCATION_ATTR in node.attr:
+                for target in colocation_targets(node):
+                    self._colocated[target].discard(name)
         for name in removed:
             for holder in sorted(self._colocated.pop(name, ())):
                 if holder in self.nodes:
@@ -382,20 +434,21 @@ class Graph:
         return problem
 
     def _structure_problem(self) -> Optional[str]:
+        nodes = self.nodes
         for producer, readers in self._consumers.items():
             if not readers:
                 continue
-            if producer not in self.nodes:
+            if producer not in nodes:
                 (reader, _), ref = next(iter(readers.items()))
                 return f"node '{reader}' reads '{ref}' but no node '{producer}' exists"
-            top = max(ref.port for ref in readers.values())
+            top = max(readers.values()).port          # the Refs differ only in port / control
             if top > 0:
-                ports = num_outputs(self.nodes[producer])
+                ports = num_outputs(nodes[producer])
                 if ports is not None and top >= ports:
-                    return (f"'{producer}:{top}' is read but {self.nodes[producer].op} "
+                    return (f"'{producer}:{top}' is read but {nodes[producer].op} "
                             f"'{producer}' has {ports} output(s)")
         for target, holders in self._colocated.items():
-            if holders and target not in self.nodes:
+            if holders and target not in nodes:
                 return f"node '{min(holders)}' is colocated with missing node '{target}'"
         cycle = self._cycle_outside_loops()
         return f"cycle outside a while loop through node '{cycle}'" if cycle else None
@@ -403,20 +456,8 @@ class Graph:
     def _cycle_outside_loops(self) -> Optional[str]:
         """A node on a cycle that no NextIteration closes (Kahn without the loops' back edges)."""
         back = {name for name, node in self.nodes.items() if node.op in BACK_EDGE_OPS}
-        indegree = self._indegrees(skip=back)
-        ready = deque(name for name, d in indegree.items() if d == 0)
-        seen = 0
-        while ready:
-            name = ready.popleft()
-            seen += 1
-            if name in back:
-                continue
-            for consumer, _index in self._consumers.get(name, ()):
-                if consumer in indegree:
-                    indegree[consumer] -= 1
-                    if indegree[consumer] == 0:
-                        ready.append(consumer)
-        if seen == len(self.nodes):
+        order, indegree = self._kahn(skip=back)
+        if len(order) == len(self.nodes):
             return None
         return min(name for name, d in indegree.items() if d > 0)
 
@@ -429,9 +470,10 @@ class Graph:
             if name in keep or name not in self.nodes:
                 continue
             keep.add(name)
-            for ref in map(parse_ref, self.nodes[name].input):
-                if include_control or not ref.control:
-                    stack.append(ref.node)
+            if include_control:
+                stack.extend(ref.node for ref in self._refs[name])
+            else:
+                stack.extend(ref.node for ref in self._refs[name] if not ref.control)
         return keep
 
     def prune(self, outputs: Iterable[str], *, keep: Iterable[str] = ()) -> List[str]:
@@ -444,32 +486,35 @@ class Graph:
     def topological_order(self) -> List[str]:
         """Producers before consumers (Kahn). Nodes on cycles — while loops, whose NextIteration
         feeds a Merge — are appended in graph order instead of failing."""
-        indegree = self._indegrees()
-        ready = deque(name for name, d in indegree.items() if d == 0)
-        order: List[str] = []
-        while ready:
-            name = ready.popleft()
-            order.append(name)
-            for consumer, _index in self._consumers.get(name, ()):
-                if consumer in indegree:
-                    indegree[consumer] -= 1
-                    if indegree[consumer] == 0:
-                        ready.append(consumer)
+        order, _ = self._kahn()
         if len(order) < len(self.nodes):
             placed = set(order)
             order.extend(name for name in self.nodes if name not in placed)
         return order
 
-    def _indegrees(self, skip: Set[str] = frozenset()) -> Dict[str, int]:
-        """Input edges per node from existing producers not in ``skip`` (read off the index)."""
-        indegree = dict.fromkeys(self.nodes, 0)
-        nodes = self.nodes
-        for producer, readers in self._consumers.items():
-            if producer in nodes and producer not in skip:
+    def _kahn(self, skip: Set[str] = frozenset()) -> Tuple[List[str], Dict[str, int]]:
+        """Kahn's order over the edges whose producer exists and is not in ``skip``, and the
+        in-degrees left (above 0: on or behind a cycle)."""
+        nodes, consumers = self.nodes, self._consumers
+        indegree = {name: len(refs) for name, refs in self._refs.items()}
+        for producer, readers in consumers.items():      # edges that do not count
+            if readers and (producer in skip or producer not in nodes):
                 for consumer, _index in readers:
-                    if consumer in indegree:
-                        indegree[consumer] += 1
-        return indegree
+                    indegree[consumer] -= 1
+        ready = deque(name for name, d in indegree.items() if d == 0)
+        order: List[str] = []
+        append, popleft = order.append, ready.popleft
+        while ready:
+            name = popleft()
+            append(name)
+            if name in skip:
+                continue
+            for consumer, _index in consumers.get(name, ()):
+                left = indegree[consumer] - 1
+                indegree[consumer] = left
+                if left == 0:
+                    ready.append(consumer)
+        return order, indegree
 
     def op_histogram(self) -> Dict[str, int]:
         counts: Dict[str, int] = defaultdict(int)
@@ -477,12 +522,55 @@ class Graph:
             counts[node.op] += 1
         return dict(counts)
 
-    def to_graph_def(self) -> graph_pb2.GraphDef:
+    def to_graph_def(self, nodes: Optional[Iterable[node_def_pb2.NodeDef]] = None
+                     ) -> graph_pb2.GraphDef:
+        """The graph as a GraphDef (``nodes``: these NodeDefs instead of the graph's own)."""
         graph_def = graph_pb2.GraphDef()
         graph_def.versions.CopyFrom(self._versions)
         graph_def.library.CopyFrom(self._library)
-        graph_def.node.extend(self.nodes.values())
+        graph_def.node.extend(self.nodes.values() if nodes is None else nodes)
         return graph_def
+
+
+# ---------------------------------------------------------------- tensor values
+def decode_tensor(tensor: tensor_pb2.TensorProto) -> np.ndarray:
+    """``tf.make_ndarray``, with its packed-bytes case inlined: that case is most weights, and
+    make_ndarray's own overhead (dtype objects, np.prod) costs more than the copy for small ones."""
+    content = tensor.tensor_content
+    if content:             # what make_ndarray does for packed bytes, minus the overhead
+        shape = [d.size for d in tensor.tensor_shape.dim]
+        return np.frombuffer(content, dtype=_numpy_dtype(tensor.dtype)).copy().reshape(shape)
+    return _tf().make_ndarray(tensor)
+
+
+def encode_tensor(value, dtype=None) -> tensor_pb2.TensorProto:
+    """``tf.make_tensor_proto(value, dtype)``; a numpy array of two or more numbers of a packed
+    type is written as make_tensor_proto writes it (shape and raw bytes) without its overhead."""
+    if isinstance(value, np.ndarray) and value.size > 1 and \
+            (dtype is None or _tf().dtypes.as_dtype(dtype).as_numpy_dtype == value.dtype):
+        enum = _packed_enum(value.dtype)
+        if enum is not None and value.nbytes < (1 << 31):
+            tensor = tensor_pb2.TensorProto(dtype=enum, tensor_content=value.tobytes())
+            tensor.tensor_shape.dim.extend(
+                tensor_shape_pb2.TensorShapeProto.Dim(size=d) for d in value.shape)
+            return tensor
+    return _tf().make_tensor_proto(value, dtype=dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _numpy_dtype(enum: int) -> np.dtype:
+    return np.dtype(_tf().dtypes.as_dtype(enum).as_numpy_dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _packed_enum(dtype: np.dtype) -> Optional[int]:
+    """The DataType enum of a numpy dtype make_tensor_proto packs as bytes (None otherwise)."""
+    from tensorflow.python.framework import tensor_util
+    try:
+        tf_dtype = _tf().dtypes.as_dtype(dtype)
+    except TypeError:
+        return None
+    return tf_dtype.as_datatype_enum if tf_dtype in tensor_util._TENSOR_CONTENT_TYPES else None
 
 
 def colocation_targets(node: node_def_pb2.NodeDef) -> List[str]:
@@ -508,28 +596,39 @@ def called_by(node: node_def_pb2.NodeDef, library_names=()) -> List[str]:
 def check_structure(graph_def: graph_pb2.GraphDef) -> None:
     """Unique names; every input names an existing node and, where the op is known, one of its
     outputs. Raises GraphError; copies nothing."""
-    nodes: Dict[str, node_def_pb2.NodeDef] = {}
-    for node in graph_def.node:
-        if node.name in nodes:
-            raise GraphError(f"duplicate node name '{node.name}'")
-        nodes[node.name] = node
+    nodes: Dict[str, node_def_pb2.NodeDef] = {node.name: node for node in graph_def.node}
+    if len(nodes) != len(graph_def.node):
+        _check_unique_names(graph_def)
     outputs: Dict[str, Optional[int]] = {}
     for node in graph_def.node:
         check_attr_kinds(node)
-        for text in node.input:
-            ref = parse_ref(text)
-            producer = nodes.get(ref.node)
-            if producer is None:
-                kind = "control input" if ref.control else "input"
-                raise GraphError(f"node '{node.name}' has {kind} '{text}' but no node "
-                                 f"'{ref.node}' exists")
-            if ref.control or ref.port == 0:
-                continue
-            if ref.node not in outputs:
-                outputs[ref.node] = num_outputs(producer)
-            if outputs[ref.node] is not None and ref.port >= outputs[ref.node]:
-                raise GraphError(f"node '{node.name}' reads '{text}' but {producer.op} "
-                                 f"'{ref.node}' has {outputs[ref.node]} output(s)")
+        _check_inputs(node, tuple(map(parse_ref, node.input)), nodes, outputs)
+
+
+def _check_unique_names(graph_def: graph_pb2.GraphDef) -> None:
+    seen: Set[str] = set()
+    for node in graph_def.node:
+        if node.name in seen:
+            raise GraphError(f"duplicate node name '{node.name}'")
+        seen.add(node.name)
+
+
+def _check_inputs(node: node_def_pb2.NodeDef, refs: Tuple[Ref, ...],
+                  nodes: Dict[str, node_def_pb2.NodeDef], outputs: Dict[str, Optional[int]]):
+    """Each input names an existing node and one of its outputs (``outputs`` caches counts)."""
+    for index, ref in enumerate(refs):
+        producer = nodes.get(ref.node)
+        if producer is None:
+            kind = "control input" if ref.control else "input"
+            raise GraphError(f"node '{node.name}' has {kind} '{node.input[index]}' but no node "
+                             f"'{ref.node}' exists")
+        if ref.control or ref.port == 0:
+            continue
+        if ref.node not in outputs:
+            outputs[ref.node] = num_outputs(producer)
+        if outputs[ref.node] is not None and ref.port >= outputs[ref.node]:
+            raise GraphError(f"node '{node.name}' reads '{node.input[index]}' but {producer.op} "
+                             f"'{ref.node}' has {outputs[ref.node]} output(s)")
 
 
 # OpDef attribute types → the AttrValue field that must hold them.
@@ -537,34 +636,72 @@ _ATTR_FIELDS = {"string": "s", "int": "i", "float": "f", "bool": "b", "type": "t
                 "shape": "shape", "tensor": "tensor", "func": "func"}
 
 
+_OP_DEFS: Dict[str, object] = {}
+
+
+def op_def(op: str):
+    """TensorFlow's OpDef of ``op`` (None for an op it does not know), looked up once per op."""
+    found = _OP_DEFS.get(op)
+    if found is None:
+        from tensorflow.python.framework import op_def_registry
+        found = op_def_registry.get(op)
+        if found is not None:           # unknown ops are asked again: a library may load later
+            _OP_DEFS[op] = found
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def _attr_kinds_of(op: str) -> Tuple[Tuple[str, str, str], ...]:
+    kinds = []
+    for attr in op_def(op).attr:
+        wanted = "list" if attr.type.startswith("list(") else _ATTR_FIELDS.get(attr.type)
+        if wanted is not None:
+            kinds.append((attr.name, wanted, attr.type))
+    return tuple(kinds)
+
+
+def _attr_kinds(op: str) -> Tuple[Tuple[str, str, str], ...]:
+    """(attribute, AttrValue field it must hold, its OpDef type) for each attribute ``op``
+    defines with a known kind; empty for ops this TensorFlow does not know."""
+    definition = op_def(op)
+    return () if definition is None else _attr_kinds_of(op)
+
+
 def check_attr_kinds(node: node_def_pb2.NodeDef) -> None:
     """Each attribute the op defines holds a value of the kind its definition says."""
-    from tensorflow.python.framework import op_def_registry
-    op_def = op_def_registry.get(node.op)
-    if op_def is None:
-        return
-    for attr in op_def.attr:
-        if attr.name not in node.attr:
+    attrs = node.attr
+    for name, wanted, type_ in _attr_kinds(node.op):
+        if name not in attrs:
             continue
-        held = node.attr[attr.name].WhichOneof("value")
-        wanted = "list" if attr.type.startswith("list(") else _ATTR_FIELDS.get(attr.type)
-        if held is not None and wanted is not None and held != wanted:
-            raise GraphError(f"node '{node.name}' ({node.op}): attribute '{attr.name}' should be "
-                             f"a {attr.type}, not a {held}")
+        held = attrs[name].WhichOneof("value")
+        if held is not None and held != wanted:
+            raise GraphError(f"node '{node.name}' ({node.op}): attribute '{name}' should be "
+                             f"a {type_}, not a {held}")
+
+
+def _output_args(op: str):
+    """Per output argument of ``op``: its number attr, its type-list attr (or ""); None for an
+    unknown op."""
+    definition = op_def(op)
+    return None if definition is None else _output_args_of(op)
+
+
+@functools.lru_cache(maxsize=None)
+def _output_args_of(op: str):
+    return tuple((arg.number_attr, arg.type_list_attr) for arg in op_def(op).output_arg)
 
 
 def num_outputs(node: node_def_pb2.NodeDef) -> Optional[int]:
     """How many outputs a node has, from its op's definition (None for unknown ops)."""
-    from tensorflow.python.framework import op_def_registry
-    op_def = op_def_registry.get(node.op)
-    if op_def is None:
+    args = _output_args(node.op)
+    if args is None:
         return None
     count = 0
-    for arg in op_def.output_arg:
-        if arg.number_attr:
-            count += node.attr[arg.number_attr].i
-        elif arg.type_list_attr:
-            count += len(node.attr[arg.type_list_attr].list.type)
+    for number_attr, type_list_attr in args:
+        if number_attr:
+            count += node.attr[number_attr].i
+        elif type_list_attr:
+            count += len(node.attr[type_list_attr].list.type)
         else:
             count += 1
     return count

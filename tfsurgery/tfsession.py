@@ -2,7 +2,7 @@
 transforms use for constant parts of a graph. TensorFlow is imported lazily (start-up time)."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
@@ -39,6 +39,29 @@ def run_nodes(nodes, fetches: Sequence[str], feeds: Dict[str, np.ndarray] = None
 
 def tf_errors():
     return tf().errors
+
+
+STAND_IN_BYTES = 1024     # float Consts larger than this become Placeholders for shape inference
+
+
+def shape_stand_ins(nodes: Iterable):
+    """The nodes, with each large floating-point Const replaced by a Placeholder of its dtype and
+    shape: shape inference needs only those (an op's output shape may depend on the *values* of
+    small integer tensors — shapes, axes, paddings — never on float weights), and importing a
+    graph without its weights is cheap."""
+    from tensorflow.core.framework import node_def_pb2
+    for node in nodes:
+        tensor = node.attr["value"].tensor if node.op == "Const" and "value" in node.attr \
+            else None
+        if tensor is None or len(tensor.tensor_content) <= STAND_IN_BYTES or \
+                not tf().dtypes.as_dtype(tensor.dtype).is_floating:
+            yield node
+            continue
+        stand_in = node_def_pb2.NodeDef(name=node.name, op="Placeholder", device=node.device)
+        stand_in.input.extend(text for text in node.input if text.startswith("^"))
+        stand_in.attr["dtype"].type = tensor.dtype
+        stand_in.attr["shape"].shape.CopyFrom(tensor.tensor_shape)
+        yield stand_in
 
 
 def static_shapes(graph_def) -> Dict[str, Optional[list]]:

@@ -42,7 +42,7 @@ class Linear:
     channel_axis: int        # output-channel axis of the op's output
     channels: int
     dtype: object            # the op's T attribute (AttrValue)
-    scale_weights: callable  # (W, s) -> W * s along the output-channel axis, in place
+    scale_weights: callable  # (W, s) -> W * s along the output-channel axis (a new array)
 
 
 def _data_format_axis(graph: Graph, name: str, rank: int) -> int:
@@ -60,9 +60,8 @@ def linear_op(graph: Graph, name: str) -> Optional[Linear]:
     dtype = graph.node(name).attr["T"]
 
     def along(axis):
-        def scale(w, s):            # in place: w is a fresh array from const_value
-            w *= s.reshape([-1 if i == axis else 1 for i in range(w.ndim)])
-            return w
+        def scale(w, s):
+            return w * s.reshape([-1 if i == axis else 1 for i in range(w.ndim)])
         return scale
 
     if op == "MatMul":
@@ -73,8 +72,7 @@ def linear_op(graph: Graph, name: str) -> Optional[Linear]:
     channel_axis = _data_format_axis(graph, name, rank)
     if op == "DepthwiseConv2dNative":       # kernel [h, w, in, multiplier]: channel = in*mult + m
         def scale_depthwise(w, s):
-            w *= s.reshape(1, 1, w.shape[2], w.shape[3])
-            return w
+            return w * s.reshape(1, 1, w.shape[2], w.shape[3])
         return Linear(name, weight_ref, weight, 4, channel_axis,
                       shape[2] * shape[3] if shape else 0, dtype, scale_depthwise)
     if op == "Conv2DBackpropInput":         # kernel [h, w, out, in]

@@ -20,7 +20,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from tfsurgery.graph import Graph, Ref
-from tfsurgery.tfsession import static_shapes
+from tfsurgery.tfsession import shape_stand_ins, static_shapes
 from tfsurgery.transform import Options, TransformReport, transform
 
 NEUTRAL = {"Mul": 1, "Add": 0, "AddV2": 0, "BiasAdd": 0, "Sub": 0, "RealDiv": 1, "Div": 1}
@@ -33,7 +33,7 @@ MAX_ROUNDS = 10
 def simplify_arithmetic(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("simplify-arithmetic")
     for _ in range(MAX_ROUNDS):
-        shapes = _shapes_if_needed(graph)
+        shapes = StaticShapes(graph)
         changed = sum(_simplify(graph, node.name, shapes, options, report)
                       for node in graph if node.name in graph)
         if not changed:
@@ -107,7 +107,7 @@ def _shape_op(graph: Graph, name: str, shapes, options: Options, report) -> bool
         graph.set_input(name, 0, graph.inputs(x.node)[0])
         report.rewritten.append(f"{name}: consecutive Reshapes as one")
         return True
-    if shapes is None or name not in shapes:
+    if name not in shapes:
         return False
     if graph.op(name) == "Reshape" and _batch_of_own_input(graph, name, shapes):
         return _constant_batch_shape(graph, name, report)
@@ -179,26 +179,32 @@ def _bypass(graph: Graph, name: str, source: Ref, options: Options, report, why:
     return True
 
 
-def _shapes_if_needed(graph: Graph) -> Optional[Dict[str, Optional[list]]]:
-    """Static shapes of every node's first output — only when a rule needs them."""
-    needed = any(node.op in SHAPE_OPS or (node.op in NEUTRAL and _has_const_tensor(graph, node))
-                 for node in graph)
-    return static_shapes(graph.to_graph_def()) if needed else None
+class StaticShapes:
+    """Static shapes of every node's first output (TensorFlow's shape inference), computed when
+    a rule first asks — one import per round at most, none when no rule needs a shape."""
 
+    def __init__(self, graph: Graph):
+        self._graph = graph
+        self._shapes: Optional[Dict[str, Optional[list]]] = None
 
-def _has_const_tensor(graph: Graph, node) -> bool:
-    for ref in graph.inputs(node.name):
-        value = graph.const_value(ref) if graph.is_const(ref) else None
-        if value is not None and value.ndim and value.size and \
-                np.all(value == NEUTRAL[node.op]):
-            return True
-    return False
+    def _all(self) -> Dict[str, Optional[list]]:
+        if self._shapes is None:
+            self._shapes = static_shapes(self._graph.to_graph_def(
+                nodes=shape_stand_ins(self._graph)))
+        return self._shapes
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._all()
+
+    def __getitem__(self, name: str) -> Optional[list]:
+        return self._all()[name]
+
+    def get(self, name: str) -> Optional[list]:
+        return self._all().get(name)
 
 
 def _same_shape(shapes, a: Ref, b: Ref) -> bool:
     """Both tensors' static shapes fully known and equal."""
-    if shapes is None:
-        return False
     first, second = shapes.get(a.node) if not a.port else None, \
         shapes.get(b.node) if not b.port else None
     return first is not None and first == second and None not in first
