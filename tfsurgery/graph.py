@@ -229,9 +229,8 @@ class Graph:
         node = self.nodes.get(ref.node)
         if node is None or node.op != "Const" or ref.port != 0:
             return None
-        value = decode_tensor(node.attr["value"].tensor)
+        value = decode_tensor(node.attr["value"].tensor)      # read-only: shared, never edited
         if value.nbytes <= CACHED_VALUE_BYTES:
-            value.flags.writeable = False       # shared: callers compute new arrays from it
             self._values[ref.node] = value
         return value
 
@@ -282,11 +281,9 @@ class Graph:
 
     def add_const(self, name: str, value, dtype=None, device: str = "") -> str:
         """Add a Const holding ``value`` (numpy or scalar); returns its (unique) name."""
-        tensor = encode_tensor(value, dtype)
-        node = self.new_node("Const", name, attrs={
-            "dtype": attr_value_pb2.AttrValue(type=tensor.dtype)}, device=device)
-        node.attr["value"].tensor.CopyFrom(tensor)      # one copy of the (maybe large) values
-        return node.name
+        node = node_def_pb2.NodeDef(op="Const", name=self.unique_name(name), device=device)
+        node.attr["dtype"].type = encode_tensor(value, dtype, into=node.attr["value"].tensor).dtype
+        return self.add_node(node).name
 
     def const_nbytes(self, name: str) -> int:
         """Size of a Const's value, from its shape and dtype (no decoding)."""
@@ -295,11 +292,22 @@ class Graph:
         return count * _tf().dtypes.as_dtype(tensor.dtype).size
 
     def set_const_value(self, name: str, value, dtype=None) -> None:
-        """Replace a Const's value in place (callers make sure no one else depends on it)."""
-        tensor = encode_tensor(value, dtype)
-        node = self.mutable(name)
-        node.attr["dtype"].type = tensor.dtype
-        node.attr["value"].tensor.CopyFrom(tensor)
+        """Replace a Const's value in place (callers make sure no one else depends on it).
+        The node is rebuilt around the new value: the old one is never copied."""
+        old = self.nodes[name]
+        node = node_def_pb2.NodeDef(name=old.name, op=old.op, device=old.device)
+        node.input.extend(old.input)
+        for key in old.attr:
+            if key != "value":
+                node.attr[key].CopyFrom(old.attr[key])
+        for field in ("experimental_debug_info", "experimental_type"):
+            if old.HasField(field):
+                getattr(node, field).CopyFrom(getattr(old, field))
+        node.attr["dtype"].type = encode_tensor(value, dtype, into=node.attr["value"].tensor).dtype
+        self._edits += 1
+        self._values.pop(name, None)
+        self._owned.add(name)
+        self.nodes[name] = node
 
     def set_input(self, name: str, index: int, new) -> None:
         """Make input ``index`` of node ``name`` read ``new`` (str or Ref)."""
@@ -486,11 +494,17 @@ class Graph:
     def topological_order(self) -> List[str]:
         """Producers before consumers (Kahn). Nodes on cycles — while loops, whose NextIteration
         feeds a Merge — are appended in graph order instead of failing."""
+        return self.ordered()[0]
+
+    def ordered(self) -> Tuple[List[str], bool]:
+        """``topological_order()``, and whether it is one: False when cycles (while loops) left
+        nodes to be appended in graph order."""
         order, _ = self._kahn()
-        if len(order) < len(self.nodes):
-            placed = set(order)
-            order.extend(name for name in self.nodes if name not in placed)
-        return order
+        if len(order) == len(self.nodes):
+            return order, True
+        placed = set(order)
+        order.extend(name for name in self.nodes if name not in placed)
+        return order, False
 
     def _kahn(self, skip: Set[str] = frozenset()) -> Tuple[List[str], Dict[str, int]]:
         """Kahn's order over the edges whose producer exists and is not in ``skip``, and the
@@ -534,27 +548,36 @@ class Graph:
 
 # ---------------------------------------------------------------- tensor values
 def decode_tensor(tensor: tensor_pb2.TensorProto) -> np.ndarray:
-    """``tf.make_ndarray``, with its packed-bytes case inlined: that case is most weights, and
-    make_ndarray's own overhead (dtype objects, np.prod) costs more than the copy for small ones."""
+    """``tf.make_ndarray``, read-only. Its packed-bytes case is inlined (most weights): the array
+    is a view of the bytes, no second copy, and make_ndarray's own overhead (dtype objects,
+    np.prod) costs more than the data for small tensors."""
     content = tensor.tensor_content
-    if content:             # what make_ndarray does for packed bytes, minus the overhead
+    if content:             # what make_ndarray does for packed bytes, minus the copy
         shape = [d.size for d in tensor.tensor_shape.dim]
-        return np.frombuffer(content, dtype=_numpy_dtype(tensor.dtype)).copy().reshape(shape)
-    return _tf().make_ndarray(tensor)
+        return np.frombuffer(content, dtype=_numpy_dtype(tensor.dtype)).reshape(shape)
+    value = _tf().make_ndarray(tensor)
+    value.flags.writeable = False
+    return value
 
 
-def encode_tensor(value, dtype=None) -> tensor_pb2.TensorProto:
-    """``tf.make_tensor_proto(value, dtype)``; a numpy array of two or more numbers of a packed
-    type is written as make_tensor_proto writes it (shape and raw bytes) without its overhead."""
+def encode_tensor(value, dtype=None,
+                  into: Optional[tensor_pb2.TensorProto] = None) -> tensor_pb2.TensorProto:
+    """``tf.make_tensor_proto(value, dtype)`` (written ``into`` that proto if given). A numpy
+    array of two or more numbers of a packed type is written as make_tensor_proto writes it
+    (shape and raw bytes), without its overhead and without copying the bytes twice."""
+    tensor = tensor_pb2.TensorProto() if into is None else into
     if isinstance(value, np.ndarray) and value.size > 1 and \
             (dtype is None or _tf().dtypes.as_dtype(dtype).as_numpy_dtype == value.dtype):
         enum = _packed_enum(value.dtype)
         if enum is not None and value.nbytes < (1 << 31):
-            tensor = tensor_pb2.TensorProto(dtype=enum, tensor_content=value.tobytes())
+            tensor.Clear()
+            tensor.dtype = enum
             tensor.tensor_shape.dim.extend(
                 tensor_shape_pb2.TensorShapeProto.Dim(size=d) for d in value.shape)
+            tensor.tensor_content = value.tobytes()
             return tensor
-    return _tf().make_tensor_proto(value, dtype=dtype)
+    tensor.CopyFrom(_tf().make_tensor_proto(value, dtype=dtype))
+    return tensor
 
 
 @functools.lru_cache(maxsize=None)

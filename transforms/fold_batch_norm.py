@@ -104,7 +104,7 @@ def batch_norm_step(graph: Graph, name: str, lin: Linear) -> Union[Affine, str]:
         return global_norm_step(graph, name, lin)
     if graph.attr(name, "is_training", True):
         return "training-mode batch norm (is_training=True)"
-    if any(graph.consumers(name, port) for port in range(1, 6)):
+    if any(reader.ref.port > 0 for reader in graph.consumers(name)):
         return "the batch norm's statistics outputs are consumed"
     if _data_format_axis(graph, name, lin.rank) != lin.channel_axis % lin.rank:
         return "batch norm data_format does not match the channel axis of its input"
@@ -180,10 +180,11 @@ CHANNEL_PRESERVING_OPS = ("BatchToSpaceND",)
 
 def single_consumer(graph: Graph, name: str, options: Options) -> Optional[str]:
     """The one node reading ``name`` (None if several, none, control readers, or an output)."""
-    readers = graph.consumers(name, control=True)
-    if len(readers) != 1 or readers[0].ref.control or name in options.protected:
+    slots = graph.reader_slots(name)
+    if len(slots) != 1 or name in options.protected:
         return None
-    return readers[0].node
+    ((reader, index),) = slots
+    return None if graph.input_refs(reader)[index].control else reader
 
 
 def affine_chain(graph: Graph, lin: Linear, options: Options) -> Chain:

@@ -10,11 +10,9 @@ nodes with no OpDef here. A protected node (graph input/output) is never the one
 """
 from __future__ import annotations
 
-from typing import Dict, Hashable, Optional
+from typing import Dict, Hashable, Optional, Tuple
 
-from tensorflow.python.framework import op_def_registry
-
-from tfsurgery.graph import Graph, Ref, parse_ref
+from tfsurgery.graph import Graph, Ref, op_def, parse_ref
 from tfsurgery.ops import CONTROL_FLOW_V1_OPS, PLACEHOLDER_OPS
 from tfsurgery.transform import Options, TransformReport, transform
 
@@ -24,23 +22,41 @@ MAX_ROUNDS = 5
 @transform("merge-duplicates", default=False, repeat=True)
 def merge_duplicates(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("merge-duplicates")
+    if options.outputs:     # what no output needs goes anyway: merging it would be wasted work
+        unreachable = graph.prune(options.outputs, keep=options.inputs)
+        if unreachable:
+            report.notes.append(f"{len(unreachable)} nodes no output needs were pruned first "
+                                "(counted as removed here, not as merges)")
     for _ in range(MAX_ROUNDS):     # one round suffices without cycles; loops may need another
-        if not _merge_round(graph, options, report):
+        merged, acyclic = _merge_round(graph, options, report)
+        if not merged or acyclic:
             break
     return report
 
 
-def _merge_round(graph: Graph, options: Options, report: TransformReport) -> int:
+def _merge_round(graph: Graph, options: Options, report: TransformReport) -> Tuple[int, bool]:
+    """Merge in producer-first order: (merges, whether that order had no cycle — then nothing
+    visited earlier can have become a duplicate of anything, and the round was the fixpoint)."""
     protected = options.protected
-    seen: Dict[Hashable, str] = {}
+    order, acyclic = graph.ordered()
+    # Bucketed by a key cheap to compute (op and inputs; a Const's dtype, shape and bytes' hash);
+    # the full signature (attributes, values) only when a bucket already holds a node.
+    buckets: Dict[Hashable, Dict[Hashable, str]] = {}
     merged = 0
-    for name in graph.topological_order():
+    for name in order:
         if name not in graph:
             continue
-        key = _signature(graph, name)
-        if key is None:
+        bucket_key = _bucket(graph, name)
+        if bucket_key is None:
             continue
-        keeper = seen.setdefault(key, name)
+        bucket = buckets.get(bucket_key)
+        if bucket is None:
+            buckets[bucket_key] = {_LATER: name}     # its signature when someone needs it
+            continue
+        if _LATER in bucket:
+            first = bucket.pop(_LATER)
+            bucket.setdefault(_signature(graph, first), first)
+        keeper = bucket.setdefault(_signature(graph, name), name)
         if keeper == name:
             continue
         if name in protected:
@@ -49,17 +65,35 @@ def _merge_round(graph: Graph, options: Options, report: TransformReport) -> int
         report.matched += 1
         report.rewritten.append(f"{name}: same as {keeper}")
         merged += 1
-    return merged
+    return merged, acyclic
 
 
-def _signature(graph: Graph, name: str) -> Optional[Hashable]:
-    """What the node computes, as a hashable key; None for nodes that must never merge."""
+_LATER = object()       # a bucket's first node, whose signature is not computed yet
+
+
+def _bucket(graph: Graph, name: str) -> Optional[Hashable]:
+    """Part of what the node computes, cheap to read; None for nodes that must never merge."""
     node = graph.node(name)
-    if node.op in PLACEHOLDER_OPS or node.op in CONTROL_FLOW_V1_OPS:
+    op = node.op
+    if op in PLACEHOLDER_OPS or op in CONTROL_FLOW_V1_OPS:
         return None
-    op_def = op_def_registry.get(node.op)
-    if op_def is None or op_def.is_stateful:
+    definition = op_def(op)
+    if definition is None or definition.is_stateful:
         return None
+    refs = graph.input_refs(name)
+    data = tuple(ref for ref in refs if not ref.control)
+    control = frozenset(ref.node for ref in refs if ref.control)
+    if op == "Const":
+        tensor = node.attr["value"].tensor
+        value = tensor.tensor_content or _value_key(graph.const_value(Ref(name, 0),
+                                                                     through_identity=False))
+        return (op, tensor.dtype, hash(value), control)       # the shape: in the signature
+    return (op, data, control)
+
+
+def _signature(graph: Graph, name: str) -> Hashable:
+    """What the node computes, as a hashable key."""
+    node = graph.node(name)
     data = tuple(str(parse_ref(text)) for text in node.input if not text.startswith("^"))
     control = frozenset(text for text in node.input if text.startswith("^"))
     if node.op == "Const":

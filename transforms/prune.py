@@ -30,12 +30,11 @@ def prune(graph: Graph, options: Options) -> TransformReport:
 
 def drop_pointless_control_edges(graph: Graph) -> int:
     """Remove control edges from nodes computed from constants alone (see module doc)."""
-    ready = constant_nodes(graph)
-    dropped = 0
-    for name in graph.topological_order():
-        pointless = [index for index, text in enumerate(graph.node(name).input)
-                     if text.startswith("^") and text[1:] in ready]
-        if pointless:
-            graph.remove_inputs(name, pointless)
-            dropped += len(pointless)
-    return dropped
+    pointless = {}                          # reader → indices of its pointless control inputs
+    for name in constant_nodes(graph):
+        for reader, index in graph.reader_slots(name):
+            if graph.input_refs(reader)[index].control:
+                pointless.setdefault(reader, []).append(index)
+    for reader, indices in pointless.items():
+        graph.remove_inputs(reader, indices)
+    return sum(map(len, pointless.values()))

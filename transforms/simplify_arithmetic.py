@@ -33,7 +33,7 @@ MAX_ROUNDS = 10
 def simplify_arithmetic(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("simplify-arithmetic")
     for _ in range(MAX_ROUNDS):
-        shapes = StaticShapes(graph)
+        shapes = StaticShapes(graph, options.outputs)
         changed = sum(_simplify(graph, node.name, shapes, options, report)
                       for node in graph if node.name in graph)
         if not changed:
@@ -180,27 +180,35 @@ def _bypass(graph: Graph, name: str, source: Ref, options: Options, report, why:
 
 
 class StaticShapes:
-    """Static shapes of every node's first output (TensorFlow's shape inference), computed when
-    a rule first asks — one import per round at most, none when no rule needs a shape."""
+    """Static shapes of the first output of every node an output needs (TensorFlow's shape
+    inference), computed when a rule first asks about such a node — one import per round at
+    most, none when no rule needs a shape. Nodes no output needs (prune removes them) have none."""
 
-    def __init__(self, graph: Graph):
-        self._graph = graph
+    def __init__(self, graph: Graph, outputs):
+        self._graph, self._outputs = graph, list(outputs)
+        self._live: Optional[set] = None
         self._shapes: Optional[Dict[str, Optional[list]]] = None
 
-    def _all(self) -> Dict[str, Optional[list]]:
+    def _of(self, name: str) -> Dict[str, Optional[list]]:
+        if self._live is None:
+            self._live = self._graph.ancestors(self._outputs) if self._outputs \
+                else set(self._graph.nodes)
+        if name not in self._live:
+            return {}
         if self._shapes is None:
+            nodes = (node for node in self._graph if node.name in self._live)
             self._shapes = static_shapes(self._graph.to_graph_def(
-                nodes=shape_stand_ins(self._graph)))
+                nodes=shape_stand_ins(nodes)))
         return self._shapes
 
     def __contains__(self, name: str) -> bool:
-        return name in self._all()
+        return name in self._of(name)
 
     def __getitem__(self, name: str) -> Optional[list]:
-        return self._all()[name]
+        return self._of(name)[name]
 
     def get(self, name: str) -> Optional[list]:
-        return self._all().get(name)
+        return self._of(name).get(name)
 
 
 def _same_shape(shapes, a: Ref, b: Ref) -> bool:
