@@ -126,3 +126,31 @@ def test_function_library_api():
     assert graph.function_names() == {"outer", "inner", "inner_grad"}
     graph.remove_functions(["inner"])
     assert not graph.to_graph_def().library.gradient
+
+
+@pytest.mark.parametrize("value", [
+    np.arange(24, dtype=np.float32).reshape(2, 3, 4), np.float32(2.5), np.array([7], np.int32),
+    np.array([[1, 2]], np.int64), np.arange(6, dtype=np.float16), np.array([1.5, -2.0]),
+    np.array([True, False]), np.array([b"a", b"bc"]), np.zeros((0, 3), np.float32),
+    np.arange(12, dtype=np.uint8).reshape(3, 4)[:, ::2]])
+def test_const_values_are_written_and_read_as_tensorflow_does(value):
+    """encode/decode take shortcuts for packed arrays; the protos and arrays are TF's own."""
+    from tfsurgery.graph import decode_tensor, encode_tensor
+    proto = encode_tensor(value)
+    assert proto.SerializeToString(deterministic=True) == \
+        tf.make_tensor_proto(value).SerializeToString(deterministic=True)
+    decoded, expected = decode_tensor(proto), tf.make_ndarray(tf.make_tensor_proto(value))
+    assert decoded.dtype == expected.dtype and decoded.shape == expected.shape
+    np.testing.assert_array_equal(decoded, expected)
+    assert not decoded.flags.writeable          # shared values: callers make new arrays
+
+
+def test_const_values_are_cached_and_forgotten_on_change():
+    g = Graph(graph_def(const("c", np.arange(3, dtype=np.float32)), node("r", "Identity", "c")))
+    first = g.const_value("c")
+    assert g.const_value("r") is first                       # decoded once
+    g.set_const_value("c", np.ones(3, np.float32))
+    np.testing.assert_array_equal(g.const_value("c"), np.ones(3))
+    g.remove(["r", "c"])
+    g.add_const("c", np.float32(4.0))
+    assert g.const_value("c") == 4.0

@@ -256,3 +256,67 @@ def test_a_batch_reshape_with_unknown_inner_dims_is_kept():
     result = optimize(BuiltModel(graph.as_graph_def(), ["input"], ["output"]), bn_fold=False,
                       verify=False)
     assert "Shape" in ops(result.graph_def)
+
+
+# ---------------------------------------------------------------- biases and reductions
+def _two_branch_sum(*, other_reader=False, bias_shapes=((4,), (4,))):
+    """conv_a(x) + b1 and conv_b(x) + b2, summed (ResNet's projection shortcut after BN folding)."""
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [2, 5, 5, 3], name="input")
+        branches = []
+        for shape in bias_shapes:
+            kernel = tf.constant(R.standard_normal((1, 1, 3, 4)).astype(np.float32))
+            z = tf.nn.conv2d(x, kernel, 1, "VALID")
+            branches.append(tf.nn.bias_add(z, tf.constant(
+                R.standard_normal(shape).astype(np.float32))) if shape else z)
+        y = tf.raw_ops.AddV2(x=branches[0], y=branches[1])
+        if other_reader:
+            y = y * tf.reduce_sum(branches[1])
+        tf.identity(tf.nn.relu(y), name="output")
+    return BuiltModel(graph.as_graph_def(), ["input"], ["output"])
+
+
+def test_two_summed_branches_keep_one_bias():
+    result = optimize(_two_branch_sum(), bn_fold=False)
+    assert ops(result.graph_def).count("BiasAdd") == 1
+    assert any("one bias" in r for r in report_of(result, "simplify-arithmetic").rewritten)
+    assert result.verification.passed and result.verification.max_error < 1e-5
+
+
+def test_a_bias_someone_else_reads_stays():
+    result = optimize(_two_branch_sum(other_reader=True), bn_fold=False)
+    assert ops(result.graph_def).count("BiasAdd") == 2
+    assert result.verification.passed
+
+
+def _mean_then_reshape(shape, axes, target, keep_reader=False, broadcast=True):
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, shape, name="input")
+        scaled = x * tf.constant(R.standard_normal(shape[-1]).astype(np.float32))
+        mean = tf.reduce_mean(scaled, axes)
+        y = tf.reshape(mean, target) * tf.constant(R.standard_normal(shape[-1]).astype(np.float32))
+        if keep_reader:
+            y = y + tf.reduce_sum(mean)
+        tf.identity(scaled * y if broadcast else scaled * tf.reduce_sum(y), name="output")
+    return BuiltModel(graph.as_graph_def(), ["input"], ["output"])
+
+
+def test_a_reshape_restoring_reduced_dims_becomes_keep_dims():
+    """Keras' squeeze-excite: mean over H, W, then reshape to [-1, 1, 1, C]."""
+    result = optimize(_mean_then_reshape([None, 5, 6, 4], [1, 2], [-1, 1, 1, 4]), bn_fold=False)
+    assert "Reshape" not in ops(result.graph_def)
+    mean = next(n for n in result.graph_def.node if n.op == "Mean")
+    assert mean.attr["keep_dims"].b
+    assert result.verification.passed and result.verification.max_error < 1e-6
+
+
+@pytest.mark.parametrize("case", [
+    dict(shape=[2, 5, 6, 4], axes=[1, 2], target=[2, 1, 4, 1], broadcast=False),   # dims moved
+    dict(shape=[2, 5, 6, 4], axes=[1, 2], target=[-1, 1, 1, 4], keep_reader=True),
+    dict(shape=[None, None, 6, 4], axes=[2], target=[-1, 6, 1, 4])])   # wrong size at axis 1
+def test_reshapes_that_are_not_keep_dims_stay(case):
+    result = optimize(_mean_then_reshape(**case), bn_fold=False,
+                      verify=case["shape"][1] is not None)
+    assert "Reshape" in ops(result.graph_def)
+    if case["shape"][1] is not None:
+        assert result.verification.passed

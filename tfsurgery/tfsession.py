@@ -6,6 +6,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
+from tfsurgery.graph import gc_paused
 from tfsurgery.ops import tensor_name
 
 
@@ -31,7 +32,8 @@ def run_nodes(nodes, fetches: Sequence[str], feeds: Dict[str, np.ndarray] = None
     if library is not None:
         graph_def.library.CopyFrom(library)
     with tf().Graph().as_default() as graph:
-        tf().compat.v1.import_graph_def(graph_def, name="")
+        with gc_paused():               # a Python object per op, all alive: nothing to collect
+            tf().compat.v1.import_graph_def(graph_def, name="")
         with tf().compat.v1.Session(graph=graph, config=plain_session_config()) as session:
             return session.run([tensor_name(t) for t in fetches],
                                {tensor_name(k): v for k, v in (feeds or {}).items()})
@@ -68,7 +70,7 @@ def static_shapes(graph_def) -> Dict[str, Optional[list]]:
     """Node name → the static shape TensorFlow's shape inference gives its first output (a list
     with None for unknown dims; None for unknown rank or no output). Empty if it cannot import."""
     shapes: Dict[str, Optional[list]] = {}
-    with tf().Graph().as_default() as graph:
+    with tf().Graph().as_default() as graph, gc_paused():
         try:
             tf().compat.v1.import_graph_def(graph_def, name="")
         except (ValueError, TypeError, tf_errors().OpError):    # e.g. an op TF lacks

@@ -3,8 +3,10 @@
 ``x*1``, ``1*x``, ``x+0``, ``0+x``, ``x-0``, ``x/1`` (never ``x*0 → 0``: it would hide NaN and Inf),
 ``Cast`` to the dtype the tensor has, ``Transpose`` by the identity permutation, two Transposes
 composed into one (none when they cancel), ``Neg(Neg(x))``, ``Reshape(Reshape(x))`` as one Reshape,
-a Reshape to ``[Shape(x)[0], c…]`` as the constant ``[-1, c…]``, and
-``Reshape``/``ExpandDims``/``Squeeze`` (or a pair of them) to the shape the tensor already has.
+a Reshape to ``[Shape(x)[0], c…]`` as the constant ``[-1, c…]``,
+``Reshape``/``ExpandDims``/``Squeeze`` (or a pair of them) to the shape the tensor already has, a
+Reshape that puts back the dims a reduction dropped (the reduction keeps them: ``keep_dims``), and
+``BiasAdd(x, b1) + BiasAdd(y, b2)`` as ``BiasAdd(x, b1 + b2) + y``.
 Keras 3's swish is ``x * sigmoid(1.0 * x)``: every EfficientNet carries dozens of ``Mul(1.0, x)``.
 
 A constant operand may only be bypassed when broadcasting cannot change the result's shape: a
@@ -26,6 +28,7 @@ from tfsurgery.transform import Options, TransformReport, transform
 NEUTRAL = {"Mul": 1, "Add": 0, "AddV2": 0, "BiasAdd": 0, "Sub": 0, "RealDiv": 1, "Div": 1}
 COMMUTATIVE = ("Mul", "Add", "AddV2")
 SHAPE_OPS = ("Reshape", "ExpandDims", "Squeeze")
+REDUCTIONS = ("Mean", "Sum", "Max", "Min", "Prod", "All", "Any", "EuclideanNorm")
 MAX_ROUNDS = 10
 
 
@@ -44,7 +47,9 @@ def simplify_arithmetic(graph: Graph, options: Options) -> TransformReport:
 def _simplify(graph: Graph, name: str, shapes, options: Options, report) -> bool:
     op = graph.op(name)
     if op in NEUTRAL:
-        return _neutral_operand(graph, name, shapes, options, report)
+        if _neutral_operand(graph, name, shapes, options, report):
+            return True
+        return op in ("Add", "AddV2") and _two_biases(graph, name, options, report)
     inputs = graph.inputs(name)
     if op == "Cast" and graph.attr(name, "SrcT") == graph.attr(name, "DstT"):
         return _bypass(graph, name, inputs[0], options, report, "Cast to its own dtype")
@@ -74,6 +79,37 @@ def _neutral_operand(graph: Graph, name: str, shapes, options: Options, report) 
             return False
         return _bypass(graph, name, x, options, report, f"{op} by {NEUTRAL[op]}")
     return False
+
+
+def _two_biases(graph: Graph, name: str, options: Options, report) -> bool:
+    """BiasAdd(x, b1) + BiasAdd(y, b2) → BiasAdd(x, b1 + b2) + y: two summed branches need one bias
+    (ResNet's projection shortcuts, once their batch norms are folded). Both BiasAdds must be read
+    by this Add alone; the biases are constants of one shape along the same data_format axis, so
+    the sum is the same — up to the rounding of adding in another order."""
+    first, second = graph.inputs(name) if len(graph.inputs(name)) == 2 else (None, None)
+    if first is None or first.node == second.node or first.port or second.port:
+        return False
+    biases = []
+    for ref in (first, second):
+        if graph.op(ref) != "BiasAdd" or ref.node in options.protected or \
+                graph.reader_count(ref.node) != 1 or graph.control_inputs(ref.node):
+            return False
+        biases.append(graph.const_value(graph.inputs(ref.node)[1]))
+    b1, b2 = biases
+    if b1 is None or b2 is None or b1.shape != b2.shape or b1.dtype != b2.dtype or \
+            b1.dtype.kind != "f" or graph.attr(first.node, "data_format", "NHWC") != \
+            graph.attr(second.node, "data_format", "NHWC"):
+        return False
+    merged = graph.add_const(f"{first.node}/merged_bias",
+                             (b1.astype(np.float64) + b2).astype(b1.dtype),
+                             device=graph.node(first.node).device)
+    graph.set_input(first.node, 1, merged)
+    graph.set_input(name, 1, graph.inputs(second.node)[0])
+    graph.remove([second.node])
+    report.matched += 1
+    report.rewritten.append(f"{name}: one bias for both summed branches ({second.node} into "
+                            f"{first.node})")
+    return True
 
 
 def _transpose(graph: Graph, name: str, options: Options, report) -> bool:
@@ -111,6 +147,11 @@ def _shape_op(graph: Graph, name: str, shapes, options: Options, report) -> bool
         return False
     if graph.op(name) == "Reshape" and _batch_of_own_input(graph, name, shapes):
         return _constant_batch_shape(graph, name, report)
+    if graph.op(name) == "Reshape" and _restores_reduced_dims(graph, name, shapes, options):
+        reduction = x.node
+        graph.mutable(reduction).attr["keep_dims"].b = True
+        return _bypass(graph, name, x, options, report,
+                       f"the dims {graph.op(reduction)} dropped, kept by it instead")
     if _same_shape(shapes, Ref(name), x) and shapes[name] is not None:
         return _bypass(graph, name, x, options, report, f"{graph.op(name)} to the same shape")
     if graph.op(x) in SHAPE_OPS and not x.port:     # ExpandDims then Squeeze, and the like
@@ -119,6 +160,36 @@ def _shape_op(graph: Graph, name: str, shapes, options: Options, report) -> bool
             return _bypass(graph, name, inner_x, options, report,
                            f"{graph.op(x)} then {graph.op(name)} back to the same shape")
     return False
+
+
+def _restores_reduced_dims(graph: Graph, name: str, shapes, options: Options) -> bool:
+    """Reshape(reduce(x, axes), s) whose output is what the reduction gives with keep_dims=True
+    (Keras' squeeze-excite: a mean over H, W reshaped to [-1, 1, 1, C]). Static shapes decide:
+    the reduced axes are 1, every other dim equals x's, at most one unknown on both sides (then
+    the element count makes it equal)."""
+    x = graph.inputs(name)[0]
+    if graph.op(x) not in REDUCTIONS or x.port or graph.attr(x.node, "keep_dims", False) or \
+            graph.reader_count(x.node) != 1 or x.node in options.protected or \
+            graph.control_inputs(name):
+        return False
+    source, axes_ref = graph.inputs(x.node)
+    axes = graph.const_value(axes_ref)
+    before = shapes.get(source.node) if not source.port else None
+    after = shapes.get(name)
+    if axes is None or before is None or after is None or len(before) != len(after) or \
+            not before:
+        return False
+    reduced = {int(a) % len(before) for a in np.ravel(axes)}
+    unknown = 0
+    for axis, (dim, new) in enumerate(zip(before, after)):
+        if axis in reduced:
+            if new != 1:
+                return False
+        elif dim is None and new is None:
+            unknown += 1
+        elif dim is None or dim != new:
+            return False
+    return unknown <= 1
 
 
 def _batch_of_own_input(graph: Graph, name: str, shapes) -> bool:
