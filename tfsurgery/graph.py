@@ -107,6 +107,8 @@ class Graph:
         # nothing is not checked again (the check walks the whole graph).
         self._edits = 0
         self._sound_at = -1
+        self._grown = False                 # an edge or node added since the last clean check
+        self._removed: Set[str] = set()     # nodes removed since then
         outputs: Dict[str, Optional[int]] = {}
         with gc_paused():        # a burst of small objects that all live on: nothing to collect
             for node in self.nodes.values():
@@ -242,6 +244,10 @@ class Graph:
     # ---------------------------------------------------------------- editing
     def mutable(self, name: str) -> node_def_pb2.NodeDef:
         """Node ``name``, safe to change: our own copy, never the caller's NodeDef."""
+        self._grown = True                  # anything may change: the next check is a full one
+        return self._own(name)
+
+    def _own(self, name: str) -> node_def_pb2.NodeDef:
         self._edits += 1
         self._values.pop(name, None)
         if name not in self._owned:
@@ -264,6 +270,7 @@ class Graph:
             raise GraphError(f"node '{node.name}' already exists")
         self.nodes[node.name] = node
         self._edits += 1
+        self._grown = True
         self._owned.add(node.name)
         self._values.pop(node.name, None)
         self._index_edges(node)
@@ -305,6 +312,7 @@ class Graph:
                 getattr(node, field).CopyFrom(getattr(old, field))
         node.attr["dtype"].type = encode_tensor(value, dtype, into=node.attr["value"].tensor).dtype
         self._edits += 1
+        self._grown = True
         self._values.pop(name, None)
         self._owned.add(name)
         self.nodes[name] = node
@@ -347,7 +355,7 @@ class Graph:
 
     def remove_inputs(self, name: str, indices: Iterable[int]) -> None:
         """Drop the inputs at ``indices`` from node ``name`` (one re-index, however many)."""
-        node = self.mutable(name)
+        node = self._own(name)              # inputs only go: no new edge to check
         refs = self._refs[name]
         for i, ref in enumerate(refs):
             self._consumers[ref.node].pop((name, i), None)
@@ -369,6 +377,7 @@ class Graph:
             if node is None:
                 continue
             removed.append(name)
+            self._removed.add(name)
             self._owned.discard(name)
             self._values.pop(name, None)
             for index, ref in enumerate(self._refs.pop(name)):
@@ -382,7 +391,7 @@ class Graph:
                     self._drop_colocation(holder, name)
 
     def _drop_colocation(self, holder: str, target: str) -> None:
-        node = self.mutable(holder)
+        node = self._own(holder)
         gone = COLOCATION_PREFIX + target.encode()
         kept = [s for s in node.attr[COLOCATION_ATTR].list.s if s != gone]
         if kept:
@@ -436,10 +445,23 @@ class Graph:
         colocation naming no node, a cycle outside a while loop. None when the graph is sound."""
         if self._sound_at == self._edits:
             return None                     # nothing changed since the last clean check
-        problem = self._structure_problem()
+        if self._sound_at >= 0 and not self._grown:
+            problem = self._dangling_after_removals()       # no edge came: no cycle, no port
+        else:
+            problem = self._structure_problem()
         if problem is None:
-            self._sound_at = self._edits
+            self._sound_at, self._grown = self._edits, False
+            self._removed.clear()
         return problem
+
+    def _dangling_after_removals(self) -> Optional[str]:
+        """Since a clean check nodes and edges were only removed: is a removed node still read?"""
+        for producer in self._removed:
+            readers = self._consumers.get(producer)
+            if readers and producer not in self.nodes:
+                (reader, _), ref = next(iter(readers.items()))
+                return f"node '{reader}' reads '{ref}' but no node '{producer}' exists"
+        return None
 
     def _structure_problem(self) -> Optional[str]:
         nodes = self.nodes
