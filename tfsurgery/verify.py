@@ -145,8 +145,11 @@ def has_free_dims(graph_def, inputs: Sequence[str]) -> bool:
 
 def make_feeds(graph_def, inputs: Sequence[str], seed: int = 0, *,
                given: Optional[Mapping[str, np.ndarray]] = None,
-               unknown_dim: int = UNKNOWN_DIMS[0]) -> Dict[str, np.ndarray]:
-    """Seeded random values for every input placeholder; ``given`` values win."""
+               unknown_dim: int = UNKNOWN_DIMS[0],
+               scalar_if_unknown_rank: bool = False) -> Dict[str, np.ndarray]:
+    """Seeded random values for every input placeholder; ``given`` values win.
+    ``scalar_if_unknown_rank``: stand-in values for inputs nothing reads any more, where any
+    value does (a scalar for an input of unknown rank instead of an error)."""
     import tensorflow as tf
     given = {node_name(k): v for k, v in (given or {}).items()}
     rng = np.random.default_rng(seed)
@@ -158,7 +161,9 @@ def make_feeds(graph_def, inputs: Sequence[str], seed: int = 0, *,
         if node.name in given:
             feeds[name] = np.asarray(given[node.name]).astype(dtype.as_numpy_dtype)
             continue
-        shape = placeholder_shape(node, unknown_dim)
+        unknown_rank = "shape" not in node.attr or node.attr["shape"].shape.unknown_rank
+        shape = [] if scalar_if_unknown_rank and unknown_rank else \
+            placeholder_shape(node, unknown_dim)
         if dtype.is_bool:
             value = rng.random(shape) < 0.5
         elif dtype.is_integer:

@@ -273,10 +273,7 @@ def downstream_batch_norms(graph: Graph, name: str, steps: int = 3) -> List[str]
 def fold_batch_norm(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("fold-batch-norm")
     if options.outputs:       # unreachable readers (e.g. a dead BN's moments) must not block folds
-        unreachable = graph.prune(options.outputs, keep=options.inputs)
-        if unreachable:
-            report.notes.append(f"{len(unreachable)} nodes no output needs were pruned first "
-                                "(counted as removed here, not as folds)")
+        report.pruned = graph.prune(options.outputs, keep=options.inputs)   # booked to prune
     blocked = {}
     for node in graph:
         lin = linear_op(graph, node.name) if node.name in graph else None
