@@ -92,6 +92,7 @@ def test_tf_keras_recurrent_exports_to_onnx_matching_at_two_lengths(tf_keras_fil
     assert code == 0, captured.err
     assert data["verification"]["passed"] and data["onnx"]["passed"]
     assert any("@" in o["name"] for o in data["verification"]["outputs"])    # a second length
+    assert any("@" in o["name"] for o in data["onnx"]["outputs"])            # in ONNX's check too
     assert "without lowering" in data["frozen_form"] and "While" in data["frozen_form"]
     assert "frozen form: frozen without lowering" in captured.out
     assert random_ops_left(tmp_path / "m.pb", tmp_path / "m.onnx") == []
@@ -138,6 +139,7 @@ def test_tf1_dynamic_rnn_exports_without_dropout_in_its_loop(tf1_rnn_files, kind
     assert code == 0, captured.err
     assert data["verification"]["passed"] and data["onnx"]["passed"]
     assert any("@" in o["name"] for o in data["verification"]["outputs"])
+    assert any("@" in o["name"] for o in data["onnx"]["outputs"])
     remove_dropout = next(t for t in data["transforms"] if t["name"] == "remove-dropout")
     assert any("rnn/while/" in name for name in remove_dropout["rewritten"])   # in the loop
     assert random_ops_left(tmp_path / "m.pb", tmp_path / "m.onnx") == []

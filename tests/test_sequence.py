@@ -39,6 +39,7 @@ def test_recurrent_models_export_to_onnx_that_matches(recurrent_models, name, tm
     data = json.loads(report.read_text())
     assert data["verification"]["passed"] is True and data["onnx"]["passed"] is True
     assert any("@" in o["name"] for o in data["verification"]["outputs"])   # a second length
+    assert any("@" in o["name"] for o in data["onnx"]["outputs"])   # checked in ONNX too
     model = onnx.load(str(tmp_path / "m.onnx"))
     assert {"Loop", "LSTM", "GRU", "Scan"} & {n.op_type for n in model.graph.node}
 

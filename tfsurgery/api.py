@@ -293,7 +293,9 @@ def export_onnx(result: Result, path, *, opset: Optional[int] = None,
                               feeds=check_feeds(result), timeout=result.timeout,
                               ort_optimize=ort_optimize, input_path=input_path,
                               float16_min_elements=(Options().float16_min_elements
-                                                    if result.weights == "float16" else None))
+                                                    if result.weights == "float16" else None),
+                              more_feeds=(result.verification.more_feeds
+                                          if result.verification is not None else None))
 
 
 def check_feeds(result: Result) -> Dict[str, object]:

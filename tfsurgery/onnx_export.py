@@ -68,7 +68,8 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
            tolerance: float = verify.DEFAULT_TOLERANCE, large_model: Optional[bool] = None,
            ort_optimize: bool = True, input_path=None, seed: int = 0,
            timeout: float = verify.DEFAULT_TIMEOUT,
-           float16_min_elements: Optional[int] = None) -> OnnxExport:
+           float16_min_elements: Optional[int] = None,
+           more_feeds: Optional[Dict[str, Dict[str, np.ndarray]]] = None) -> OnnxExport:
     """Convert ``graph_def`` to ONNX at ``path`` and check it against TensorFlow.
 
     ``large_model=None`` chooses external data when the GraphDef exceeds ``LARGE_MODEL_BYTES``.
@@ -76,6 +77,8 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
     onnxruntime where ``inputs_as_nchw`` made the ONNX input NCHW). The model is written only if
     ``passed``; ``input_path`` is never overwritten. ``float16_min_elements``: float32 initializers
     of at least that many values are stored as float16 with a Cast back (--weights float16).
+    ``more_feeds``: further inputs to check on, by label (verification's ``{"@32": feeds}``, a
+    second sequence length), their errors named ``output@32``.
     """
     path = Path(path)
     check_protobuf_size(graph_def.ByteSize(), "the graph")
@@ -103,6 +106,8 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         check(staged)
         actual = run_onnx(staged, _onnx_feeds(feeds, nchw), outputs, timeout=timeout)
         errors = [verify.output_error(name, e, a) for name, e, a in zip(outputs, expected, actual)]
+        for label, more in (more_feeds or {}).items():
+            errors += _errors_at(graph_def, staged, more, nchw, outputs, timeout, label)
         hist = op_histogram(staged)
         max_error = max((e.max_rel for e in errors), default=0.0)
         external = staged.with_name(path.name + ".data").exists()
@@ -113,6 +118,19 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         if result.passed:
             _publish(stage, path)
     return result
+
+
+def _errors_at(graph_def, staged: Path, feeds, nchw, outputs, timeout: float,
+               label: str) -> List[verify.OutputError]:
+    """TensorFlow vs onnxruntime on further feeds (a second sequence length: a Loop whose trip
+    count became a constant cannot pass); errors named ``output`` + ``label``."""
+    try:
+        expected = verify.run_graph(graph_def, feeds, outputs, timeout=timeout,
+                                    label="the optimized graph")
+    except verify.VerificationError as error:
+        raise ExportError(f"no TensorFlow reference to compare with: {error}") from None
+    actual = run_onnx(staged, _onnx_feeds(feeds, nchw), outputs, timeout=timeout)
+    return [verify.output_error(name + label, e, a) for name, e, a in zip(outputs, expected, actual)]
 
 
 # ---------------------------------------------------------------- steps
