@@ -4,6 +4,11 @@
   SavedModel, and as a ``.pb`` frozen by TF2 with lowering (``convert_variables_to_constants_v2``
   with its defaults: the loop becomes Enter/Exit/NextIteration around TensorList ops — the form
   Android apps ship);
+- a tf.while_loop over a TensorArray frozen with lowering, writing step ``t`` at index ``t``
+  (a Keras ``return_sequences`` layer's pattern) — and, asking its list for its length every
+  step (``TensorListLength``, no TensorArray twin), what no converter takes;
+- a TF1 v1 loop whose TensorArray of differently sized pieces is concatenated after it
+  (``TensorArrayConcatV3``, an MTCNN-style image pyramid), which tf2onnx cannot convert;
 - a TF1 ``tf.compat.v1.nn.dynamic_rnn`` graph (v1 while loop over TensorArrays), frozen, with an
   ``is_train`` flag, a ``dropout`` rate placeholder of unknown rank that only feeds the training
   side of a cond, and a ``DropoutWrapper`` whose keep probability is ``cond(is_train, 0.75, 1)``:
@@ -76,3 +81,46 @@ def tf1_dynamic_rnn(kind: str = "LSTM", seed: int = 0, units: int = 3,
             graph_def = tf.compat.v1.graph_util.convert_variables_to_constants(
                 session, graph.as_graph_def(), ["output"])
     return BuiltModel(graph_def, ["input"], ["output"], "is_train")
+
+
+def lowered_array_loop(seed: int = 0, features: int = 2, *, ask_length: bool = False
+                       ) -> BuiltModel:
+    """``x`` [batch, time, features] → a tf.while_loop writing ``tanh(x[:, t] @ W)`` at index
+    ``t`` of a TensorArray, stacked, frozen by TF2 with lowering. ``ask_length``: the step is
+    multiplied by the array's current size (``TensorListLength`` in the body)."""
+    from tensorflow.python.framework.convert_to_constants import \
+        convert_variables_to_constants_v2
+    weight = tf.Variable(rng(seed).normal(0, 0.5, (features, features)).astype("float32"))
+
+    def loop(x):
+        steps = tf.shape(x)[1]
+        array = tf.TensorArray(tf.float32, size=0 if ask_length else steps,
+                               dynamic_size=ask_length)
+
+        def body(i, array):
+            step = tf.tanh(tf.matmul(x[:, i], weight))
+            if ask_length:
+                step *= tf.cast(array.size(), tf.float32)
+            return i + 1, array.write(i, step)
+        _, array = tf.while_loop(lambda i, _: i < steps, body, [0, array])
+        return tf.identity(array.stack(), name="output")
+    function = tf.function(loop).get_concrete_function(
+        tf.TensorSpec([None, None, features], tf.float32, name="x"))
+    graph_def = convert_variables_to_constants_v2(function).graph.as_graph_def()
+    return BuiltModel(graph_def, ["x"], [function.outputs[0].op.name])
+
+
+def tf1_array_concat_loop(seed: int = 0, features: int = 2, pieces: int = 3) -> BuiltModel:
+    """``input`` [n, features] → a v1 while loop writing ``tanh(input[:i + 1] @ W)`` (a piece
+    of i + 1 rows) into a TensorArray, concatenated after the loop → ``output``."""
+    r = rng(seed)
+    with v1_graph() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, features], name="input")
+        weight = tf.constant(r.normal(0, 0.5, (features, features)).astype("float32"))
+        array = tf.TensorArray(tf.float32, size=pieces, infer_shape=False)
+
+        def body(i, array):
+            return i + 1, array.write(i, tf.tanh(tf.matmul(x[:i + 1], weight)))
+        _, array = tf.compat.v1.while_loop(lambda i, _: i < pieces, body, [0, array])
+        tf.identity(array.concat(), name="output")
+    return BuiltModel(graph.as_graph_def(), ["input"], ["output"])

@@ -1,9 +1,10 @@
 """Recurrent models in every published form (issue 15), through the CLI with --onnx: tf_keras
-LSTM/GRU (dropout, recurrent dropout) as .h5 and SavedModel, a TF1 dynamic_rnn graph — ONNX that
-onnxruntime runs at two sequence lengths, matching TensorFlow's original, with no dropout left
-in any loop body. The TF2-lowered .pb is refused in one line; tf2onnx's own command gets no
-runnable model from it either (never worse than tf2onnx). Also: an input that only fed a dead
-branch, the frozen form in the report, pruning booked to prune, and `bench` on an LSTM."""
+LSTM/GRU (dropout, recurrent dropout) as .h5, SavedModel and a .pb TF2 froze with lowering, a TF1
+dynamic_rnn graph — ONNX that onnxruntime runs at two sequence lengths, matching TensorFlow's
+original, with no dropout left in any loop body. On the lowered .pb tf2onnx's own command gets
+no runnable model (we do better); a loop no converter takes is refused in one line, as tf2onnx
+fails on it too. Also: an input that only fed a dead branch, the frozen form in the report,
+pruning booked to prune, and `bench` on an LSTM."""
 import json
 import subprocess
 import sys
@@ -48,6 +49,15 @@ def optimize_with_onnx(path, tmp_path, capsys, *extra):
     return code, data, captured
 
 
+def onnx_nodes(graph):
+    """Every ONNX node, Loop/Scan/If bodies included."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from onnx_nodes(sub)
+
+
 def random_ops_left(pb_path, onnx_path):
     """Random ops anywhere: top level, TF function bodies, ONNX Loop/Scan/If bodies."""
     import onnx
@@ -55,14 +65,7 @@ def random_ops_left(pb_path, onnx_path):
     graph_def = tf.compat.v1.GraphDef.FromString(pb_path.read_bytes())
     tf_ops = [n.op for n in graph_def.node] + [
         n.op for f in graph_def.library.function for n in f.node_def]
-
-    def walk(graph):
-        for node in graph.node:
-            yield node.op_type
-            for attr in node.attribute:
-                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                    yield from walk(sub)
-    onnx_ops = list(walk(onnx.load(str(onnx_path)).graph))
+    onnx_ops = [n.op_type for n in onnx_nodes(onnx.load(str(onnx_path)).graph)]
     return [op for op in tf_ops + onnx_ops if op in RANDOM_OPS]
 
 
@@ -84,7 +87,7 @@ def onnx_error_at_lengths(onnx_path, original_def, input_name, output, settings=
 
 
 @pytest.mark.parametrize("kind", recurrent.KINDS)
-@pytest.mark.parametrize("form", ["h5", "saved_model"])
+@pytest.mark.parametrize("form", ["h5", "saved_model", "lowered"])
 def test_tf_keras_recurrent_exports_to_onnx_matching_at_two_lengths(tf_keras_files, kind, form,
                                                                     tmp_path, capsys):
     path = tf_keras_files[kind][form]
@@ -93,12 +96,15 @@ def test_tf_keras_recurrent_exports_to_onnx_matching_at_two_lengths(tf_keras_fil
     assert data["verification"]["passed"] and data["onnx"]["passed"]
     assert any("@" in o["name"] for o in data["verification"]["outputs"])    # a second length
     assert any("@" in o["name"] for o in data["onnx"]["outputs"])            # in ONNX's check too
-    assert "without lowering" in data["frozen_form"] and "While" in data["frozen_form"]
-    assert "frozen form: frozen without lowering" in captured.out
+    if form == "lowered":        # Enter/Exit around TensorLists, converted as TensorArrays
+        assert "as given" in data["frozen_form"] and "v1 control flow" in data["frozen_form"]
+    else:
+        assert "without lowering" in data["frozen_form"] and "While" in data["frozen_form"]
+        assert "frozen form: frozen without lowering" in captured.out
     assert random_ops_left(tmp_path / "m.pb", tmp_path / "m.onnx") == []
-    original = api.load(path)
-    assert onnx_error_at_lengths(tmp_path / "m.onnx", original.graph_def, original.inputs[0],
-                                 original.outputs[0]) < 1e-4
+    original = api.load(path).graph_def          # the interface keeps the original's names
+    assert onnx_error_at_lengths(tmp_path / "m.onnx", original, data["inputs"][0],
+                                 data["outputs"][0]) < 1e-4
 
 
 def tf2onnx_command_gets_no_runnable_model(pb_path, inputs, outputs, tmp_path) -> str:
@@ -111,25 +117,64 @@ def tf2onnx_command_gets_no_runnable_model(pb_path, inputs, outputs, tmp_path) -
                            "--output", str(out)], capture_output=True, text=True, timeout=300)
     if done.returncode != 0 or not out.exists():
         return "tf2onnx failed"
-    left = sorted({n.op_type for n in onnx.load(str(out)).graph.node
+    left = sorted({n.op_type for n in onnx_nodes(onnx.load(str(out)).graph)
                    if not onnx.defs.has(n.op_type, n.domain)})
     with pytest.raises(Exception):
         ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     return f"tf2onnx left {', '.join(left)}; onnxruntime cannot load it"
 
 
-@pytest.mark.parametrize("kind", recurrent.KINDS)
-def test_lowered_tf_keras_pb_is_refused_as_tf2onnx_itself_fails(tf_keras_files, kind, tmp_path,
-                                                                capsys):
-    path = tf_keras_files[kind]["lowered"]
+def test_tf2onnx_alone_gets_no_runnable_model_from_the_lowered_lstm(tf_keras_files, tmp_path):
+    """What the lowered test above converts, tf2onnx's own command does not (exit 0, but TF ops
+    left in a model onnxruntime refuses): --onnx is better than tf2onnx alone here."""
+    why = tf2onnx_command_gets_no_runnable_model(tf_keras_files["LSTM"]["lowered"], "x:0",
+                                                 "Identity:0", tmp_path)
+    assert "TensorListReserve" in why or why == "tf2onnx failed"
+
+
+def test_lowered_loop_writing_one_index_per_step_converts(tmp_path):
+    """The TensorArray form of a list written at the step index (not one overwritten slot):
+    same numbers in TensorFlow, and through tf2onnx into a Loop onnxruntime runs."""
+    from tfsurgery import onnx_export
+    from tfsurgery.tensor_list_loops import as_tensor_arrays
+    built = recurrent.lowered_array_loop(seed=4)
+    arrays = as_tensor_arrays(built.graph_def)
+    assert {n.op for n in arrays.node if n.op.startswith("TensorList")} == set()
+    assert "TensorArrayWriteV3" in {n.op for n in arrays.node}
+    exported = onnx_export.export(built.graph_def, built.inputs, built.outputs,
+                                  tmp_path / "m.onnx", more_feeds={"@7": {
+                                      "x": np.ones((2, 7, 2), np.float32)}})
+    assert exported.passed and [o.name for o in exported.outputs][1].endswith("@7")
+    for length in LENGTHS:
+        x = np.random.default_rng(length).standard_normal((2, length, 2)).astype(np.float32)
+        expected, = verify.run_graph(built.graph_def, {"x": x}, built.outputs)
+        actual, = verify.run_graph(arrays, {"x": x}, built.outputs)
+        assert expected.shape == (length, 2, 2)
+        np.testing.assert_array_equal(actual, expected)
+
+
+@pytest.fixture(scope="module")
+def list_length_loop(tmp_path_factory):
+    built = recurrent.lowered_array_loop(ask_length=True)
+    path = tmp_path_factory.mktemp("list_length") / "loop.pb"
+    path.write_bytes(built.graph_def.SerializeToString())
+    return path, built
+
+
+def test_loop_no_converter_takes_is_refused_in_one_line_as_by_tf2onnx(list_length_loop,
+                                                                      tmp_path, capsys):
+    from tfsurgery.tensor_list_loops import as_tensor_arrays
+    path, built = list_length_loop
+    assert as_tensor_arrays(built.graph_def) is built.graph_def     # no twin: left as it was
     code, data, captured = optimize_with_onnx(path, tmp_path, capsys)
     assert code == 1
-    assert captured.err.count("\n") == 1 and "TensorListReserve (node '" in captured.err
+    assert captured.err.count("\n") == 1
+    assert "TensorListLength (node 'while/" in captured.err          # the op and a body node
+    assert "nothing written" in captured.err
     assert not (tmp_path / "m.onnx").exists() and not (tmp_path / "m.pb").exists()
     assert data["verification"]["passed"] is True and data["onnx"]["passed"] is False
-    assert "v1 control flow" in data["frozen_form"]
-    why = tf2onnx_command_gets_no_runnable_model(path, "x:0", "Identity:0", tmp_path)
-    assert "TensorListReserve" in why or why == "tf2onnx failed"
+    why = tf2onnx_command_gets_no_runnable_model(path, "x:0", f"{built.outputs[0]}:0", tmp_path)
+    assert "TensorListLength" in why or why == "tf2onnx failed"
 
 
 @pytest.mark.parametrize("kind", recurrent.KINDS)
@@ -188,3 +233,17 @@ def test_bench_on_an_lstm_times_tensorflow_and_onnxruntime(tf_keras_files, tmp_p
         for variant in ("original", "optimized")}
     assert all(t["median_ms"] > 0 for t in timings)
     assert "each runtime in its own process" in out
+
+
+def test_tf1_tensor_array_concat_is_refused_naming_the_op(tmp_path, capsys):
+    """tf2onnx dies on TensorArrayConcatV3 with a message naming no op; the one-line error
+    names it, and tf2onnx's own command fails on the original too."""
+    built = recurrent.tf1_array_concat_loop()
+    path = tmp_path / "concat.pb"
+    path.write_bytes(built.graph_def.SerializeToString())
+    code, data, captured = optimize_with_onnx(path, tmp_path, capsys)
+    assert code == 1 and captured.err.count("\n") == 1
+    assert "TensorArrayConcatV3 (node '" in captured.err and "nothing written" in captured.err
+    assert data["verification"]["passed"] is True and not (tmp_path / "m.onnx").exists()
+    assert tf2onnx_command_gets_no_runnable_model(path, "input:0", "output:0", tmp_path) in (
+        "tf2onnx failed", "tf2onnx left TensorArrayConcatV3; onnxruntime cannot load it")
