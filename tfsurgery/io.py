@@ -148,8 +148,9 @@ def control_flow_form(graph_def: graph_pb2.GraphDef) -> str:
     ops = {node.op for node in graph_def.node}
     ops |= {node.op for function in graph_def.library.function for node in function.node_def}
     forms = []
-    if ops & FUNCTIONAL_CONTROL_FLOW:
-        forms.append("functional control flow: " + ", ".join(sorted(ops & FUNCTIONAL_CONTROL_FLOW)))
+    functional = sorted(ops & FUNCTIONAL_CONTROL_FLOW)
+    if functional:
+        forms.append(f"functional control flow: {', '.join(functional)}")
     if ops & CONTROL_FLOW_V1_OPS:
         loops = "Enter/Exit loops" if "Enter" in ops else "no loops"
         forms.append(f"v1 control flow: Switch/Merge, {loops}")

@@ -131,7 +131,8 @@ def _errors_at(graph_def, staged: Path, feeds, nchw, outputs, timeout: float,
     except verify.VerificationError as error:
         raise ExportError(f"no TensorFlow reference to compare with: {error}") from None
     actual = run_onnx(staged, _onnx_feeds(feeds, nchw), outputs, timeout=timeout)
-    return [verify.output_error(name + label, e, a) for name, e, a in zip(outputs, expected, actual)]
+    return [verify.output_error(name + label, e, a)
+            for name, e, a in zip(outputs, expected, actual)]
 
 
 # ---------------------------------------------------------------- steps

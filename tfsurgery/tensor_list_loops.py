@@ -15,12 +15,15 @@ the TF1 form before conversion; the ONNX model is then checked against TensorFlo
     TensorListStack(list, shape)         → TensorArrayGatherV3(handle, 0..size, flow)
 
 The list value the loop carries (variant) becomes the array's flow (float); the handle enters
-the loop frame through a constant ``Enter``. Only this vocabulary, lists created outside the
+the loop frame through a constant ``Enter``, and so does an unstacked input's flow (tf2onnx's
+scan-input form). A one-element list overwritten every step (a Keras layer without
+``return_sequences`` keeps its last output so) becomes an append, stacked as its last element:
+TensorArrays are written once per index. Only this vocabulary, lists created outside the
 loop and one loop level are handled; anything else leaves the graph as it was.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set
+from typing import Dict, Optional
 
 import numpy as np
 import tensorflow as tf
