@@ -135,6 +135,29 @@ def test_concat_v1_op_and_a_scale_only_map():
     assert result.verification.passed and result.verification.max_error < 1e-4
 
 
+def test_keras3_concatenate_then_batch_normalization():
+    """Keras 3, frozen: Conv2D / Conv2D(use_bias=False) / DepthwiseConv2D → Concatenate →
+    BatchNormalization, and Dense + Dense → Concatenate → BatchNormalization. The weights reach
+    the convs through ReadVariableOp Identities that a NoOp also control-reads: that is not
+    sharing (regression: the fold was refused as 'weights shared')."""
+    from tfsurgery.models.keras_models import _keras3_built
+    k = tf.keras
+    image = k.Input((6, 6, 3))
+    branches = [k.layers.Conv2D(4, 3, padding="same")(image),
+                k.layers.Conv2D(5, 1, use_bias=False)(image),
+                k.layers.DepthwiseConv2D(3, padding="same")(image)]
+    y = k.layers.ReLU()(k.layers.BatchNormalization()(k.layers.Concatenate()(branches)))
+    flat = k.layers.Flatten()(y)
+    z = k.layers.Concatenate()([k.layers.Dense(6)(flat), k.layers.Dense(3)(flat)])
+    model = _keras3_built(k.Model(image, k.layers.BatchNormalization()(z)), seed=5)
+    result = optimize(model)
+    left = ops(result.graph_def)
+    assert not {"Mul", "AddV2", "Sub", "Rsqrt"} & set(left)
+    assert left.count("BiasAdd") == 5                    # one per conv/dense, none after concats
+    assert len(report_of(result, "fold-batch-norm").rewritten) == 2
+    assert result.verification.passed and result.verification.max_error < 1e-4
+
+
 # ---------------------------------------------------------------- refusals: graph left alone
 def refusal_graph(case):
     with v1_graph() as graph:

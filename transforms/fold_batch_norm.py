@@ -312,11 +312,12 @@ def linear_feeding(graph: Graph, ref: Ref) -> Optional[Linear]:
 
 
 def weights_shared(graph: Graph, lin: Linear) -> bool:
-    """Whether the weight constant (or an Identity on the way to it) has another reader."""
+    """Whether another node reads the weight constant (or an Identity on the way to it) as data;
+    control readers (Keras 3's NoOps) do not see the value."""
     ref = lin.weight
-    while graph.reader_count(ref.node) == 1 and graph.op(ref) != "Const":
+    while len(graph.consumers(ref.node)) == 1 and graph.op(ref) != "Const":
         ref = graph.inputs(ref.node)[ref.port if graph.op(ref) == "IdentityN" else 0]
-    return graph.reader_count(ref.node) != 1
+    return len(graph.consumers(ref.node)) != 1
 
 
 def concat_part(graph: Graph, concat: str, index: int, ref: Ref, lin: Linear,
