@@ -18,7 +18,8 @@ A shared weight constant is copied, not changed in place.
 Through a concat: a chain after ConcatV2/Concat of linear ops (each maybe followed by its own
 BiasAdd) is split along the concat's channel slices and folded into each input (along another
 axis each input gets the whole map). Only when every input is such a linear op with constant,
-unshared weights and the concat is its one reader, and nothing else reads the concat.
+unshared weights and the concat is its one reader, and nothing else reads the concat; otherwise
+the report says why (on the concat).
 """
 from __future__ import annotations
 
@@ -375,23 +376,19 @@ def concat_parts(graph: Graph, concat: str,
     return view, parts
 
 
-def fold_concat(graph: Graph, concat: str, options: Options, report: TransformReport,
-                blocked: dict) -> None:
+def fold_concat(graph: Graph, concat: str, options: Options, report: TransformReport) -> None:
+    """Fold the per-channel chain after ``concat`` into its inputs; when that is unsafe, say why
+    (a batch norm there then becomes Mul + BiasAdd like any BN with nothing to fold into)."""
     found = concat_parts(graph, concat, options)
     if found is None:
         return
     if isinstance(found, str):
-        for bn in downstream_batch_norms(graph, concat):
-            blocked[bn] = f"not folded through {concat}: {found}"
-        follower = single_consumer(graph, concat, options)
-        if graph.op(follower) in STEP_OPS and any(graph.is_const(r)
-                                                  for r in graph.inputs(follower)):
-            report.skip(concat, f"per-channel {graph.op(follower)} not folded through the "
-                        f"concat: {found}")
+        refuse_concat(graph, concat, found, options, report)
         return
     view, parts = found
     chain = affine_chain(graph, view, options)
-    blocked.update(dict(chain.blocked))
+    for bn, why in chain.blocked:
+        report.skip(concat, f"{bn} not folded into the concat's inputs: {why}")
     if chain.start != concat or not worth_folding(graph, chain):
         return
     report.matched += 1
@@ -401,6 +398,18 @@ def fold_concat(graph: Graph, concat: str, options: Options, report: TransformRe
     rename_concat(graph, concat, chain.nodes)
     report.rewritten.append(f"{' + '.join(p.lin.name for p in parts)} <- "
                             f"{' + '.join(chain.nodes)} (split by {concat})")
+
+
+def refuse_concat(graph: Graph, concat: str, reason: str, options: Options,
+                  report: TransformReport) -> None:
+    """Report a batch norm, or a per-channel op by a constant, after ``concat`` left unfolded."""
+    followers = downstream_batch_norms(graph, concat)
+    reader = single_consumer(graph, concat, options)
+    if not followers and graph.op(reader) in STEP_OPS and \
+            any(graph.is_const(ref) for ref in graph.inputs(reader)):
+        followers = [reader]
+    for name in followers:
+        report.skip(concat, f"{name} not folded into the concat's inputs: {reason}")
 
 
 def fold_concat_part(graph: Graph, concat: str, part: ConcatPart, scale: np.ndarray,
@@ -452,7 +461,7 @@ def fold_batch_norm(graph: Graph, options: Options) -> TransformReport:
         report.rewritten.append(f"{lin.name} <- {' + '.join(chain.nodes)}")
     for node in graph:
         if node.op in CONCAT_OPS and node.name in graph:
-            fold_concat(graph, node.name, options, report, blocked)
+            fold_concat(graph, node.name, options, report)
     for node in graph:
         if node.op not in BATCH_NORM_OPS:
             continue
