@@ -187,7 +187,7 @@ def refusal_graph(case):
     ("shared_weights", "shared with other nodes"),
     ("placeholder_weights", "not constant"),
     ("not_a_conv", "not every input of the concat is a conv/matmul"),
-    ("conv_output_read_twice", "conv_b has other consumers"),
+    ("conv_output_read_twice", "conv_b is read by more than the concat"),
     ("concat_read_twice", "output of concat has other consumers"),
 ])
 def test_unsafe_concat_folds_are_refused_with_the_reason(case, reason):

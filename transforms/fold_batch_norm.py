@@ -332,7 +332,7 @@ def concat_part(graph: Graph, concat: str, index: int, ref: Ref, lin: Linear,
     if ref != Ref(end):
         return f"{ref.node} is not {lin.name} followed only by per-channel constants"
     if single_consumer(graph, end, options) != concat:
-        return f"the output of {end} has other consumers"
+        return f"the output of {end} is read by more than the concat (or is a graph output)"
     return ConcatPart(index, lin, chain, slice(None))
 
 
