@@ -4,6 +4,7 @@ Each case names the peer test it comes from:
 - TF  = tensorflow/python/tools/optimize_for_inference_test.py
 - GT  = tensorflow/tools/graph_transforms/fold_old_batch_norms_test.cc / fold_batch_norms_test.cc
 - GTF = tensorflow/tools/graph_transforms/fold_batch_norms_test.cc
+- GTS = graph_transforms' fold_subdivmul_batch_norms_test.cc, GTA = fold_batch_norms_algebraic_test.cc
 - T2O = onnx/tensorflow-onnx tests/test_backend.py
 - T2OC = onnx/tensorflow-onnx tests/test_cond.py (each built as v1 Switch/Merge and TF2 If/Case)
 Every case asserts the ops that must be gone (or stay) and that the outputs match the original.
@@ -364,6 +365,37 @@ def test_fold_fused_batch_norm_with_batch_to_space():
     result = optimize(built(graph))
     assert "FusedBatchNorm" not in ops(result.graph_def)
     assert result.verification.passed and result.verification.max_error < 1e-5
+
+
+@pytest.mark.parametrize("form", ["sub_div_mul", "algebraic", "moments"])
+def test_batch_norm_written_out(form):
+    """GTS TestFoldSubDivMulFusedBatchNorms: conv → Sub(mean) → RealDiv(var) → Mul(gamma) →
+    BiasAdd(beta) folds whole. GTA TestFoldBatchNormsAlgebraic: conv * (rsqrt(var + eps) * gamma)
+    + (beta - mean * that) with [1, 1, 1, C] parameters, then Relu, folds whole.
+    GTA TestFoldBatchNormsAlgebraicAndFoldMoments: the statistics are the moments of the conv's
+    own output (training-mode BN): data, not constants, so nothing may fold into the weights."""
+    with v1_graph() as graph:
+        conv = tf.nn.conv2d(conv_const_input([2, 1, 6, 2]), const([1, 2, 2, 2]), [1, 1, 1, 1],
+                            "VALID")
+        if form == "sub_div_mul":
+            y = tf.nn.bias_add((conv - const([2])) / const([2], 0.5, 2.0) * const([2]),
+                               const([2]))
+        else:
+            if form == "moments":
+                mean, variance = tf.nn.moments(conv, [1, 2], keepdims=True)
+            else:
+                mean, variance = const([1, 1, 1, 2]), const([1, 1, 1, 2], 0.2, 1.0)
+            scale = tf.math.rsqrt(variance + 0.01) * const([1, 1, 1, 2], 0.5, 2.0)
+            y = conv * scale + (const([1, 1, 1, 2]) - mean * scale)
+        tf.nn.relu(y, name="output")
+    result = optimize(built(graph))
+    left = ops(result.graph_def)
+    arithmetic = [op for op in left if op in ("Add", "AddV2", "Sub", "RealDiv", "Mul", "Rsqrt")]
+    if form == "moments":
+        assert "Mean" in left and "Rsqrt" in left and "Mul" in left
+    else:
+        assert arithmetic == [] and left.count("BiasAdd") == 1
+    assert result.verification.passed and result.verification.max_error < 1e-4
 
 
 # ---------------------------------------------------------------- tf2onnx test_backend
