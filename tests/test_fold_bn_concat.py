@@ -90,6 +90,19 @@ def test_batch_norm_after_concat_folds_into_every_conv(folded_concat):
     assert result.verification.passed and result.verification.max_error < 1e-4
 
 
+def test_folded_concat_exports_to_onnx_as_convs_and_a_concat(tmp_path):
+    """In ONNX the block is what no ONNX optimizer makes of it: Conv ×3, Concat, Relu (tf2onnx
+    and onnxruntime cannot fold a BatchNormalization through a Concat)."""
+    from conftest import source_of
+    from tfsurgery import api
+    built = conv_concat_graph("decomposed", "NCHW")
+    exported = api.export_onnx(optimize(built), tmp_path / "concat.onnx")
+    assert exported.passed
+    assert exported.op_histogram == {"Conv": 3, "Concat": 1, "Relu": 1}
+    plain = api.export_onnx(api.optimize(source_of(built), ["prune"]), tmp_path / "plain.onnx")
+    assert plain.op_histogram == {"Conv": 3, "Concat": 1, "Mul": 1, "Add": 1, "Relu": 1}
+
+
 def test_concat_along_a_spatial_axis_gives_every_conv_the_whole_batch_norm():
     """GT TestFoldFusedBatchNormsWithConcat(split=false): concat along width, not channels."""
     with v1_graph() as graph:
