@@ -4,7 +4,8 @@ Each case names the peer test it comes from:
 - TF  = tensorflow/python/tools/optimize_for_inference_test.py
 - GT  = tensorflow/tools/graph_transforms/fold_old_batch_norms_test.cc / fold_batch_norms_test.cc
 - GTF = tensorflow/tools/graph_transforms/fold_batch_norms_test.cc
-- GTS = graph_transforms' fold_subdivmul_batch_norms_test.cc, GTA = fold_batch_norms_algebraic_test.cc
+- GTS = graph_transforms' fold_subdivmul_batch_norms_test.cc,
+  GTA = graph_transforms' fold_batch_norms_algebraic_test.cc
 - T2O = onnx/tensorflow-onnx tests/test_backend.py
 - T2OC = onnx/tensorflow-onnx tests/test_cond.py (each built as v1 Switch/Merge and TF2 If/Case)
 Every case asserts the ops that must be gone (or stay) and that the outputs match the original.
