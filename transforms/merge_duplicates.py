@@ -23,10 +23,7 @@ MAX_ROUNDS = 5
 def merge_duplicates(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("merge-duplicates")
     if options.outputs:     # what no output needs goes anyway: merging it would be wasted work
-        unreachable = graph.prune(options.outputs, keep=options.inputs)
-        if unreachable:
-            report.notes.append(f"{len(unreachable)} nodes no output needs were pruned first "
-                                "(counted as removed here, not as merges)")
+        report.pruned = graph.prune(options.outputs, keep=options.inputs)   # booked to prune
     for _ in range(MAX_ROUNDS):     # one round suffices without cycles; loops may need another
         merged, acyclic = _merge_round(graph, options, report)
         if not merged or acyclic:
