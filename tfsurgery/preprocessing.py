@@ -51,9 +51,12 @@ def parse_dtype(text: str) -> Named:
     import tensorflow as tf
     name, _, dtype = text.rpartition("=")
     try:
-        tf.dtypes.as_dtype(dtype)
+        parsed = tf.dtypes.as_dtype(dtype)
     except TypeError:
         raise InputError(f"--input-dtype: unknown dtype '{dtype}'") from None
+    if parsed.is_quantized or not (parsed.is_integer or parsed.is_floating):
+        raise InputError(f"--input-dtype: {dtype} is not an integer or float dtype (e.g. uint8, "
+                         "float16)")
     return (name or None), dtype
 
 

@@ -66,6 +66,8 @@ class Verification:
     noise_floor: float = 0.0        # the original's own output change for a 1-ulp input change
     deterministic: bool = True      # two runs of the reference agree bit for bit
     feeds: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
+    # the reference's outputs on ``feeds`` (output → values): what exports are checked against
+    expected: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def max_error(self) -> float:
@@ -308,7 +310,8 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
     if raw is None:
         errors += _second_size(reference, optimized, inputs, outputs, settings, size,
                                seed=seed, given=given, timeout=timeout)
-    verification = Verification(errors, tolerance, feeds=feeds if raw is None else raw)
+    verification = Verification(errors, tolerance, feeds=feeds if raw is None else raw,
+                                expected=dict(zip(outputs, expected)))
     notes = [note for note in (reference_note, random_note) if note]
     if notes:
         verification.reference = "; ".join(notes)
