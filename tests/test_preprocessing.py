@@ -194,3 +194,86 @@ def test_scalar_mean_with_same_padding_folds_through_a_padv2():
     result = run(build("nhwc_same"), dtype="uint8", reverse=True, mean=(127.5,), scale=(127.5,))
     left = ops(result.graph_def)
     assert not {"Sub", "Mul", "ReverseV2"} & set(left) and left.count("PadV2") == 1
+
+
+# ---------------------------------------------------------------- exports (issue 14 item 5)
+PIXELS = dict(dtype="uint8", reverse=True, mean=(127.5,), scale=(60.0,))
+CLI_PIXELS = ["--input-dtype", "uint8", "--reverse-input-channels", "--mean-values", "127.5",
+              "--scale-values", "60"]
+
+
+@pytest.fixture(scope="module")
+def preprocessed_exports(tmp_path_factory):
+    """nhwc_same through the CLI with uint8 BGR preprocessing, to every format."""
+    import json
+    folder = tmp_path_factory.mktemp("pp_exports")
+    source = build("nhwc_same")
+    (folder / "m.pb").write_bytes(source.graph_def.SerializeToString())
+    code = main([str(folder / "m.pb"), "-q", "--inputs", "x", "--outputs", "out", *CLI_PIXELS,
+                 "-o", str(folder / "o.pb"), "--onnx", str(folder / "o.onnx"),
+                 "--saved-model", str(folder / "sm"), "--tflite", str(folder / "o.tflite"),
+                 "--report-json", str(folder / "r.json")])
+    assert code == 0
+    report = json.loads((folder / "r.json").read_text())
+    return source, folder, {a["format"]: a for a in report["artefacts"]}
+
+
+def test_every_export_takes_uint8_and_matches_the_original_on_numpy_preprocessing(
+        preprocessed_exports):
+    """Each artefact, run independently here on raw uint8 over 0-255, against the ORIGINAL graph
+    fed (reverse(x) - 127.5) / 60 computed in this test."""
+    import onnxruntime as ort
+    from ai_edge_litert.interpreter import Interpreter
+    from tfsurgery.verify import run_graph
+    source, folder, written = preprocessed_exports
+    assert set(written) == {"pb", "onnx", "saved_model", "tflite"}
+    for entry in written.values():
+        assert entry["passed"] and entry["written"] and entry["max_error"] <= 1e-4
+        assert entry["reference"].startswith("the original graph fed the verifier's NumPy")
+    raw = RNG.integers(0, 256, size=(2, 8, 8, 3)).astype(np.uint8)
+    raw.flat[:2] = 0, 255
+    model = ((raw[..., ::-1].astype(np.float64) - 127.5) / 60).astype(np.float32)
+    expected = run_graph(source.graph_def, {"x": model}, ["out"])[0]
+    session = ort.InferenceSession(str(folder / "o.onnx"), providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].type == "tensor(uint8)"
+    signature = tf.saved_model.load(str(folder / "sm")).signatures["serving_default"]
+    assert signature.structured_input_signature[1]["x"].dtype == tf.uint8
+    runner = Interpreter(model_path=str(folder / "o.tflite")).get_signature_runner()
+    assert runner.get_input_details()["x"]["dtype"] == np.uint8
+    got = {"pb": run_graph(tf.compat.v1.GraphDef.FromString((folder / "o.pb").read_bytes()),
+                           {"x": raw}, ["out"])[0],
+           "onnx": session.run(None, {session.get_inputs()[0].name: raw})[0],
+           "saved_model": signature(x=tf.constant(raw))["out"].numpy(),
+           "tflite": runner(x=raw)["out"]}
+    scale = np.abs(expected).max()
+    for name, value in got.items():
+        assert np.abs(value - expected).max() <= 1e-4 * scale, name
+
+
+def _tampered(result):
+    """The optimized graph with its first conv's weights off by 1 %: the exports of it agree
+    with it, but not with the original."""
+    from tfsurgery.graph import Graph
+    graph = Graph(result.graph_def)
+    conv = next(n for n in graph if n.op == "Conv2D")
+    weight = conv.input[1].split(":")[0]
+    value = graph.const_value(weight) * np.float32(1.01)
+    graph.remove([weight])
+    graph.add_const(weight, value)
+    return graph.to_graph_def()
+
+
+def test_exports_with_preprocessing_are_checked_against_the_original_not_the_graph(tmp_path):
+    """Were an export compared with the optimized graph (the thing under test), a wrong
+    optimized graph would pass here; compared with the original on the verifier's own NumPy
+    preprocessing, each of ONNX, SavedModel and TFLite refuses and writes nothing."""
+    source = build("nhwc_valid")
+    result = run(source, **PIXELS)
+    result.graph_def = _tampered(result)
+    onnx = api.export_onnx(result, tmp_path / "m.onnx")
+    saved = api.export_saved_model(source, result, tmp_path / "sm")
+    lite = api.export_tflite(source, result, tmp_path / "m.tflite")
+    for checked in (onnx, saved, lite):
+        assert not checked.passed and 1e-3 < checked.max_error < 0.1, checked
+        assert checked.reference.startswith("the original graph")
+    assert list(tmp_path.iterdir()) == []
