@@ -136,7 +136,9 @@ def test_integer_model_input_refused(tmp_path, capsys):
     path = tmp_path / "m.pb"
     path.write_bytes(g.as_graph_def().SerializeToString())
     code = main([str(path), "-o", str(tmp_path / "o.pb"), "--input-dtype", "uint8"])
-    assert code == 2 and "not float" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 2 and "not float" in err and len(err.strip().splitlines()) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["m.pb"]
 
 
 def test_cli_uint8_onnx_matches(tmp_path):
@@ -277,3 +279,69 @@ def test_exports_with_preprocessing_are_checked_against_the_original_not_the_gra
         assert not checked.passed and 1e-3 < checked.max_error < 0.1, checked
         assert checked.reference.startswith("the original graph")
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- bad input, several inputs
+def _graph_file(tmp_path, name, build_graph):
+    with tf.Graph().as_default() as g:
+        build_graph()
+    path = tmp_path / f"{name}.pb"
+    path.write_bytes(g.as_graph_def().SerializeToString())
+    return path
+
+
+def _no_channel_axis():
+    """A rank-4 input that no NHWC/NCHW op reads: its channel axis cannot be known."""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 4, 4, 3], name="x")
+    tf.identity(tf.reduce_sum(x * _r(3), axis=[1, 2]), name="out")
+
+
+def _two_images():
+    r = [tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 3], name=n) for n in "ab"]
+    tf.identity(tf.nn.conv2d(r[0], _r(3, 3, 3, 4), 1, "VALID")
+                + tf.nn.conv2d(r[1], _r(3, 3, 3, 4), 1, "VALID"), name="out")
+
+
+@pytest.mark.parametrize("graph, args, message", [
+    ("no_axis", ["--reverse-input-channels"], "channel axis cannot be known"),
+    ("no_axis", ["--mean-values", "1,2,3"], "channel axis cannot be known"),
+    ("two", ["--mean-values", "1"], "several inputs, name one with NAME=... (a, b)"),
+    ("two", ["--input-dtype", "string"], "not an integer or float dtype"),
+])
+def test_more_bad_preprocessing_options_exit_2(tmp_path, capsys, graph, args, message):
+    path = _graph_file(tmp_path, graph, _no_channel_axis if graph == "no_axis" else _two_images)
+    before = path.read_bytes()
+    code = main([str(path), "-o", str(tmp_path / "o.pb"), "--onnx", str(tmp_path / "o.onnx"),
+                 "--saved-model", str(tmp_path / "sm")] + args)
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [path.name] and path.read_bytes() == before
+
+
+def test_name_picks_each_input(tmp_path):
+    path = _graph_file(tmp_path, "two", _two_images)
+    result = api.optimize(api.load(path), api.choose_transforms(), preprocess=Requested(
+        ("b", "uint8"), ("b", True), ("a", (1.0, 2.0, 3.0)), ("b", (50.0,))))
+    assert result.verification.passed, result.verification.failure()
+    dtypes = {n.name: tf.dtypes.as_dtype(n.attr["dtype"].type) for n in result.graph_def.node
+              if n.op == "Placeholder"}
+    assert dtypes == {"a": tf.float32, "b": tf.uint8}
+    feeds = result.verification.feeds
+    assert feeds["b"].min() == 0 and feeds["b"].max() == 255 and feeds["a"].dtype == np.float32
+
+
+def test_bad_option_is_one_line_on_the_real_stderr(tmp_path):
+    """Parsing these options imports TensorFlow; its start-up chatter must not reach stderr
+    before the one-line error (checked on the process's real stderr, not a capture)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    path = tmp_path / "m.pb"
+    path.write_bytes(build("nhwc_valid").graph_def.SerializeToString())
+    done = subprocess.run([sys.executable, "-m", "tfsurgery.cli", str(path), "-o",
+                           str(tmp_path / "o.pb"), "--scale-values", "1,abc"],
+                          capture_output=True, text=True, timeout=300,
+                          cwd=str(Path(__file__).resolve().parent.parent))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "--scale-values" in done.stderr and "with numbers" in done.stderr
+    assert not (tmp_path / "o.pb").exists()
