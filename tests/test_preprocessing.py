@@ -345,3 +345,16 @@ def test_bad_option_is_one_line_on_the_real_stderr(tmp_path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "--scale-values" in done.stderr and "with numbers" in done.stderr
     assert not (tmp_path / "o.pb").exists()
+
+
+def test_report_says_what_folded_what_stays_and_why():
+    result = run(build("nhwc_same"), **IMAGE)
+    notes = next(r for r in result.reports if r.name == "add-preprocessing").notes
+    assert "new input signature x: uint8" in notes[0] and "m = (reverse(x) - mean) / scale" in notes[0]
+    outcome = notes[1]
+    assert "folded x/preprocess/reverse_channels → Conv2D" in outcome
+    assert "x/preprocess/scale (Mul) → Conv2D" in outcome
+    assert "stays x/preprocess/sub_mean (Conv2D: a per-channel shift before zero padding" in outcome
+    assert "NumPy preprocessing" in result.verification.reference
+    from tfsurgery.report import transform_lines
+    assert "added       7 nodes" in transform_lines(result.reports)[0]

@@ -179,6 +179,9 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
         graph_def, reports = pipeline.run(original, transforms, options)
     except TransformError as error:
         raise InputError(str(error)) from None
+    for r in reports:
+        if r.name == "add-preprocessing":
+            r.notes.extend(preprocessing.outcome(graph_def, specs, reports))
     settings = {**{name: False for name in find_training_flags(original, flags)}, **values}
     result = Result(graph_def, reports, inputs, outputs, list(settings), original, tolerance,
                     settings=settings, timeout=timeout, given=dict(feeds or {}),
@@ -215,18 +218,21 @@ def check(result: Result, *, feeds: Optional[Mapping[str, object]] = None,
         return verify_mod.verify(result.before, result.graph_def, result.inputs, result.outputs,
                                  result.settings, tolerance=result.tolerance, seed=seed,
                                  given=feeds, timeout=result.timeout,
-                                 reference_note=_reference_note(result.settings),
+                                 reference_note=_reference_note(result.settings,
+                                                                bool(result.preprocess)),
                                  preprocess=result.preprocess)
     except OriginalDoesNotRun as error:
         raise InputError(str(error)) from None
 
 
-def _reference_note(settings: Mapping[str, object]) -> str:
+def _reference_note(settings: Mapping[str, object], preprocessed: bool = False) -> str:
+    fed = (" fed the verifier's NumPy preprocessing of raw inputs (integers: their whole range "
+           "up to 0-255)") if preprocessed else ""
     if not settings:
-        return "original graph"
+        return f"original graph{fed}"
     shown = ", ".join(f"{name}={value}" for name, value in list(settings.items())[:4])
     more = f" and {len(settings) - 4} more" if len(settings) > 4 else ""
-    return f"original graph with {shown}{more}"
+    return f"original graph{fed} with {shown}{more}"
 
 
 def save(graph_def, path, *, input_path=None) -> Path:
