@@ -369,3 +369,24 @@ def test_report_lists_every_artefact_with_its_size_and_check(files, tmp_path, ca
         assert "KiB" in line and f"max error {entry['max_error']:.3g}" in line
     assert written["pb"]["reference"] == "the original graph"
     assert written["onnx"]["reference"] == "the optimized graph in TensorFlow"
+
+
+def test_saved_model_input_keeps_its_key_when_outputs_are_narrowed(signature_model, tmp_path,
+                                                                    capsys):
+    """--outputs picks one of the signature's outputs: the key and the names stay the input
+    signature's (not serving_default with graph node names)."""
+    folder, module = signature_model
+    scores = api.load(folder, "classify").signature["outputs"]["scores"]
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, folder, "--signature", "classify", "--outputs",
+                           scores.split(":")[0], "-o", f"{out}/")
+    assert code == 0, err
+    loaded = tf.saved_model.load(str(out))
+    assert list(loaded.signatures) == ["classify"]
+    signature = loaded.signatures["classify"]
+    assert list(signature.structured_input_signature[1]) == ["pixels"]
+    assert list(signature.structured_outputs) == ["scores"]
+    x = np.random.default_rng(4).standard_normal((3, 12)).astype(np.float32)
+    np.testing.assert_allclose(signature(pixels=tf.constant(x))["scores"].numpy(),
+                               module.classify(tf.constant(x))["scores"].numpy(), rtol=1e-5,
+                               atol=1e-6)

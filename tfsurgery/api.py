@@ -319,13 +319,10 @@ def check_saved_model_target(path, *, force: bool = False, input_path=None) -> N
 
 
 def signature_for(source: Source, result: Result) -> savedmodel_export.Signature:
-    """A SavedModel input's own signature (key, names) when the optimized graph still has that
-    interface; otherwise ``serving_default`` with the graph's input and output names."""
-    sig = source.signature
-    if sig:
-        kept = savedmodel_export.Signature(sig["key"], dict(sig["inputs"]), dict(sig["outputs"]))
-        if kept.fits(result.inputs, result.outputs):
-            return kept
+    """A SavedModel input's own signature key, and its names for the tensors it names;
+    otherwise ``serving_default`` with the graph's input and output names."""
+    if source.signature:
+        return savedmodel_export.Signature.kept(source.signature, result.inputs, result.outputs)
     return savedmodel_export.Signature.of_graph(result.inputs, result.outputs)
 
 

@@ -47,10 +47,18 @@ class Signature:
         return cls(key, {_key(n): tensor_name(n) for n in inputs},
                    {_key(n): tensor_name(n) for n in outputs})
 
-    def fits(self, inputs: Sequence[str], outputs: Sequence[str]) -> bool:
-        """Whether this signature describes exactly these graph inputs and outputs."""
-        return ({tensor_name(n) for n in inputs} == set(self.inputs.values()) and
-                {tensor_name(n) for n in outputs} == set(self.outputs.values()))
+    @classmethod
+    def kept(cls, given: dict, inputs: Sequence[str], outputs: Sequence[str]) -> "Signature":
+        """A SavedModel input's signature (``io``'s dict) for the optimized graph: its key
+        always, its names for the tensors it names, the graph's own names for others (chosen
+        with --inputs/--outputs)."""
+        def names(tensors, known):
+            by_tensor = {tensor_name(t): key for key, t in known.items()}
+            return {by_tensor.get(tensor_name(n), _key(n)): tensor_name(n) for n in tensors}
+        chosen = names(inputs, given["inputs"]), names(outputs, given["outputs"])
+        if len(chosen[0]) != len(inputs) or len(chosen[1]) != len(outputs):    # a name clash
+            return cls.of_graph(inputs, outputs, key=given["key"])
+        return cls(given["key"], *chosen)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
