@@ -390,3 +390,8 @@ def test_saved_model_input_keeps_its_key_when_outputs_are_narrowed(signature_mod
     np.testing.assert_allclose(signature(pixels=tf.constant(x))["scores"].numpy(),
                                module.classify(tf.constant(x))["scores"].numpy(), rtol=1e-5,
                                atol=1e-6)
+
+
+def test_bench_of_a_graph_onnx_cannot_convert_is_one_line_exit_1(files, capsys):
+    code, _, err = run_cli(capsys, "bench", files["igamma"], "--runs", "1")
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "Igamma" in err

@@ -358,3 +358,15 @@ def test_report_says_what_folded_what_stays_and_why():
     assert "NumPy preprocessing" in result.verification.reference
     from tfsurgery.report import transform_lines
     assert "added       7 nodes" in transform_lines(result.reports)[0]
+
+
+def test_bench_feeds_the_original_its_preprocessed_values(tmp_path, capsys):
+    """bench: the optimized graph takes raw uint8, the original (in TF and in onnxruntime) the
+    preprocessed float values — it used to feed uint8 to both and crash in onnxruntime."""
+    path = tmp_path / "m.pb"
+    path.write_bytes(build("nhwc_valid").graph_def.SerializeToString())
+    code = main(["bench", str(path), "--runs", "1", "--inputs", "x", "--outputs", "out",
+                 *CLI_PIXELS, "--report-json", str(tmp_path / "t.json")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "onnxruntime" in out and "tensorflow" in out

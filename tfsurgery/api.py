@@ -303,8 +303,11 @@ def bench(source: Source, result: Result, *, runs: int = 50, onnx: bool = True) 
     """Latency of the original and the optimized graph, in TensorFlow and onnxruntime."""
     if runs < 1:
         raise InputError("--runs must be at least 1")
+    feeds = check_feeds(result)
     return latency.bench(result.before, result.graph_def, result.inputs, result.outputs,
-                         result.settings, feeds=check_feeds(result), runs=runs, onnx=onnx)
+                         result.settings, feeds=feeds, runs=runs, onnx=onnx,
+                         original_feeds=(result.preprocess.model_feeds(feeds)
+                                         if result.preprocess else None))
 
 
 # ---------------------------------------------------------------- deployment artefacts

@@ -576,7 +576,12 @@ def _bench(args, source, transforms) -> int:
     code = _check_verification(args, result)
     if code:
         return code
-    timings = api.bench(source, result, runs=args.runs, onnx=not args.no_onnx)
+    from tfsurgery.errors import ExportError, VerificationError
+    try:
+        timings = api.bench(source, result, runs=args.runs, onnx=not args.no_onnx)
+    except (ExportError, VerificationError) as error:   # e.g. an op tf2onnx cannot convert
+        print(f"tfsurgery: bench FAILED: {error}", file=sys.stderr)
+        return 1
     by_runtime = {}
     for t in timings:
         by_runtime.setdefault(t.runtime, {})[t.variant] = t
