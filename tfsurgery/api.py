@@ -226,8 +226,7 @@ def check(result: Result, *, feeds: Optional[Mapping[str, object]] = None,
 
 
 def _reference_note(settings: Mapping[str, object], preprocessed: bool = False) -> str:
-    fed = (" fed the verifier's NumPy preprocessing of raw inputs (integers: their whole range "
-           "up to 0-255)") if preprocessed else ""
+    fed = " fed the verifier's NumPy preprocessing of the raw inputs" if preprocessed else ""
     if not settings:
         return f"original graph{fed}"
     shown = ", ".join(f"{name}={value}" for name, value in list(settings.items())[:4])

@@ -97,14 +97,13 @@ def _preprocess(args):
     """The preprocessing options, parsed after logging is set up (parsing imports TensorFlow,
     whose start-up chatter would otherwise reach stderr); bad text: InputError, exit 2."""
     from tfsurgery import preprocessing
-    if getattr(args, "preprocess", None) is None:
-        def parsed(text, parse):
-            return None if text is None else parse(text)
-        args.preprocess = preprocessing.Requested(
-            parsed(args.input_dtype, preprocessing.parse_dtype), args.reverse_input_channels,
-            parsed(args.mean_values, lambda t: _option("--mean-values", t)),
-            parsed(args.scale_values, lambda t: _option("--scale-values", t)))
-    return args.preprocess
+
+    def parsed(text, parse):
+        return None if text is None else parse(text)
+    return preprocessing.Requested(
+        parsed(args.input_dtype, preprocessing.parse_dtype), args.reverse_input_channels,
+        parsed(args.mean_values, lambda t: _option("--mean-values", t)),
+        parsed(args.scale_values, lambda t: _option("--scale-values", t)))
 
 
 def _option(flag: str, text: str):
@@ -316,7 +315,7 @@ def _silence_native_stderr() -> None:
 def _run(args) -> int:
     from tfsurgery import api
     transforms = api.choose_transforms(_split(args.transforms), bn_fold=args.bn_fold)
-    _preprocess(args)
+    args.preprocess = _preprocess(args)       # bad values: exit 2 before loading the model
     saved_model = _saved_model_path(args)
     api.check_outputs([getattr(args, option, None)              # before minutes of work
                        for option in ("output", "report_json", "onnx", "picture", "tflite")
@@ -340,7 +339,7 @@ def _interface(args) -> dict:
                                  if value is not None},
             "input_shapes": dict(args.input_shape), "feeds": dict(args.feed),
             "verify_timeout": args.verify_timeout, "keep_asserts": args.keep_asserts,
-            "preprocess": _preprocess(args), "weights": args.weights}
+            "preprocess": args.preprocess, "weights": args.weights}
 
 
 def _say(args, text: str = "") -> None:
