@@ -93,11 +93,14 @@ def test_numbers_match_numpy_reference_independently():
     assert np.max(np.abs(expected - actual)) <= 1e-4 * np.max(np.abs(expected))
 
 
-def test_depthwise_first_layer_scale_folds_reversal_stays():
-    result = run(build("depthwise_valid"), **IMAGE)
+def test_depthwise_first_layer_scale_and_mean_fold_reversal_stays():
+    source = build("depthwise_valid")
+    result = run(source, **IMAGE)
     left = ops(result.graph_def)
     assert "Mul" not in left              # the scale folds per input channel
+    assert "Sub" not in left              # the mean (after the reversal) folds into the bias
     assert "ReverseV2" in left            # it would permute the depthwise outputs too
+    assert len(left) - len(ops(source.graph_def)) == 2          # Cast + ReverseV2
     assert any("depthwise" in r for rep in result.reports for _, r in rep.skipped)
 
 
@@ -370,3 +373,15 @@ def test_bench_feeds_the_original_its_preprocessed_values(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "onnxruntime" in out and "tensorflow" in out
+
+
+@pytest.mark.parametrize("mean", [(127.5,), (123.675, 116.28, 103.53)])
+def test_depthwise_same_first_layer_keeps_its_numbers(mean):
+    """SAME depthwise after the reversal: a scalar mean becomes a PadV2 border, a per-channel
+    one stays as one Sub; either way the verifier's NumPy reference agrees."""
+    source = build("depthwise_same")
+    result = run(source, dtype="uint8", reverse=True, mean=mean, scale=(58.0,))
+    left = ops(result.graph_def)
+    assert "Mul" not in left and left.count("ReverseV2") == 1
+    assert left.count("Sub") == (0 if len(mean) == 1 else 1)
+    assert len(left) - len(ops(source.graph_def)) <= 3
