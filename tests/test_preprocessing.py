@@ -357,7 +357,8 @@ def test_report_says_what_folded_what_stays_and_why():
     outcome = notes[1]
     assert "folded x/preprocess/reverse_channels → Conv2D" in outcome
     assert "x/preprocess/scale (Mul) → Conv2D" in outcome
-    assert "stays x/preprocess/sub_mean (Conv2D: a per-channel shift before zero padding" in outcome
+    assert ("stays x/preprocess/cast (the new input dtype); "
+            "x/preprocess/sub_mean (Conv2D: a per-channel shift before zero padding") in outcome
     assert "NumPy preprocessing" in result.verification.reference
     from tfsurgery.report import transform_lines
     assert "added       7 nodes" in transform_lines(result.reports)[0]

@@ -171,7 +171,6 @@ def check_new_directory(path: Path, force: bool, input_path=None) -> None:
 
 
 def feeds_by_key(feeds: Mapping[str, np.ndarray], names: Mapping[str, str]) -> Dict[str, np.ndarray]:
-    """Verification feeds (keyed by graph input) re-keyed by signature input name; likewise
-    reference outputs by signature output name."""
+    """Verification feeds (keyed by graph input) re-keyed by signature input name."""
     plain = {k.split(":")[0]: v for k, v in feeds.items()}
     return {key: plain[tensor.split(":")[0]] for key, tensor in names.items()}

@@ -195,6 +195,8 @@ def outcome(graph_def, specs: Mapping[str, Preprocessing], reports) -> List[str]
                 left.append(f"{node} ({why})")
             elif node in folded:
                 done.append(folded[node])
+        if f"{name}/preprocess/cast" in present:
+            left.insert(0, f"{name}/preprocess/cast (the new input dtype)")
         lines.append(f"{name}: folded {'; '.join(done) or 'nothing'}; "
-                     f"stays {'; '.join(left) or 'nothing but the Cast'}")
+                     f"stays {'; '.join(left) or 'nothing'}")
     return lines
