@@ -7,6 +7,8 @@ A block is
 
     [BN on the block input]          bn_before: a BN that is not right after this block's linear op
     linear op                        Conv2D | DepthwiseConv2dNative | two Conv2D sharing one kernel
+                                     | two Conv2D (each with the bias below) concatenated along
+                                     the channel axis: the BN is split between them
                                      Const; the kernel read directly, through an Identity (frozen
                                      /read), from a placeholder (not constant), or also read by
                                      another op (it must be copied when scaled, not changed in
@@ -50,7 +52,7 @@ Steps = Tuple[Tuple[str, bool], ...]        # ((op, operands swapped), ...)
 # ---------------------------------------------------------------- specs (plain, printable data)
 @dataclasses.dataclass(frozen=True)
 class BlockSpec:
-    linear: str                       # "conv" | "depthwise" | "shared"
+    linear: str                       # "conv" | "depthwise" | "shared" | "concat"
     channels: int                     # conv: output channels; depthwise: multiplier
     kernel: str                       # "const" | "identity" | "placeholder" | "also_read"
     second_bn: bool                   # "shared": the second conv has its own BN too
@@ -124,12 +126,14 @@ _BIASES = (None, "biasadd", "add", "add_swapped")
 
 @st.composite
 def block_specs(draw) -> BlockSpec:
-    linear = draw(st.sampled_from(("conv", "conv", "depthwise", "shared")))
+    linear = draw(st.sampled_from(("conv", "conv", "depthwise", "shared", "concat")))
     channels = draw(st.integers(2, MAX_CHANNELS) if linear != "depthwise" else st.integers(1, 2))
     bn = draw(st.sampled_from((None, "fused", "fused", "decomposed", "decomposed")))
     bn_cond = bn == "fused" and draw(st.booleans())
     bias = draw(st.sampled_from(_BIASES))
     extras = (None, None, None, None, "add", "output") + (("bias",) if bias else ())
+    if linear == "concat":              # the first conv's channels differ from the concat's
+        extras = (None, None, None, "output")
     return BlockSpec(
         linear=linear, channels=channels,
         kernel=draw(st.sampled_from(("const", "const", "identity", "identity", "placeholder",
@@ -199,6 +203,7 @@ class _Builder:
         self.outputs: List[str] = []
         self.inputs: List[str] = ["input"]
         self.also_read: list = []
+        self.concat_partner: Optional[str] = None     # the second conv of a "concat" block
 
     # --- constants
     def const(self, value):
@@ -341,6 +346,15 @@ class _Builder:
             return [(z, self.bias(z, block.bias))]
         k = self.read_kernel(self.kernel_value([3, 3, cin, block.channels], 9 * cin),
                              block.kernel)
+        if block.linear == "concat":        # z: the first conv; the second gets its own kernel
+            z = tf.nn.conv2d(x, k, 1, "SAME", data_format=fmt)
+            cout = int(self.r.integers(1, 4))
+            partner = tf.nn.conv2d(x, self.const(self.kernel_value([1, 1, cin, cout], cin)), 1,
+                                   "SAME", data_format=fmt)
+            self.concat_partner = partner.op.name
+            y = tf.concat([self.bias(z, block.bias), self.bias(partner, block.bias)],
+                          1 if self.nchw else 3)
+            return [(z, y)]
         out = []
         for _ in range(2 if block.linear == "shared" else 1):   # "shared": one kernel, two convs
             z = tf.nn.conv2d(x, k, 1, "SAME", data_format=fmt)
@@ -356,6 +370,9 @@ class _Builder:
             self.may_keep_bn.append(x.op.name)
         safe = block.extra_consumer is None and block.kernel != "placeholder"
         steps = ((("BiasAdd", False),) if block.bias else ()) + block.decomposed
+        if block.linear == "concat":     # the chain after the concat; a kernel read elsewhere
+            steps = block.decomposed     # is refused there (a slice of the BN is not copied)
+            safe = safe and block.kernel != "also_read"
         branches, biased = [], None
         for i, (z, y) in enumerate(self.linear(x, block)):
             biased = y
@@ -371,6 +388,8 @@ class _Builder:
                 if safe and _worth_folding(steps):
                     self.fold_linear.append(z.op.name)
             branches.append((z, y))
+        if block.linear == "concat" and branches[0][0].op.name in self.fold_linear:
+            self.fold_linear.append(self.concat_partner)
         z = branches[0][0]
         y = branches[0][1] if len(branches) == 1 else tf.add(branches[0][1], branches[1][1])
         y = self.activation(y, block.activation)

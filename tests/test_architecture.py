@@ -192,3 +192,14 @@ def test_picture_without_graphviz_is_a_one_line_exit_2(monkeypatch, article_pb, 
     err = capsys.readouterr().err.strip()
     assert "tfsurgery[picture]" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "x.pb").exists()
+
+
+def test_readme_transform_table_lists_every_transform_with_its_refusals():
+    """The README's transform table has a row per registered transform saying what it refuses."""
+    from tfsurgery import transforms
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Transforms"):]
+    section = section[:section.index("\n## ", 1)]
+    rows = {line.split("`")[1]: line for line in section.splitlines() if line.startswith("| `")}
+    assert set(transforms.ORDER) <= set(rows), set(transforms.ORDER) - set(rows)
+    assert [n for n in transforms.ORDER if "efuse" not in rows[n]] == []

@@ -39,6 +39,7 @@ def test_recurrent_models_export_to_onnx_that_matches(recurrent_models, name, tm
     data = json.loads(report.read_text())
     assert data["verification"]["passed"] is True and data["onnx"]["passed"] is True
     assert any("@" in o["name"] for o in data["verification"]["outputs"])   # a second length
+    assert any("@" in o["name"] for o in data["onnx"]["outputs"])   # checked in ONNX too
     model = onnx.load(str(tmp_path / "m.onnx"))
     assert {"Loop", "LSTM", "GRU", "Scan"} & {n.op_type for n in model.graph.node}
 
@@ -46,7 +47,7 @@ def test_recurrent_models_export_to_onnx_that_matches(recurrent_models, name, tm
 @pytest.fixture(scope="module")
 def lowered_lstm_pb(tmp_path_factory):
     """A Keras 3 LSTM frozen by TF2 with lowering (the Android-app form): its loop is
-    Enter/Exit/NextIteration around TensorList ops, which tf2onnx leaves unconverted."""
+    Enter/Exit/NextIteration around TensorList ops."""
     import keras
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
@@ -63,12 +64,16 @@ def lowered_lstm_pb(tmp_path_factory):
     return path
 
 
-def test_unconvertible_loop_names_op_and_node_and_writes_no_onnx(lowered_lstm_pb, tmp_path,
-                                                                 capsys):
+def test_lowered_loop_converts_through_tensor_arrays(lowered_lstm_pb, tmp_path, capsys):
+    """tf2onnx leaves TensorList ops in a lowered loop unconverted; their TensorArray twins
+    (tensor_list_loops) it turns into a Loop, checked against TensorFlow at two lengths."""
+    import onnx
+    report = tmp_path / "r.json"
     code = main([str(lowered_lstm_pb), "-o", str(tmp_path / "m.pb"),
-                 "--onnx", str(tmp_path / "m.onnx")])
+                 "--onnx", str(tmp_path / "m.onnx"), "--report-json", str(report)])
     err = capsys.readouterr().err
-    assert code == 1
-    assert "TensorListReserve (node '" in err and "TensorListSetItem" in err
-    assert not (tmp_path / "m.onnx").exists()
-    assert "nothing written" in err and not (tmp_path / "m.pb").exists()
+    assert code == 0, err
+    data = json.loads(report.read_text())
+    assert data["onnx"]["passed"] is True
+    assert any("@" in o["name"] for o in data["onnx"]["outputs"])
+    assert "Loop" in {n.op_type for n in onnx.load(str(tmp_path / "m.onnx")).graph.node}

@@ -20,9 +20,10 @@ from tfsurgery import artefacts, savedmodel_export, tflite_export
 from tfsurgery.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
 from tfsurgery.errors import (InputError, OriginalDoesNotRun, TransformError, UnknownTransform,
                               VerificationError)
+from tfsurgery.graph import Graph
 from tfsurgery.interface import (check_fed, find_dropout_knobs, find_training_flags,
-                                 resolve_interface, with_declared_inputs)
-from tfsurgery.ops import PLACEHOLDER_OPS
+                                 resolve_interface, unused_inputs, with_declared_inputs)
+from tfsurgery.ops import PLACEHOLDER_OPS, node_name
 from tfsurgery.report import format_table, op_histogram, summary, transform_lines  # noqa: F401
 from tfsurgery.transform import Options, TransformReport
 
@@ -52,6 +53,7 @@ class Source:
     outputs: List[str] = dataclasses.field(default_factory=list)
     training_flags: List[str] = dataclasses.field(default_factory=list)
     signature: dict = dataclasses.field(default_factory=dict)   # a SavedModel's (io.Loaded)
+    frozen_form: str = ""          # how a SavedModel/Keras model was frozen (io.Loaded)
 
 
 @dataclasses.dataclass
@@ -70,10 +72,15 @@ class Result:
     verification_error: Optional[str] = None
     preprocess: Optional[preprocessing.Preprocessor] = None   # raw inputs → the original's
     weights: str = "float32"            # "float16": float16-weights ran (--weights float16)
+    # inputs no output reads after optimization → the stand-in value the original was fed
+    unused_inputs: Dict[str, object] = dataclasses.field(default_factory=dict)
+    frozen_form: str = ""               # how the source was frozen (io.Loaded.frozen_form)
 
     def as_report(self) -> dict:
         extra = {"training_flags": self.training_flags,
-                 "inference_values": {k: float(v) for k, v in self.settings.items()}}
+                 "inference_values": {k: float(v) for k, v in self.settings.items()
+                                      if k not in self.unused_inputs},
+                 "unused_inputs": list(self.unused_inputs), "frozen_form": self.frozen_form}
         if self.verification_error:
             extra["verification_error"] = self.verification_error
         return report.build_report(self.before, self.graph_def, self.reports, inputs=self.inputs,
@@ -86,7 +93,8 @@ def load(path, signature: str = "serving_default") -> Source:
     path = Path(path)
     loaded = io.load_model(path, signature)
     return Source(loaded.graph_def, label=path.name, path=path, inputs=loaded.inputs,
-                  outputs=loaded.outputs, signature=loaded.signature)
+                  outputs=loaded.outputs, signature=loaded.signature,
+                  frozen_form=loaded.frozen_form)
 
 
 def demo() -> Source:
@@ -183,9 +191,14 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
         if r.name == "add-preprocessing":
             r.notes.extend(preprocessing.outcome(graph_def, specs, reports))
     settings = {**{name: False for name in find_training_flags(original, flags)}, **values}
-    result = Result(graph_def, reports, inputs, outputs, list(settings), original, tolerance,
+    switches = list(settings)
+    graph_def, inputs, unused = _drop_unused_inputs(original, graph_def, inputs, outputs,
+                                                    given=feeds, seed=seed)
+    settings.update(unused)
+    result = Result(graph_def, reports, inputs, outputs, switches, original, tolerance,
                     settings=settings, timeout=timeout, given=dict(feeds or {}),
-                    preprocess=preprocessing.preprocessor(original, specs), weights=weights)
+                    preprocess=preprocessing.preprocessor(original, specs), weights=weights,
+                    unused_inputs=unused, frozen_form=source.frozen_form)
     if verify:
         progress(original, "verifying: running the original and the optimized graph")
         try:
@@ -193,6 +206,22 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
         except VerificationError as error:
             result.verification_error = str(error)
     return result
+
+
+def _drop_unused_inputs(original, graph_def, inputs: List[str], outputs: List[str], *, given,
+                        seed: int):
+    """Inputs no output of the optimized graph reads (a ``dropout`` rate that fed only the
+    training side of a cond) leave its interface and the graph: no value of theirs matters. The
+    original is fed a stand-in there (the user's --feed value, else a seeded random one; a
+    scalar where the rank is unknown). Returns (graph, inputs, {dropped input: stand-in})."""
+    unused = unused_inputs(graph_def, inputs, outputs)
+    if not unused:
+        return graph_def, inputs, {}
+    graph = Graph(graph_def, check_inputs=False)
+    graph.remove([node_name(name) for name in unused])
+    stand_ins = verify_mod.make_feeds(original, unused, seed, given=given,
+                                      scalar_if_unknown_rank=True)
+    return graph.to_graph_def(), [n for n in inputs if n not in unused], stand_ins
 
 
 def _with_weights(transforms: Sequence[str], weights: str):
@@ -271,6 +300,8 @@ def export_onnx(result: Result, path, *, opset: Optional[int] = None,
                               ort_optimize=ort_optimize, input_path=input_path,
                               float16_min_elements=(Options().float16_min_elements
                                                     if result.weights == "float16" else None),
+                              more_feeds=(result.verification.more_feeds
+                                          if result.verification is not None else None),
                               expected=export_reference(result), batch=batch)
 
 

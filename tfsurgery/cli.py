@@ -363,6 +363,7 @@ def _optimize(args, source, transforms) -> int:
     _say(args, api.comparison_table(source.graph_def, result.graph_def))
     for line in api.transform_lines(result.reports, verbose=args.verbose):
         _say(args, line)
+    _interface_notes(args, result)
     data = result.as_report()
     code = _check_verification(args, result)
     written = data.setdefault("artefacts", [])
@@ -423,6 +424,16 @@ def _say_written(args, written: list) -> None:
 
 FORMAT_NAMES = {"pb": "frozen graph", "onnx": "ONNX", "saved_model": "SavedModel",
                 "tflite": "TFLite"}
+
+
+def _interface_notes(args, result) -> None:
+    """How the source was frozen, and the inputs that no longer matter."""
+    if result.frozen_form:
+        _say(args, f"frozen form: {result.frozen_form}")
+    for name in result.unused_inputs:
+        _say(args, f"input '{name}' no longer matters: no output reads it after optimization; "
+                   "dropped from the optimized interface (verification fed the original a "
+                   "stand-in value there)")
 
 
 def _saved_model_from_output(args) -> bool:
@@ -561,6 +572,7 @@ def _inspect(args, source, transforms) -> int:
     _say(args, "dry run — what each transform would change:")
     for line in api.transform_lines(result.reports, verbose=args.verbose):
         _say(args, line)
+    _interface_notes(args, result)
     if args.report_json:
         api.write_json(args.report_json, result.as_report(), input_path=source.path)
     _draw(args, source, result)

@@ -5,6 +5,7 @@ edges. Stateful and random ops, control flow, placeholders and fake quantization
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import Dict, Iterable, List, Optional, Set
 
 import numpy as np
@@ -37,6 +38,33 @@ def constant_nodes(graph: Graph) -> Set[str]:
         elif node.input and inputs_constant and _is_foldable_op(node.op):
             constant.add(name)
     return constant
+
+
+def constant_valued_nodes(graph: Graph) -> Set[str]:
+    """Nodes whose value is fixed, a superset of ``constant_nodes`` for recognising patterns
+    (a dropout rate, say), never for folding: also a Const inside a v1 while loop (its control
+    edge from the loop's pivot only places it in the loop's frame), a loop invariant
+    ``Enter(is_constant=True)`` of a fixed value, and foldable ops of those. A Const made from
+    such a node would sit outside the loop's frame, which TensorFlow refuses."""
+    waiting = {node.name: len(graph.inputs(node.name)) for node in graph}
+    ready = deque(name for name, count in waiting.items() if count == 0)
+    fixed: Set[str] = set()
+    while ready:                       # Kahn over data edges: loop-carried values never get here
+        name = ready.popleft()
+        node = graph.node(name)
+        inputs = [ref.node for ref in graph.inputs(name)]
+        if node.op == "Const" or (inputs and all(i in fixed for i in inputs) and (
+                _is_foldable_op(node.op) or _is_invariant_enter(node))):
+            fixed.add(name)
+        for consumer in graph.consumers(name):
+            waiting[consumer.node] -= 1
+            if waiting[consumer.node] == 0:
+                ready.append(consumer.node)
+    return fixed
+
+
+def _is_invariant_enter(node) -> bool:
+    return node.op in ("Enter", "RefEnter") and node.attr["is_constant"].b
 
 
 def evaluate(graph: Graph, tensors: List[str]) -> List[np.ndarray]:

@@ -61,6 +61,13 @@ def detect_outputs(graph_def) -> List[str]:
             if n.name not in consumed and n.op not in NOT_OUTPUT_OPS]
 
 
+def unused_inputs(graph_def, inputs: Sequence[str], outputs: Sequence[str]) -> List[str]:
+    """Inputs no output reads (after optimization: a ``dropout`` rate that only fed the
+    training side of a cond): no value of theirs can change the outputs any more."""
+    needed = Graph(graph_def, check_inputs=False).ancestors(outputs)
+    return [name for name in inputs if node_name(name) not in needed]
+
+
 def resolve_interface(graph_def, inputs: Sequence[str] = (), outputs: Sequence[str] = (),
                       training_flags: Sequence[str] = ()) -> Tuple[List[str], List[str]]:
     """Check user-given input/output names against the graph, or detect them."""

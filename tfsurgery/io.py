@@ -19,7 +19,7 @@ from tensorflow.core.framework import graph_pb2
 
 from tfsurgery.errors import GraphError, InputError
 from tfsurgery.graph import check_structure
-from tfsurgery.ops import VARIABLE_OPS, first_line
+from tfsurgery.ops import CONTROL_FLOW_V1_OPS, VARIABLE_OPS, first_line
 
 TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
 
@@ -53,7 +53,9 @@ def load_model(path, signature: str = "serving_default") -> Loaded:
         return load_saved_model(path, signature)
     if path.suffix.lower() in KERAS_SUFFIXES:
         return load_keras(path)
-    return Loaded(load_graph_def(path))
+    graph_def = load_graph_def(path)
+    return Loaded(graph_def, frozen_form=f"as given (a frozen GraphDef; "
+                                         f"{control_flow_form(graph_def)})")
 
 
 def load_saved_model(path: Path, signature: str = "serving_default") -> Loaded:
@@ -119,16 +121,40 @@ def freeze_concrete_function(function, where: str) -> Loaded:
         frozen = convert_variables_to_constants_v2(function, lower_control_flow=False,
                                                    aggressive_inlining=True)
         graph_def = frozen.graph.as_graph_def()
+        how = "frozen without lowering (convert_variables_to_constants_v2)"
     except ValueError as error:
         if "incompatible with expected resource" not in str(error):
             raise InputError(f"{where}: cannot freeze the model ({first_line(error)})") from None
         from tf2onnx import tf_loader
         graph_def = tf_loader.fix_freezing_errors(
             tf_loader.convert_variables_to_constants_large_model(function))
+        how = ("frozen without lowering by tf2onnx's repair (fix_freezing_errors: the "
+               "variable assignments TF's freezer rejects dropped)")
     except Exception as error:  # noqa: BLE001
         raise InputError(f"{where}: cannot freeze the model ({first_line(error)})") from None
     check_graph_def(graph_def, where)
-    return Loaded(graph_def, inputs, outputs, frozen_form="functional control flow kept")
+    return Loaded(graph_def, inputs, outputs,
+                  frozen_form=f"{how}; {control_flow_form(graph_def)}")
+
+
+FUNCTIONAL_CONTROL_FLOW = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case",
+                                     "StatelessCase"})
+
+
+def control_flow_form(graph_def: graph_pb2.GraphDef) -> str:
+    """Which form the graph's control flow is in: functional (While/If with bodies in the
+    function library, which tf2onnx turns into ONNX Loop/If) or v1 (Switch/Merge,
+    Enter/Exit loops: TF1 graphs, or TF2 graphs frozen with lowering)."""
+    ops = {node.op for node in graph_def.node}
+    ops |= {node.op for function in graph_def.library.function for node in function.node_def}
+    forms = []
+    functional = sorted(ops & FUNCTIONAL_CONTROL_FLOW)
+    if functional:
+        forms.append(f"functional control flow: {', '.join(functional)}")
+    if ops & CONTROL_FLOW_V1_OPS:
+        loops = "Enter/Exit loops" if "Enter" in ops else "no loops"
+        forms.append(f"v1 control flow: Switch/Merge, {loops}")
+    return "; ".join(forms) or "no control flow"
 
 
 def _plain_name(tensor) -> str:

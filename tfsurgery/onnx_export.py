@@ -32,6 +32,7 @@ from tfsurgery.errors import ExportError, InputError
 from tfsurgery.graph import Graph
 from tfsurgery.io import PROTOBUF_LIMIT, check_protobuf_size, refuse_input
 from tfsurgery.ops import first_line, tensor_name
+from tfsurgery.tensor_list_loops import as_tensor_arrays
 
 DEFAULT_OPSET = 18              # newest opset tf2onnx 1.17 tests (14-18); its own default is 15
 # Above this GraphDef size, export with external data. Half the limit: tf2onnx may hold a weight
@@ -70,6 +71,7 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
            ort_optimize: bool = True, input_path=None, seed: int = 0,
            timeout: float = verify.DEFAULT_TIMEOUT,
            float16_min_elements: Optional[int] = None,
+           more_feeds: Optional[Dict[str, Dict[str, np.ndarray]]] = None,
            expected: Optional[Dict[str, np.ndarray]] = None, batch=None) -> OnnxExport:
     """Convert ``graph_def`` to ONNX at ``path`` and check it against TensorFlow.
 
@@ -78,9 +80,11 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
     onnxruntime where ``inputs_as_nchw`` made the ONNX input NCHW). The model is written only if
     ``passed``; ``input_path`` is never overwritten. ``float16_min_elements``: float32 initializers
     of at least that many values are stored as float16 with a Cast back (--weights float16).
+    ``more_feeds``: further inputs to check on, by label (verification's ``{"@32": feeds}``, a
+    second sequence length), their errors named ``output@32``.
     ``expected`` (output → values, e.g. the original fed the verifier's preprocessing) replaces
-    the optimized graph in TensorFlow as the reference; with a ``batch`` (artefacts.Batch) the
-    model is published when the whole run has passed.
+    the optimized graph in TensorFlow as the reference on ``feeds``; with a ``batch``
+    (artefacts.Batch) the model is published when the whole run has passed.
     """
     path = Path(path)
     check_protobuf_size(graph_def.ByteSize(), "the graph")
@@ -106,6 +110,8 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         check(staged)
         actual = run_onnx(staged, _onnx_feeds(feeds, nchw), outputs, timeout=timeout)
         errors = [verify.output_error(name, e, a) for name, e, a in zip(outputs, expected, actual)]
+        for label, more in (more_feeds or {}).items():
+            errors += _errors_at(graph_def, staged, more, nchw, outputs, timeout, label)
         hist = op_histogram(staged)
         max_error = max((e.max_rel for e in errors), default=0.0)
         external = staged.with_name(path.name + ".data").exists()
@@ -131,13 +137,37 @@ def _reference(graph_def, feeds, outputs: Sequence[str], timeout: float,
         raise ExportError(f"no TensorFlow reference to compare with: {error}") from None
 
 
+def _errors_at(graph_def, staged: Path, feeds, nchw, outputs, timeout: float,
+               label: str) -> List[verify.OutputError]:
+    """TensorFlow vs onnxruntime on further feeds (a second sequence length: a Loop whose trip
+    count became a constant cannot pass); errors named ``output`` + ``label``."""
+    expected = _reference(graph_def, feeds, outputs, timeout, None)
+    actual = run_onnx(staged, _onnx_feeds(feeds, nchw), outputs, timeout=timeout)
+    return [verify.output_error(name + label, e, a)
+            for name, e, a in zip(outputs, expected, actual)]
+
+
 # ---------------------------------------------------------------- steps
 def convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset: int,
             inputs_as_nchw: Sequence[str] = (), large_model: bool = False):
-    """tf2onnx's (ModelProto, ExternalTensorStorage or None); unsupported ops → ExportError."""
+    """tf2onnx's (ModelProto, ExternalTensorStorage or None); unsupported ops → ExportError.
+    TensorList loops frozen with lowering are converted in their TensorArray form
+    (``tensor_list_loops``); should that fail too, the error names the graph's own ops."""
+    graph_def = dequantized_weights(graph_def)
+    prepared = as_tensor_arrays(graph_def)
+    settings = dict(opset=opset, inputs_as_nchw=inputs_as_nchw, large_model=large_model)
+    if prepared is graph_def:
+        return _convert(graph_def, inputs, outputs, **settings)
+    try:
+        return _convert(prepared, inputs, outputs, **settings)
+    except ExportError:
+        return _convert(graph_def, inputs, outputs, **settings)
+
+
+def _convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset: int,
+             inputs_as_nchw: Sequence[str], large_model: bool):
     import onnx
     import tf2onnx
-    graph_def = dequantized_weights(graph_def)
     try:
         with _numpy2_compat():
             model, storage = tf2onnx.convert.from_graph_def(
@@ -146,12 +176,42 @@ def convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset: 
                 inputs_as_nchw=[tensor_name(n) for n in inputs_as_nchw] or None,
                 large_model=large_model)
     except Exception as error:   # tf2onnx raises ValueError, KeyError, AssertionError, ...
-        raise ExportError(f"tf2onnx cannot convert the graph: {first_line(error)}") from None
+        missing = _without_conversion(graph_def)
+        hint = f" (ops tf2onnx has no conversion for: {_unsupported(missing)})" if missing else ""
+        raise ExportError(f"tf2onnx cannot convert the graph: {first_line(error)}{hint}") \
+            from None
     # tf2onnx keeps going past unsupported ops and leaves them in as TF ops: name them all here.
     left = [n for n in _nodes(model.graph) if not onnx.defs.has(n.op_type, n.domain)]
     if left:
         raise ExportError(f"tf2onnx cannot convert op(s) {_unsupported(left)} to ONNX opset {opset}")
     return model, storage
+
+
+# v1 loop ops and TensorArrays have no tf2onnx handler: its loop rewriter takes them (TF1
+# dynamic_rnn, tensor_list_loops' output). Anything else without a handler it cannot convert.
+REWRITTEN_BY_TF2ONNX = frozenset({
+    "Enter", "Exit", "Merge", "Switch", "NextIteration", "LoopCond", "TensorArrayV3",
+    "TensorArrayReadV3", "TensorArrayWriteV3", "TensorArrayGatherV3", "TensorArrayScatterV3",
+    "TensorArraySizeV3"})
+
+
+def _without_conversion(graph_def) -> list:
+    """Nodes (top level and function bodies) whose op tf2onnx has no handler for: what to name
+    when tf2onnx dies with a message that names none (e.g. on TF1's TensorArrayConcatV3)."""
+    from tf2onnx import handler
+    import tf2onnx.onnx_opset  # noqa: F401 - registers the handlers
+    known = {op for versions in handler.tf_op.get_opsets().values() for table in versions
+             for op in table}
+    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    return [_Named(n.op, n.name) for n in nodes
+            if n.op not in known and n.op not in REWRITTEN_BY_TF2ONNX]
+
+
+@dataclasses.dataclass
+class _Named:
+    """A TF node as ``_unsupported`` reads ONNX ones."""
+    op_type: str
+    name: str
 
 
 def _unsupported(nodes) -> str:

@@ -60,12 +60,13 @@ def run(graph_def: graph_pb2.GraphDef, transforms: Sequence[str],
                 continue                   # no other pass changed the graph since it last ran
             rounds = round_
             report = _run_pass(graph, name, options)
-            if report.rewritten or report.removed_nodes:
+            if report.rewritten or report.removed_nodes or report.pruned:
                 changes += 1
             seen_changes[name] = changes   # each pass reaches its own fixpoint
             _book(reports, name, report, round_)
         if rounds < round_:
             break                          # a fixpoint: no pass had anything new to look at
+    _book_pruning(reports)
     unsettled = any(REGISTRY[name].repeat and changes > seen_changes[name] for name in transforms)
     if reports:
         last = reports[transforms[-1]]
@@ -81,13 +82,28 @@ def _run_pass(graph: Graph, name: str, options: Options) -> TransformReport:
     start = time.perf_counter()
     report = REGISTRY[name](graph, options)
     report.seconds = time.perf_counter() - start
-    report.removed_nodes = before - len(graph)
+    report.removed_nodes = before - len(graph) - len(report.pruned)
     problem = graph.structure_problem()
     if problem:
         raise StructureError(f"transform '{name}' left a broken graph: {problem}")
     log.debug("%s: %d rewritten, %d skipped, %d nodes left (%.3f s)", name,
               len(report.rewritten), len(report.skipped), len(graph), report.seconds)
     return report
+
+
+def _book_pruning(reports: Dict[str, TransformReport]) -> None:
+    """Nodes a transform pruned before its own work (so that readers no output needs cannot
+    block it) are pruning's work, not the transform's: they are booked to prune's report."""
+    early = [(name, report.pruned) for name, report in reports.items() if report.pruned]
+    if not early:
+        return
+    prune = reports.setdefault("prune", TransformReport("prune"))
+    for name, pruned in early:
+        prune.matched += len(pruned)
+        prune.rewritten.extend(pruned)
+        prune.removed_nodes += len(pruned)
+        prune.notes.append(f"{len(pruned)} of the removed nodes pruned before {name} ran "
+                           "(readers no output needs must not block it)")
 
 
 def _book(reports: Dict[str, TransformReport], name: str, report: TransformReport,
@@ -103,6 +119,7 @@ def _book(reports: Dict[str, TransformReport], name: str, report: TransformRepor
     first.skipped.extend(entry for entry in report.skipped if entry not in known)
     first.notes.extend(note for note in report.notes if note not in first.notes)
     first.removed_nodes += report.removed_nodes
+    first.pruned.extend(report.pruned)
     first.seconds += report.seconds
     if report.rewritten or report.removed_nodes:
         first.notes.append(f"round {round_}: {len(report.rewritten)} more rewritten, "

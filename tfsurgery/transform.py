@@ -58,6 +58,8 @@ class TransformReport:
     notes: List[str] = dataclasses.field(default_factory=list)
     removed_nodes: int = 0
     seconds: float = 0.0
+    # nodes no output needs, pruned before the work (the pipeline books them to prune)
+    pruned: List[str] = dataclasses.field(default_factory=list)
 
     def skip(self, node: str, reason: str) -> None:
         self.skipped.append((node, reason))

@@ -66,6 +66,9 @@ class Verification:
     noise_floor: float = 0.0        # the original's own output change for a 1-ulp input change
     deterministic: bool = True      # two runs of the reference agree bit for bit
     feeds: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
+    # further feeds compared, by the suffix their outputs carry ("@32": free dims at 32)
+    more_feeds: Dict[str, Dict[str, np.ndarray]] = dataclasses.field(default_factory=dict,
+                                                                     repr=False)
     # the reference's outputs on ``feeds`` (output → values): what exports are checked against
     expected: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
 
@@ -147,8 +150,11 @@ def has_free_dims(graph_def, inputs: Sequence[str]) -> bool:
 
 def make_feeds(graph_def, inputs: Sequence[str], seed: int = 0, *,
                given: Optional[Mapping[str, np.ndarray]] = None,
-               unknown_dim: int = UNKNOWN_DIMS[0]) -> Dict[str, np.ndarray]:
-    """Seeded random values for every input placeholder; ``given`` values win."""
+               unknown_dim: int = UNKNOWN_DIMS[0],
+               scalar_if_unknown_rank: bool = False) -> Dict[str, np.ndarray]:
+    """Seeded random values for every input placeholder; ``given`` values win.
+    ``scalar_if_unknown_rank``: stand-in values for inputs nothing reads any more, where any
+    value does (a scalar for an input of unknown rank instead of an error)."""
     import tensorflow as tf
     given = {node_name(k): v for k, v in (given or {}).items()}
     rng = np.random.default_rng(seed)
@@ -160,7 +166,9 @@ def make_feeds(graph_def, inputs: Sequence[str], seed: int = 0, *,
         if node.name in given:
             feeds[name] = np.asarray(given[node.name]).astype(dtype.as_numpy_dtype)
             continue
-        shape = placeholder_shape(node, unknown_dim)
+        unknown_rank = "shape" not in node.attr or node.attr["shape"].shape.unknown_rank
+        shape = [] if scalar_if_unknown_rank and unknown_rank else \
+            placeholder_shape(node, unknown_dim)
         if dtype.is_bool:
             value = rng.random(shape) < 0.5
         elif dtype.is_integer:
@@ -307,11 +315,13 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
     actual = run_graph(optimized, feeds if raw is None else raw, outputs, timeout=timeout,
                        label="the optimized graph")
     errors = [output_error(name, e, a) for name, e, a in zip(outputs, expected, actual)]
+    more_feeds = {}
     if raw is None:
-        errors += _second_size(reference, optimized, inputs, outputs, settings, size,
-                               seed=seed, given=given, timeout=timeout)
+        more_errors, more_feeds = _second_size(reference, optimized, inputs, outputs, settings,
+                                               size, seed=seed, given=given, timeout=timeout)
+        errors += more_errors
     verification = Verification(errors, tolerance, feeds=feeds if raw is None else raw,
-                                expected=dict(zip(outputs, expected)))
+                                more_feeds=more_feeds, expected=dict(zip(outputs, expected)))
     notes = [note for note in (reference_note, random_note) if note]
     if notes:
         verification.reference = "; ".join(notes)
@@ -327,21 +337,23 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
     return verification
 
 
-def _second_size(reference, optimized, inputs, outputs, settings, first: int, **run) -> list:
+def _second_size(reference, optimized, inputs, outputs, settings, first: int, **run):
     """Free dimensions are checked at a second, larger size too: a loop whose trip count, or a
-    reshape whose size, became a constant cannot pass. Errors are named ``output@size``."""
+    reshape whose size, became a constant cannot pass. Errors are named ``output@size``.
+    Returns (errors, {"@size": the feeds}) — the ONNX check reuses those feeds."""
     if not has_free_dims(reference, inputs):
-        return []
+        return [], {}
     larger = [size for size in UNKNOWN_DIMS if size > first] or [first + 1]
     try:
         more_feeds, expected, _ = run_reference(reference, inputs, outputs, settings,
                                                 size=larger[0], **run)
     except OriginalDoesNotRun:
-        return []            # the original itself needs the first size: nothing more to learn
+        return [], {}        # the original itself needs the first size: nothing more to learn
     actual = run_graph(optimized, more_feeds, outputs, timeout=run["timeout"],
                        label="the optimized graph")
-    return [output_error(f"{name}@{larger[0]}", e, a)
-            for name, e, a in zip(outputs, expected, actual)]
+    label = f"@{larger[0]}"
+    return ([output_error(f"{name}{label}", e, a)
+             for name, e, a in zip(outputs, expected, actual)], {label: more_feeds})
 
 
 def _preprocessed_feeds(original, optimized, inputs, outputs, preprocess, *, seed, given):

@@ -14,6 +14,12 @@ constant weight, whose output — and every intermediate output of the chain —
 Skipped, with the reason in the report: training-mode BN, non-constant BN parameters or weights, a
 conv/matmul output that others also read, a BN whose channel axis does not match.
 A shared weight constant is copied, not changed in place.
+
+Through a concat: a chain after ConcatV2/Concat of linear ops (each maybe followed by its own
+BiasAdd) is split along the concat's channel slices and folded into each input (along another
+axis each input gets the whole map). Only when every input is such a linear op with constant,
+unshared weights and the concat is its one reader, and nothing else reads the concat; otherwise
+the report says why (on the concat).
 """
 from __future__ import annotations
 
@@ -235,19 +241,25 @@ def write_weights(graph: Graph, lin: Linear, weights: np.ndarray) -> None:
 
 
 def fold_chain(graph: Graph, lin: Linear, chain: Chain) -> None:
+    last = chain.nodes[-1]
+    device = graph.node(last).device
+    graph.remove(chain.nodes)
+    fold_into(graph, lin, chain.scale, chain.shift, Ref(chain.start), last, device)
+
+
+def fold_into(graph: Graph, lin: Linear, scale: np.ndarray, shift: np.ndarray, start: Ref,
+              name: str, device: str) -> str:
+    """W *= scale; then a BiasAdd called ``name`` adds ``shift`` to tensor ``start``."""
     weights = lin.weights
     dtype = weights.dtype
     # float32/64 weights: one rounding of W * s in their own type. half/bfloat16: in float32.
     math_type = dtype if dtype in (np.float32, np.float64) else np.float32
-    scaled = lin.scale_weights(weights.astype(math_type, copy=False), chain.scale.astype(math_type))
+    scaled = lin.scale_weights(weights.astype(math_type, copy=False), scale.astype(math_type))
     write_weights(graph, lin, scaled.astype(dtype, copy=False))
-    last = chain.nodes[-1]
-    device = graph.node(last).device
-    bias = graph.add_const(f"{last}/folded_bias", chain.shift.astype(dtype), device=device)
-    graph.remove(chain.nodes)
+    bias = graph.add_const(f"{name}/folded_bias", shift.astype(dtype), device=device)
     fmt = "NCHW" if lin.channel_axis == 1 and lin.rank > 2 else "NHWC"
-    graph.new_node("BiasAdd", last, [Ref(chain.start), bias],
-                   {"T": lin.dtype, "data_format": fmt}, device=device)
+    return graph.new_node("BiasAdd", name, [start, bias],
+                          {"T": lin.dtype, "data_format": fmt}, device=device).name
 
 
 def downstream_batch_norms(graph: Graph, name: str, steps: int = 3) -> List[str]:
@@ -269,14 +281,165 @@ def downstream_batch_norms(graph: Graph, name: str, steps: int = 3) -> List[str]
     return found
 
 
+# ---------------------------------------------------------------- batch norm after a concat
+# Grouped convs, Inception branches and onnx-tf exports concatenate conv outputs and normalize the
+# result. Concatenating along the channel axis gives each input a slice of the channels, so
+#     BN(concat(z_1, .., z_n)) = concat(z_1 * S[c_1] + B[c_1], .., z_n * S[c_n] + B[c_n])
+# and each slice folds into its own linear op; along another axis every input gets all of S, B.
+CONCAT_OPS = {"ConcatV2": -1, "Concat": 0}       # the op and the position of its axis input
+STEP_OPS = ("BiasAdd", "Add", "AddV2", "Sub", "Mul", "RealDiv", "Div") + CHANNEL_PRESERVING_OPS
+
+
+@dataclasses.dataclass
+class ConcatPart:
+    index: int          # which input of the concat
+    lin: Linear
+    chain: Chain        # the per-channel steps between the linear op and the concat
+    channels: slice     # the concat's channels this part carries
+
+
+def linear_feeding(graph: Graph, ref: Ref) -> Optional[Linear]:
+    """The linear op behind tensor ``ref`` through a few per-channel steps (BiasAdd, Mul, ...)."""
+    name = ref.node
+    for _ in range(4):
+        lin = linear_op(graph, name)
+        if lin is not None:
+            return lin
+        data = [r for r in graph.inputs(name) if not graph.is_const(r)]
+        if graph.op(name) not in STEP_OPS or len(data) != 1:
+            return None
+        name = data[0].node
+    return None
+
+
+def weights_shared(graph: Graph, lin: Linear) -> bool:
+    """Whether another node reads the weight constant (or an Identity on the way to it) as data;
+    control readers (Keras 3's NoOps) do not see the value."""
+    ref = lin.weight
+    while len(graph.consumers(ref.node)) == 1 and graph.op(ref) != "Const":
+        ref = graph.inputs(ref.node)[ref.port if graph.op(ref) == "IdentityN" else 0]
+    return len(graph.consumers(ref.node)) != 1
+
+
+def concat_part(graph: Graph, concat: str, index: int, ref: Ref, lin: Linear,
+                options: Options) -> Union[ConcatPart, str]:
+    if not lin.channels:
+        return f"weights of {lin.name} are not constant"
+    if weights_shared(graph, lin):
+        return f"the weights of {lin.name} are shared with other nodes"
+    chain = affine_chain(graph, lin, options)
+    end = chain.nodes[-1] if chain.nodes else chain.start
+    if ref != Ref(end):
+        return f"{ref.node} is not {lin.name} followed only by per-channel constants"
+    if single_consumer(graph, end, options) != concat:
+        return f"the output of {end} is read by more than the concat (or is a graph output)"
+    return ConcatPart(index, lin, chain, slice(None))
+
+
+def concat_parts(graph: Graph, concat: str,
+                 options: Options) -> Union[Tuple[Linear, List[ConcatPart]], str, None]:
+    """A channel view of ``concat`` and its parts; why not, if some input cannot take a fold;
+    None when no input comes from a linear op at all (then there is nothing to fold into)."""
+    inputs = graph.inputs(concat)
+    axis_at = CONCAT_OPS[graph.op(concat)] % len(inputs)
+    values = [(i, ref) for i, ref in enumerate(inputs) if i != axis_at]
+    lins = [linear_feeding(graph, ref) for _, ref in values]
+    if not any(lins):
+        return None
+    if not all(lins):
+        return "not every input of the concat is a conv/matmul"
+    parts = []
+    for (index, ref), lin in zip(values, lins):
+        part = concat_part(graph, concat, index, ref, lin, options)
+        if isinstance(part, str):
+            return part
+        parts.append(part)
+    first = lins[0]
+    if any((lin.rank, lin.channel_axis % lin.rank) != (first.rank, first.channel_axis % first.rank)
+           for lin in lins):
+        return "the concat's inputs differ in rank or data_format"
+    axis = graph.const_value(inputs[axis_at])
+    if axis is None or axis.size != 1:
+        return "the concat axis is not a constant"
+    channel_axis = first.channel_axis % first.rank
+    if int(axis.reshape(-1)[0]) % first.rank == channel_axis:    # each input: its own channels
+        start = 0
+        for part in parts:
+            part.channels = slice(start, start + part.lin.channels)
+            start += part.lin.channels
+        channels = start
+    elif len({lin.channels for lin in lins}) == 1:      # another axis: all share the channels
+        channels = first.channels
+    else:
+        return "the concat's inputs have different channel counts"
+    view = Linear(concat, None, None, first.rank, channel_axis, channels, first.dtype, None)
+    return view, parts
+
+
+def fold_concat(graph: Graph, concat: str, options: Options, report: TransformReport) -> None:
+    """Fold the per-channel chain after ``concat`` into its inputs; when that is unsafe, say why
+    (a batch norm there then becomes Mul + BiasAdd like any BN with nothing to fold into)."""
+    found = concat_parts(graph, concat, options)
+    if found is None:
+        return
+    if isinstance(found, str):
+        refuse_concat(graph, concat, found, options, report)
+        return
+    view, parts = found
+    chain = affine_chain(graph, view, options)
+    for bn, why in chain.blocked:
+        report.skip(concat, f"{bn} not folded into the concat's inputs: {why}")
+    if chain.start != concat or not worth_folding(graph, chain):
+        return
+    report.matched += 1
+    for part in parts:
+        fold_concat_part(graph, concat, part, chain.scale[part.channels],
+                         chain.shift[part.channels])
+    rename_concat(graph, concat, chain.nodes)
+    report.rewritten.append(f"{' + '.join(p.lin.name for p in parts)} <- "
+                            f"{' + '.join(chain.nodes)} (split by {concat})")
+
+
+def refuse_concat(graph: Graph, concat: str, reason: str, options: Options,
+                  report: TransformReport) -> None:
+    """Report a batch norm, or a per-channel op by a constant, after ``concat`` left unfolded."""
+    followers = downstream_batch_norms(graph, concat)
+    reader = single_consumer(graph, concat, options)
+    if not followers and graph.op(reader) in STEP_OPS and \
+            any(graph.is_const(ref) for ref in graph.inputs(reader)):
+        followers = [reader]
+    for name in followers:
+        report.skip(concat, f"{name} not folded into the concat's inputs: {reason}")
+
+
+def fold_concat_part(graph: Graph, concat: str, part: ConcatPart, scale: np.ndarray,
+                     shift: np.ndarray) -> None:
+    """Fold (z * a + c) * scale + shift into the part's linear op: W * (a·scale), one BiasAdd."""
+    own = part.chain
+    total_scale, total_shift = own.scale * scale, own.shift * scale + shift
+    if own.nodes:           # the BiasAdd takes the last step's name: the concat still reads it
+        fold_chain(graph, part.lin, dataclasses.replace(own, scale=total_scale,
+                                                        shift=total_shift))
+        return
+    device = graph.node(part.lin.name).device
+    bias = fold_into(graph, part.lin, total_scale, total_shift, Ref(own.start),
+                     f"{part.lin.name}/folded_bias_add", device)
+    graph.set_input(concat, part.index, bias)
+
+
+def rename_concat(graph: Graph, concat: str, chain: List[str]) -> None:
+    """The concat, now producing the normalized values, takes the last chain node's name."""
+    node = graph.node(concat)
+    inputs, attrs, device = list(node.input), dict(node.attr), node.device
+    graph.remove([concat] + chain)
+    graph.new_node(node.op, chain[-1], inputs, attrs, device=device)
+
+
 @transform("fold-batch-norm", default=False)
 def fold_batch_norm(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("fold-batch-norm")
     if options.outputs:       # unreachable readers (e.g. a dead BN's moments) must not block folds
-        unreachable = graph.prune(options.outputs, keep=options.inputs)
-        if unreachable:
-            report.notes.append(f"{len(unreachable)} nodes no output needs were pruned first "
-                                "(counted as removed here, not as folds)")
+        report.pruned = graph.prune(options.outputs, keep=options.inputs)   # booked to prune
     blocked = {}
     for node in graph:
         lin = linear_op(graph, node.name) if node.name in graph else None
@@ -293,6 +456,9 @@ def fold_batch_norm(graph: Graph, options: Options) -> TransformReport:
         report.matched += 1
         fold_chain(graph, lin, chain)
         report.rewritten.append(f"{lin.name} <- {' + '.join(chain.nodes)}")
+    for node in graph:
+        if node.op in CONCAT_OPS and node.name in graph:
+            fold_concat(graph, node.name, options, report)
     for node in graph:
         if node.op not in BATCH_NORM_OPS:
             continue

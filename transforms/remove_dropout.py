@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Optional, Set
 
-from tfsurgery.constants import constant_nodes
+from tfsurgery.constants import constant_valued_nodes
 from tfsurgery.graph import Graph, Ref
 from tfsurgery.ops import PLACEHOLDER_OPS
 from tfsurgery.transform import Options, TransformReport, transform
@@ -86,7 +86,7 @@ def remove_dropout(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("remove-dropout")
     if not any(node.op in RANDOM_OPS for node in graph):
         return report
-    constant = constant_nodes(graph)
+    constant = constant_valued_nodes(graph)     # a rate inside a v1 loop comes through Enter
     for node in graph:
         if node.op not in RANDOM_OPS or node.name not in graph:
             continue
