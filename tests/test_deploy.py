@@ -325,3 +325,73 @@ def test_runtimes_that_cannot_be_interrupted_still_have_a_deadline():
     assert with_deadline(lambda: 42, 5, "a quick call") == 42
     with pytest.raises(ZeroDivisionError):                     # errors reach the caller
         with_deadline(lambda: 1 / 0, 5, "a failing call")
+
+
+# ---------------------------------------------------------------- all or nothing, the report
+def test_a_later_export_failing_leaves_no_earlier_artefact(files, tmp_path, capsys):
+    """The SavedModel checks out, then the TFLite converter refuses: exit 1, one line, and
+    neither the SavedModel nor the .pb is written; an existing SavedModel replaced with
+    --force stays as it was."""
+    keep = tmp_path / "sm"
+    keep.mkdir()
+    (keep / "mine.txt").write_text("mine")
+    report = tmp_path / "r.json"
+    code, _, err = run_cli(capsys, files["igamma"], "-o", tmp_path / "x.pb", "--saved-model",
+                           keep, "--force", "--tflite", tmp_path / "x.tflite",
+                           "--report-json", report)
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "TFLite converter" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "sm"]
+    assert [p.name for p in keep.iterdir()] == ["mine.txt"]
+    written = artefacts(report)
+    assert written["saved_model"]["passed"] and not written["saved_model"]["written"]
+    assert not written["tflite"]["passed"] and not written["tflite"]["written"]
+
+
+def test_report_lists_every_artefact_with_its_size_and_check(files, tmp_path, capsys):
+    report = tmp_path / "r.json"
+    code, stdout, err = run_cli(capsys, files["cnn"], "--bn-fold", "-o", tmp_path / "m.pb",
+                                "--onnx", tmp_path / "m.onnx", "--saved-model", tmp_path / "sm",
+                                "--tflite", tmp_path / "m.tflite", "--report-json", report)
+    assert code == 0, err
+    written = artefacts(report)
+    on_disk = {"pb": (tmp_path / "m.pb").stat().st_size,
+               "onnx": (tmp_path / "m.onnx").stat().st_size,
+               "saved_model": sum(f.stat().st_size for f in (tmp_path / "sm").rglob("*")
+                                  if f.is_file()),
+               "tflite": (tmp_path / "m.tflite").stat().st_size}
+    lines = [line for line in stdout.splitlines() if line.startswith("wrote ")]
+    assert len(lines) == 4
+    for fmt, size in on_disk.items():
+        entry = written[fmt]
+        assert entry["bytes"] == size and entry["written"] and entry["passed"]
+        assert 0 <= entry["max_error"] <= entry["tolerance"] and entry["checked_by"]
+        line = next(line for line in lines if line.startswith(f"wrote {entry['path']} "))
+        assert "KiB" in line and f"max error {entry['max_error']:.3g}" in line
+    assert written["pb"]["reference"] == "the original graph"
+    assert written["onnx"]["reference"] == "the optimized graph in TensorFlow"
+
+
+def test_saved_model_input_keeps_its_key_when_outputs_are_narrowed(signature_model, tmp_path,
+                                                                    capsys):
+    """--outputs picks one of the signature's outputs: the key and the names stay the input
+    signature's (not serving_default with graph node names)."""
+    folder, module = signature_model
+    scores = api.load(folder, "classify").signature["outputs"]["scores"]
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, folder, "--signature", "classify", "--outputs",
+                           scores.split(":")[0], "-o", f"{out}/")
+    assert code == 0, err
+    loaded = tf.saved_model.load(str(out))
+    assert list(loaded.signatures) == ["classify"]
+    signature = loaded.signatures["classify"]
+    assert list(signature.structured_input_signature[1]) == ["pixels"]
+    assert list(signature.structured_outputs) == ["scores"]
+    x = np.random.default_rng(4).standard_normal((3, 12)).astype(np.float32)
+    np.testing.assert_allclose(signature(pixels=tf.constant(x))["scores"].numpy(),
+                               module.classify(tf.constant(x))["scores"].numpy(), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_bench_of_a_graph_onnx_cannot_convert_is_one_line_exit_1(files, capsys):
+    code, _, err = run_cli(capsys, "bench", files["igamma"], "--runs", "1")
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "Igamma" in err

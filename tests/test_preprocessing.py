@@ -93,11 +93,14 @@ def test_numbers_match_numpy_reference_independently():
     assert np.max(np.abs(expected - actual)) <= 1e-4 * np.max(np.abs(expected))
 
 
-def test_depthwise_first_layer_scale_folds_reversal_stays():
-    result = run(build("depthwise_valid"), **IMAGE)
+def test_depthwise_first_layer_scale_and_mean_fold_reversal_stays():
+    source = build("depthwise_valid")
+    result = run(source, **IMAGE)
     left = ops(result.graph_def)
     assert "Mul" not in left              # the scale folds per input channel
+    assert "Sub" not in left              # the mean (after the reversal) folds into the bias
     assert "ReverseV2" in left            # it would permute the depthwise outputs too
+    assert len(left) - len(ops(source.graph_def)) == 2          # Cast + ReverseV2
     assert any("depthwise" in r for rep in result.reports for _, r in rep.skipped)
 
 
@@ -136,7 +139,9 @@ def test_integer_model_input_refused(tmp_path, capsys):
     path = tmp_path / "m.pb"
     path.write_bytes(g.as_graph_def().SerializeToString())
     code = main([str(path), "-o", str(tmp_path / "o.pb"), "--input-dtype", "uint8"])
-    assert code == 2 and "not float" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 2 and "not float" in err and len(err.strip().splitlines()) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["m.pb"]
 
 
 def test_cli_uint8_onnx_matches(tmp_path):
@@ -194,3 +199,190 @@ def test_scalar_mean_with_same_padding_folds_through_a_padv2():
     result = run(build("nhwc_same"), dtype="uint8", reverse=True, mean=(127.5,), scale=(127.5,))
     left = ops(result.graph_def)
     assert not {"Sub", "Mul", "ReverseV2"} & set(left) and left.count("PadV2") == 1
+
+
+# ---------------------------------------------------------------- exports (issue 14 item 5)
+PIXELS = dict(dtype="uint8", reverse=True, mean=(127.5,), scale=(60.0,))
+CLI_PIXELS = ["--input-dtype", "uint8", "--reverse-input-channels", "--mean-values", "127.5",
+              "--scale-values", "60"]
+
+
+@pytest.fixture(scope="module")
+def preprocessed_exports(tmp_path_factory):
+    """nhwc_same through the CLI with uint8 BGR preprocessing, to every format."""
+    import json
+    folder = tmp_path_factory.mktemp("pp_exports")
+    source = build("nhwc_same")
+    (folder / "m.pb").write_bytes(source.graph_def.SerializeToString())
+    code = main([str(folder / "m.pb"), "-q", "--inputs", "x", "--outputs", "out", *CLI_PIXELS,
+                 "-o", str(folder / "o.pb"), "--onnx", str(folder / "o.onnx"),
+                 "--saved-model", str(folder / "sm"), "--tflite", str(folder / "o.tflite"),
+                 "--report-json", str(folder / "r.json")])
+    assert code == 0
+    report = json.loads((folder / "r.json").read_text())
+    return source, folder, {a["format"]: a for a in report["artefacts"]}
+
+
+def test_every_export_takes_uint8_and_matches_the_original_on_numpy_preprocessing(
+        preprocessed_exports):
+    """Each artefact, run independently here on raw uint8 over 0-255, against the ORIGINAL graph
+    fed (reverse(x) - 127.5) / 60 computed in this test."""
+    import onnxruntime as ort
+    from ai_edge_litert.interpreter import Interpreter
+    from tfsurgery.verify import run_graph
+    source, folder, written = preprocessed_exports
+    assert set(written) == {"pb", "onnx", "saved_model", "tflite"}
+    for entry in written.values():
+        assert entry["passed"] and entry["written"] and entry["max_error"] <= 1e-4
+        assert entry["reference"].startswith("the original graph fed the verifier's NumPy")
+    raw = RNG.integers(0, 256, size=(2, 8, 8, 3)).astype(np.uint8)
+    raw.flat[:2] = 0, 255
+    model = ((raw[..., ::-1].astype(np.float64) - 127.5) / 60).astype(np.float32)
+    expected = run_graph(source.graph_def, {"x": model}, ["out"])[0]
+    session = ort.InferenceSession(str(folder / "o.onnx"), providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].type == "tensor(uint8)"
+    signature = tf.saved_model.load(str(folder / "sm")).signatures["serving_default"]
+    assert signature.structured_input_signature[1]["x"].dtype == tf.uint8
+    runner = Interpreter(model_path=str(folder / "o.tflite")).get_signature_runner()
+    assert runner.get_input_details()["x"]["dtype"] == np.uint8
+    got = {"pb": run_graph(tf.compat.v1.GraphDef.FromString((folder / "o.pb").read_bytes()),
+                           {"x": raw}, ["out"])[0],
+           "onnx": session.run(None, {session.get_inputs()[0].name: raw})[0],
+           "saved_model": signature(x=tf.constant(raw))["out"].numpy(),
+           "tflite": runner(x=raw)["out"]}
+    scale = np.abs(expected).max()
+    for name, value in got.items():
+        assert np.abs(value - expected).max() <= 1e-4 * scale, name
+
+
+def _tampered(result):
+    """The optimized graph with its first conv's weights off by 1 %: the exports of it agree
+    with it, but not with the original."""
+    from tfsurgery.graph import Graph
+    graph = Graph(result.graph_def)
+    conv = next(n for n in graph if n.op == "Conv2D")
+    weight = conv.input[1].split(":")[0]
+    value = graph.const_value(weight) * np.float32(1.01)
+    graph.remove([weight])
+    graph.add_const(weight, value)
+    return graph.to_graph_def()
+
+
+def test_exports_with_preprocessing_are_checked_against_the_original_not_the_graph(tmp_path):
+    """Were an export compared with the optimized graph (the thing under test), a wrong
+    optimized graph would pass here; compared with the original on the verifier's own NumPy
+    preprocessing, each of ONNX, SavedModel and TFLite refuses and writes nothing."""
+    source = build("nhwc_valid")
+    result = run(source, **PIXELS)
+    result.graph_def = _tampered(result)
+    onnx = api.export_onnx(result, tmp_path / "m.onnx")
+    saved = api.export_saved_model(source, result, tmp_path / "sm")
+    lite = api.export_tflite(source, result, tmp_path / "m.tflite")
+    for checked in (onnx, saved, lite):
+        assert not checked.passed and 1e-3 < checked.max_error < 0.1, checked
+        assert checked.reference.startswith("the original graph")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- bad input, several inputs
+def _graph_file(tmp_path, name, build_graph):
+    with tf.Graph().as_default() as g:
+        build_graph()
+    path = tmp_path / f"{name}.pb"
+    path.write_bytes(g.as_graph_def().SerializeToString())
+    return path
+
+
+def _no_channel_axis():
+    """A rank-4 input that no NHWC/NCHW op reads: its channel axis cannot be known."""
+    x = tf.compat.v1.placeholder(tf.float32, [None, 4, 4, 3], name="x")
+    tf.identity(tf.reduce_sum(x * _r(3), axis=[1, 2]), name="out")
+
+
+def _two_images():
+    r = [tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 3], name=n) for n in "ab"]
+    tf.identity(tf.nn.conv2d(r[0], _r(3, 3, 3, 4), 1, "VALID")
+                + tf.nn.conv2d(r[1], _r(3, 3, 3, 4), 1, "VALID"), name="out")
+
+
+@pytest.mark.parametrize("graph, args, message", [
+    ("no_axis", ["--reverse-input-channels"], "channel axis cannot be known"),
+    ("no_axis", ["--mean-values", "1,2,3"], "channel axis cannot be known"),
+    ("two", ["--mean-values", "1"], "several inputs, name one with NAME=... (a, b)"),
+    ("two", ["--input-dtype", "string"], "not an integer or float dtype"),
+])
+def test_more_bad_preprocessing_options_exit_2(tmp_path, capsys, graph, args, message):
+    path = _graph_file(tmp_path, graph, _no_channel_axis if graph == "no_axis" else _two_images)
+    before = path.read_bytes()
+    code = main([str(path), "-o", str(tmp_path / "o.pb"), "--onnx", str(tmp_path / "o.onnx"),
+                 "--saved-model", str(tmp_path / "sm")] + args)
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [path.name] and path.read_bytes() == before
+
+
+def test_name_picks_each_input(tmp_path):
+    path = _graph_file(tmp_path, "two", _two_images)
+    result = api.optimize(api.load(path), api.choose_transforms(), preprocess=Requested(
+        ("b", "uint8"), ("b", True), ("a", (1.0, 2.0, 3.0)), ("b", (50.0,))))
+    assert result.verification.passed, result.verification.failure()
+    dtypes = {n.name: tf.dtypes.as_dtype(n.attr["dtype"].type) for n in result.graph_def.node
+              if n.op == "Placeholder"}
+    assert dtypes == {"a": tf.float32, "b": tf.uint8}
+    feeds = result.verification.feeds
+    assert feeds["b"].min() == 0 and feeds["b"].max() == 255 and feeds["a"].dtype == np.float32
+
+
+def test_bad_option_is_one_line_on_the_real_stderr(tmp_path):
+    """Parsing these options imports TensorFlow; its start-up chatter must not reach stderr
+    before the one-line error (checked on the process's real stderr, not a capture)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    path = tmp_path / "m.pb"
+    path.write_bytes(build("nhwc_valid").graph_def.SerializeToString())
+    done = subprocess.run([sys.executable, "-m", "tfsurgery.cli", str(path), "-o",
+                           str(tmp_path / "o.pb"), "--scale-values", "1,abc"],
+                          capture_output=True, text=True, timeout=300,
+                          cwd=str(Path(__file__).resolve().parent.parent))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "--scale-values" in done.stderr and "with numbers" in done.stderr
+    assert not (tmp_path / "o.pb").exists()
+
+
+def test_report_says_what_folded_what_stays_and_why():
+    result = run(build("nhwc_same"), **IMAGE)
+    notes = next(r for r in result.reports if r.name == "add-preprocessing").notes
+    assert "new input signature x: uint8" in notes[0] and "m = (reverse(x) - mean) / scale" in notes[0]
+    outcome = notes[1]
+    assert "folded x/preprocess/reverse_channels → Conv2D" in outcome
+    assert "x/preprocess/scale (Mul) → Conv2D" in outcome
+    assert ("stays x/preprocess/cast (the new input dtype); "
+            "x/preprocess/sub_mean (Conv2D: a per-channel shift before zero padding") in outcome
+    assert "NumPy preprocessing" in result.verification.reference
+    from tfsurgery.report import transform_lines
+    assert "added       7 nodes" in transform_lines(result.reports)[0]
+
+
+def test_bench_feeds_the_original_its_preprocessed_values(tmp_path, capsys):
+    """bench: the optimized graph takes raw uint8, the original (in TF and in onnxruntime) the
+    preprocessed float values — it used to feed uint8 to both and crash in onnxruntime."""
+    path = tmp_path / "m.pb"
+    path.write_bytes(build("nhwc_valid").graph_def.SerializeToString())
+    code = main(["bench", str(path), "--runs", "1", "--inputs", "x", "--outputs", "out",
+                 *CLI_PIXELS, "--report-json", str(tmp_path / "t.json")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "onnxruntime" in out and "tensorflow" in out
+
+
+@pytest.mark.parametrize("mean", [(127.5,), (123.675, 116.28, 103.53)])
+def test_depthwise_same_first_layer_keeps_its_numbers(mean):
+    """SAME depthwise after the reversal: a scalar mean becomes a PadV2 border, a per-channel
+    one stays as one Sub; either way the verifier's NumPy reference agrees."""
+    source = build("depthwise_same")
+    result = run(source, dtype="uint8", reverse=True, mean=mean, scale=(58.0,))
+    left = ops(result.graph_def)
+    assert "Mul" not in left and left.count("ReverseV2") == 1
+    assert left.count("Sub") == (0 if len(mean) == 1 else 1)
+    assert len(left) - len(ops(source.graph_def)) <= 3

@@ -17,7 +17,7 @@ from tensorflow.core.framework import graph_pb2
 from tfsurgery import (io, latency, onnx_export, pipeline, picture, preprocessing, report,
                        verify as verify_mod)
 from tfsurgery import artefacts, savedmodel_export, tflite_export
-from tfsurgery.artefacts import Artefact
+from tfsurgery.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
 from tfsurgery.errors import (InputError, OriginalDoesNotRun, TransformError, UnknownTransform,
                               VerificationError)
 from tfsurgery.graph import Graph
@@ -187,6 +187,9 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
         graph_def, reports = pipeline.run(original, transforms, options)
     except TransformError as error:
         raise InputError(str(error)) from None
+    for r in reports:
+        if r.name == "add-preprocessing":
+            r.notes.extend(preprocessing.outcome(graph_def, specs, reports))
     settings = {**{name: False for name in find_training_flags(original, flags)}, **values}
     switches = list(settings)
     graph_def, inputs, unused = _drop_unused_inputs(original, graph_def, inputs, outputs,
@@ -244,18 +247,20 @@ def check(result: Result, *, feeds: Optional[Mapping[str, object]] = None,
         return verify_mod.verify(result.before, result.graph_def, result.inputs, result.outputs,
                                  result.settings, tolerance=result.tolerance, seed=seed,
                                  given=feeds, timeout=result.timeout,
-                                 reference_note=_reference_note(result.settings),
+                                 reference_note=_reference_note(result.settings,
+                                                                bool(result.preprocess)),
                                  preprocess=result.preprocess)
     except OriginalDoesNotRun as error:
         raise InputError(str(error)) from None
 
 
-def _reference_note(settings: Mapping[str, object]) -> str:
+def _reference_note(settings: Mapping[str, object], preprocessed: bool = False) -> str:
+    fed = " fed the verifier's NumPy preprocessing of the raw inputs" if preprocessed else ""
     if not settings:
-        return "original graph"
+        return f"original graph{fed}"
     shown = ", ".join(f"{name}={value}" for name, value in list(settings.items())[:4])
     more = f" and {len(settings) - 4} more" if len(settings) > 4 else ""
-    return f"original graph with {shown}{more}"
+    return f"original graph{fed} with {shown}{more}"
 
 
 def save(graph_def, path, *, input_path=None) -> Path:
@@ -284,9 +289,10 @@ def _json_value(value):
 
 def export_onnx(result: Result, path, *, opset: Optional[int] = None,
                 inputs_as_nchw: Sequence[str] = (), ort_optimize: bool = True,
-                input_path=None) -> onnx_export.OnnxExport:
-    """Convert the optimized graph with tf2onnx and check it in onnxruntime against TensorFlow,
-    with the run's tolerance. Raises ``ExportError`` when that fails (nothing written)."""
+                input_path=None, batch: Optional[Batch] = None) -> onnx_export.OnnxExport:
+    """Convert the optimized graph with tf2onnx and check it in onnxruntime against TensorFlow
+    (``export_reference``), with the run's tolerance. Raises ``ExportError`` when that fails
+    (nothing written); with a ``batch``, written when the whole run has passed."""
     progress(result.graph_def, f"exporting to ONNX with tf2onnx: {path}")
     return onnx_export.export(result.graph_def, result.inputs, result.outputs, path, opset=opset,
                               inputs_as_nchw=list(inputs_as_nchw), tolerance=result.tolerance,
@@ -295,14 +301,27 @@ def export_onnx(result: Result, path, *, opset: Optional[int] = None,
                               float16_min_elements=(Options().float16_min_elements
                                                     if result.weights == "float16" else None),
                               more_feeds=(result.verification.more_feeds
-                                          if result.verification is not None else None))
+                                          if result.verification is not None else None),
+                              expected=export_reference(result), batch=batch)
 
 
 def check_feeds(result: Result) -> Dict[str, object]:
-    """The inputs every later check uses: verification's, or (unverified) made the same way."""
+    """The inputs every later check uses: verification's, or (unverified) made the same way
+    (raw inputs over their whole range where preprocessing is in the graph)."""
     if result.verification is not None:
         return result.verification.feeds
-    return verify_mod.make_feeds(result.graph_def, result.inputs, given=result.given)
+    feeds = verify_mod.make_feeds(result.graph_def, result.inputs, given=result.given)
+    return result.preprocess.raw_feeds(feeds, 0) if result.preprocess else feeds
+
+
+def export_reference(result: Result) -> Optional[Dict[str, object]]:
+    """What exports are compared with. With preprocessing in the graph: the ORIGINAL graph fed
+    the verifier's own NumPy preprocessing of the same raw inputs (as the .pb was verified),
+    never the graph under test. Otherwise (None) the optimized graph in TensorFlow, which
+    verification compared with the original."""
+    if result.preprocess is None or result.verification is None:
+        return None
+    return result.verification.expected
 
 
 def draw(source: Source, result: Result, path, *, scope: Optional[str] = None) -> Path:
@@ -314,8 +333,11 @@ def bench(source: Source, result: Result, *, runs: int = 50, onnx: bool = True) 
     """Latency of the original and the optimized graph, in TensorFlow and onnxruntime."""
     if runs < 1:
         raise InputError("--runs must be at least 1")
+    feeds = check_feeds(result)
     return latency.bench(result.before, result.graph_def, result.inputs, result.outputs,
-                         result.settings, feeds=check_feeds(result), runs=runs, onnx=onnx)
+                         result.settings, feeds=feeds, runs=runs, onnx=onnx,
+                         original_feeds=(result.preprocess.model_feeds(feeds)
+                                         if result.preprocess else None))
 
 
 # ---------------------------------------------------------------- deployment artefacts
@@ -330,13 +352,10 @@ def check_saved_model_target(path, *, force: bool = False, input_path=None) -> N
 
 
 def signature_for(source: Source, result: Result) -> savedmodel_export.Signature:
-    """A SavedModel input's own signature (key, names) when the optimized graph still has that
-    interface; otherwise ``serving_default`` with the graph's input and output names."""
-    sig = source.signature
-    if sig:
-        kept = savedmodel_export.Signature(sig["key"], dict(sig["inputs"]), dict(sig["outputs"]))
-        if kept.fits(result.inputs, result.outputs):
-            return kept
+    """A SavedModel input's own signature key, and its names for the tensors it names;
+    otherwise ``serving_default`` with the graph's input and output names."""
+    if source.signature:
+        return savedmodel_export.Signature.kept(source.signature, result.inputs, result.outputs)
     return savedmodel_export.Signature.of_graph(result.inputs, result.outputs)
 
 
@@ -345,26 +364,34 @@ def pb_artefact(result: Result, path) -> Artefact:
     v = result.verification
     return Artefact("pb", Path(path), artefacts.size_of(Path(path)),
                     v.max_error if v else float("nan"), v.allowed if v else result.tolerance,
-                    bool(v and v.passed), "verification against the original" if v
+                    bool(v and v.passed), "verification" if v
                     else "not verified (--no-verify)", weights=result.weights,
-                    outputs=list(v.outputs) if v else [])
+                    outputs=list(v.outputs) if v else [],
+                    reference=(artefacts.ORIGINAL_REFERENCE if result.preprocess
+                               else "the original graph"))
 
 
-def export_saved_model(source: Source, result: Result, path, *, force: bool = False) -> Artefact:
+def export_saved_model(source: Source, result: Result, path, *, force: bool = False,
+                       batch: Optional[Batch] = None) -> Artefact:
     """Write the optimized graph as a SavedModel; loaded back and its signature called on the
-    verification inputs; written only if it matches TensorFlow within the run's tolerance."""
+    verification inputs; written only if it matches the reference (``export_reference``)
+    within the run's tolerance (with a ``batch``: when the whole run has passed)."""
     progress(result.graph_def, f"writing the SavedModel {path}")
     return savedmodel_export.export(result.graph_def, signature_for(source, result), path,
                                     feeds=check_feeds(result), tolerance=result.tolerance,
                                     timeout=result.timeout, force=force, input_path=source.path,
-                                    weights=result.weights)
+                                    weights=result.weights, expected=export_reference(result),
+                                    batch=batch)
 
 
-def export_tflite(source: Source, result: Result, path) -> Artefact:
+def export_tflite(source: Source, result: Result, path,
+                  batch: Optional[Batch] = None) -> Artefact:
     """Convert with tf.lite.TFLiteConverter (float16 weights with --weights float16), run in the
-    LiteRT interpreter on the verification inputs; written only if it matches TensorFlow."""
+    LiteRT interpreter on the verification inputs; written only if it matches the reference
+    (``export_reference``; with a ``batch``: when the whole run has passed)."""
     progress(result.graph_def, f"converting to TensorFlow Lite: {path}")
     return tflite_export.export(result.graph_def, signature_for(source, result), path,
                                 feeds=check_feeds(result), tolerance=result.tolerance,
                                 float16=result.weights == "float16", timeout=result.timeout,
-                                input_path=source.path)
+                                input_path=source.path, expected=export_reference(result),
+                                batch=batch)

@@ -12,12 +12,15 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Mapping
+from typing import Callable, Dict, Iterator, List, Mapping, Optional
 
 import numpy as np
 
 from tfsurgery import verify
 from tfsurgery.errors import ExportError, InputError
+
+OPTIMIZED_REFERENCE = "the optimized graph in TensorFlow"
+ORIGINAL_REFERENCE = "the original graph fed the verifier's NumPy preprocessing"
 
 
 @dataclasses.dataclass
@@ -33,12 +36,52 @@ class Artefact:
     checked_by: str              # what ran it: "tf.saved_model.load", "LiteRT interpreter", ...
     weights: str = "float32"
     outputs: List[verify.OutputError] = dataclasses.field(default_factory=list)
+    reference: str = OPTIMIZED_REFERENCE     # what its outputs were compared with
 
     def as_dict(self) -> dict:
         return {"format": self.format, "path": str(self.path), "bytes": int(self.bytes),
                 "weights": self.weights, "max_error": float(self.max_error),
                 "tolerance": float(self.tolerance), "passed": bool(self.passed),
-                "checked_by": self.checked_by, "outputs": [o.as_dict() for o in self.outputs]}
+                "checked_by": self.checked_by, "reference": self.reference,
+                "outputs": [o.as_dict() for o in self.outputs]}
+
+
+class Batch:
+    """The checked outputs of one run, published together once every check has passed: an
+    export that fails later in the run leaves none of the earlier ones behind."""
+
+    def __init__(self):
+        self._stages: List[Path] = []
+        self._pending: List[Callable[[], None]] = []
+
+    def hold(self, publish: Callable[[], None], stage: Optional[Path] = None) -> None:
+        """Keep ``stage`` (what ``publish`` moves into place) until ``publish_all``/``discard``."""
+        if stage is not None:
+            self._stages.append(stage)
+        self._pending.append(publish)
+
+    def holds(self, stage: Path) -> bool:
+        return stage in self._stages
+
+    def publish_all(self) -> None:
+        for publish in self._pending:
+            publish()
+        self.discard()
+
+    def discard(self) -> None:
+        """Drop whatever was not published, and every staging directory."""
+        for stage in self._stages:
+            shutil.rmtree(stage, ignore_errors=True)
+        self._stages, self._pending = [], []
+
+
+def publish(publish_fn: Callable[[], None], batch: Optional[Batch] = None,
+            stage: Optional[Path] = None) -> None:
+    """Publish now, or (with a ``batch``) when the whole run has passed."""
+    if batch is None:
+        publish_fn()
+    else:
+        batch.hold(publish_fn, stage)
 
 
 def compare(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray]) -> tuple:
@@ -61,8 +104,9 @@ def size_of(path: Path) -> int:
 
 
 @contextlib.contextmanager
-def staging(path: Path) -> Iterator[Path]:
-    """A temporary directory next to ``path``, removed afterwards whatever happens."""
+def staging(path: Path, batch: Optional[Batch] = None) -> Iterator[Path]:
+    """A temporary directory next to ``path``, removed afterwards whatever happens — unless
+    ``batch`` holds it for publishing later."""
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise InputError(f"{path}: output directory {directory} does not exist")
@@ -73,7 +117,8 @@ def staging(path: Path) -> Iterator[Path]:
     try:
         yield stage
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        if batch is None or not batch.holds(stage):
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def publish_directory(staged: Path, path: Path, stage: Path) -> None:

@@ -82,33 +82,37 @@ def _preprocessing_options(parser: argparse.ArgumentParser) -> None:
     """--input-dtype etc.: the model then sees m = (reverse(x) - mean) / scale (add-preprocessing)."""
     group = parser.add_argument_group("preprocessing in the graph: the model sees "
                                       "(reverse(x) - mean) / scale")
-    group.add_argument("--input-dtype", type=_checked("parse_dtype"), metavar="[NAME=]DTYPE",
+    group.add_argument("--input-dtype", metavar="[NAME=]DTYPE",
                        help="the input takes this dtype (e.g. uint8), cast to the model's")
     group.add_argument("--reverse-input-channels", nargs="?", const=(None, True), default=None,
                        type=lambda text: (text or None, True), metavar="NAME",
                        help="reverse the input's channel order (BGR<->RGB)")
-    group.add_argument("--mean-values", type=_checked("parse_values"), metavar="[NAME=]V[,V...]",
+    group.add_argument("--mean-values", metavar="[NAME=]V[,V...]",
                        help="subtract these (one, or one per channel in the model's order)")
-    group.add_argument("--scale-values", type=_checked("parse_values"), metavar="[NAME=]V[,V...]",
+    group.add_argument("--scale-values", metavar="[NAME=]V[,V...]",
                        help="then divide by these (one, or one per channel)")
 
 
-def _checked(parser_name: str):
-    """A tfsurgery.preprocessing parser as an argparse type (bad text: one line, exit 2)."""
-    def parse(text: str):
-        from tfsurgery import preprocessing
-        from tfsurgery.errors import InputError
-        try:
-            return getattr(preprocessing, parser_name)(text)
-        except InputError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-    return parse
-
-
 def _preprocess(args):
-    from tfsurgery.preprocessing import Requested
-    return Requested(args.input_dtype, args.reverse_input_channels, args.mean_values,
-                     args.scale_values)
+    """The preprocessing options, parsed after logging is set up (parsing imports TensorFlow,
+    whose start-up chatter would otherwise reach stderr); bad text: InputError, exit 2."""
+    from tfsurgery import preprocessing
+
+    def parsed(text, parse):
+        return None if text is None else parse(text)
+    return preprocessing.Requested(
+        parsed(args.input_dtype, preprocessing.parse_dtype), args.reverse_input_channels,
+        parsed(args.mean_values, lambda t: _option("--mean-values", t)),
+        parsed(args.scale_values, lambda t: _option("--scale-values", t)))
+
+
+def _option(flag: str, text: str):
+    from tfsurgery import preprocessing
+    from tfsurgery.errors import InputError
+    try:
+        return preprocessing.parse_values(text)
+    except InputError as error:
+        raise InputError(f"{flag}: {error}") from None
 
 
 class UsageError(Exception):
@@ -286,6 +290,8 @@ def _setup_logging(args) -> None:
     tf.get_logger().setLevel(logging.DEBUG if args.verbose else logging.ERROR)
     # tf2onnx logs its progress at INFO and unsupported ops at ERROR; we report those ourselves.
     logging.getLogger("tf2onnx").setLevel(logging.DEBUG if args.verbose else logging.CRITICAL)
+    # absl logs at INFO through Python logging (the SavedModel builder's "Writing fingerprint").
+    logging.getLogger("absl").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
 
 
 def _silence_native_stderr() -> None:
@@ -309,6 +315,7 @@ def _silence_native_stderr() -> None:
 def _run(args) -> int:
     from tfsurgery import api
     transforms = api.choose_transforms(_split(args.transforms), bn_fold=args.bn_fold)
+    args.preprocess = _preprocess(args)       # bad values: exit 2 before loading the model
     saved_model = _saved_model_path(args)
     api.check_outputs([getattr(args, option, None)              # before minutes of work
                        for option in ("output", "report_json", "onnx", "picture", "tflite")
@@ -332,7 +339,7 @@ def _interface(args) -> dict:
                                  if value is not None},
             "input_shapes": dict(args.input_shape), "feeds": dict(args.feed),
             "verify_timeout": args.verify_timeout, "keep_asserts": args.keep_asserts,
-            "preprocess": _preprocess(args), "weights": args.weights}
+            "preprocess": args.preprocess, "weights": args.weights}
 
 
 def _say(args, text: str = "") -> None:
@@ -360,27 +367,63 @@ def _optimize(args, source, transforms) -> int:
     data = result.as_report()
     code = _check_verification(args, result)
     written = data.setdefault("artefacts", [])
-    if code == 0 and onnx_path is not None:
-        code = _export_onnx(args, source, result, onnx_path, data)
+    batch = api.Batch()            # every export checked first, then all published, or none
+    try:
         if code == 0:
-            written.append(_onnx_artefact(data["onnx"], result.weights))
-    if code == 0 and saved_model is not None:
-        code = _export_artefact(args, "SavedModel", written, lambda: api.export_saved_model(
-            source, result, saved_model, force=args.force))
-    if code == 0 and getattr(args, "tflite", None):
-        code = _export_artefact(args, "TFLite", written,
-                                lambda: api.export_tflite(source, result, args.tflite))
-    if code == 0 and output is not None:
-        api.save(result.graph_def, output, input_path=source.path)
-        written.insert(0, api.pb_artefact(result, output).as_dict())
-        _say(args, f"wrote {output} ({_size(written[0]['bytes'])})")
-    if code == 0 and onnx_path is not None:
-        _say(args, f"wrote {onnx_path}")
+            code = _exports(args, source, result, onnx_path, saved_model, data, batch)
+        if code == 0:
+            batch.publish_all()
+            if onnx_path is not None:
+                written.insert(0, _onnx_artefact(data["onnx"], result.weights))
+            if output is not None:
+                api.save(result.graph_def, output, input_path=source.path)
+                written.insert(0, api.pb_artefact(result, output).as_dict())
+            _say_written(args, written)
+        for entry in written:
+            entry["written"] = code == 0
+    finally:
+        batch.discard()
     if args.report_json:           # last: it describes outputs that now exist (or a failed check)
         api.write_json(args.report_json, data, input_path=source.path)
     if code == 0:
         _draw(args, source, result)
     return code
+
+
+def _exports(args, source, result, onnx_path, saved_model, data: dict, batch) -> int:
+    """Each requested export, converted and checked in turn (held in ``batch``); 1 at the first
+    failure (the others are then not attempted and nothing is written)."""
+    from tfsurgery import api
+    written = data["artefacts"]
+    if onnx_path is not None:
+        code = _export_onnx(args, source, result, onnx_path, data, batch)
+        if code:
+            return code
+    if saved_model is not None:
+        code = _export_artefact(args, "SavedModel", written, lambda: api.export_saved_model(
+            source, result, saved_model, force=args.force, batch=batch))
+        if code:
+            return code
+    if getattr(args, "tflite", None):
+        return _export_artefact(args, "TFLite", written, lambda: api.export_tflite(
+            source, result, args.tflite, batch=batch))
+    return 0
+
+
+def _say_written(args, written: list) -> None:
+    """One line per artefact written: its path, size and check result."""
+    import math
+    for entry in written:
+        check = entry["checked_by"]
+        if math.isfinite(entry["max_error"]):
+            check += (f" against {entry['reference']}: max error {entry['max_error']:.3g} "
+                      f"(tolerance {entry['tolerance']:g})")
+        _say(args, f"wrote {entry['path']} ({FORMAT_NAMES[entry['format']]}, {entry['weights']} "
+                   f"weights, {_size(entry['bytes'])}); {check}")
+
+
+FORMAT_NAMES = {"pb": "frozen graph", "onnx": "ONNX", "saved_model": "SavedModel",
+                "tflite": "TFLite"}
 
 
 def _interface_notes(args, result) -> None:
@@ -416,18 +459,21 @@ def _export_artefact(args, kind: str, written: list, export) -> int:
         artefact = export()
     except ExportError as error:
         print(f"tfsurgery: {kind} export FAILED: {error}; nothing written", file=sys.stderr)
-        written.append({"format": kind.lower(), "passed": False, "error": str(error)})
+        written.append({"format": artefact_format(kind), "passed": False, "error": str(error)})
         return 1
-    check = (f"{artefact.checked_by}: max error {artefact.max_error:.3g} vs TensorFlow "
-             f"(tolerance {artefact.tolerance:g})")
+    check = (f"{artefact.checked_by}: max error {artefact.max_error:.3g} vs "
+             f"{artefact.reference} (tolerance {artefact.tolerance:g})")
     if not artefact.passed:
-        written.append({**artefact.as_dict(), "bytes": 0, "written": False})
+        written.append({**artefact.as_dict(), "bytes": 0})
         print(f"tfsurgery: {kind} check FAILED: {check}; nothing written", file=sys.stderr)
         return 1
     written.append(artefact.as_dict())
-    _say(args, f"wrote {artefact.path} ({kind}, {artefact.weights} weights, "
-               f"{_size(artefact.bytes)}); {check}")
+    _say(args, f"{kind} check: {check}")
     return 0
+
+
+def artefact_format(kind: str) -> str:
+    return {"SavedModel": "saved_model", "TFLite": "tflite"}[kind]
 
 
 def _onnx_artefact(onnx: dict, weights: str) -> dict:
@@ -437,7 +483,7 @@ def _onnx_artefact(onnx: dict, weights: str) -> dict:
     return {"format": "onnx", "path": str(path), "bytes": size, "weights": weights,
             "max_error": onnx["max_error"], "tolerance": onnx["tolerance"],
             "passed": onnx["passed"], "checked_by": "onnxruntime",
-            "outputs": onnx.get("outputs", [])}
+            "reference": onnx["reference"], "outputs": onnx.get("outputs", [])}
 
 
 def _draw(args, source, result) -> None:
@@ -469,7 +515,7 @@ def _onnx_path(args, source) -> Optional[Path]:
     return Path(args.output) if args.output else api.default_onnx_path(source)
 
 
-def _export_onnx(args, source, result, path: Path, data: dict) -> int:
+def _export_onnx(args, source, result, path: Path, data: dict, batch=None) -> int:
     """Export, print the TF-vs-ONNX table, record the outcome in ``data``; 1 if it failed.
     A conversion failure exits 1, not 2: the graph ran in TensorFlow, the conversion is what
     failed (as with a failed verification)."""
@@ -478,7 +524,8 @@ def _export_onnx(args, source, result, path: Path, data: dict) -> int:
     try:
         exported = api.export_onnx(result, path, opset=args.opset,
                                    inputs_as_nchw=_split(args.inputs_as_nchw),
-                                   ort_optimize=not args.raw_onnx, input_path=source.path)
+                                   ort_optimize=not args.raw_onnx, input_path=source.path,
+                                   batch=batch)
     except ExportError as error:
         data["onnx"] = {"path": str(path), "passed": False, "error": str(error)}
         print(f"tfsurgery: ONNX export FAILED: {error}; nothing written", file=sys.stderr)
@@ -490,10 +537,10 @@ def _export_onnx(args, source, result, path: Path, data: dict) -> int:
     _say(args, api.format_table(
         _side_by_side(api.summary(result.graph_def), exported),
         headers=("TF after", "", "ONNX", "")))
-    _say(args, f"ONNX check: max error {exported.max_error:.3g} vs TensorFlow "
+    _say(args, f"ONNX check: max error {exported.max_error:.3g} vs {exported.reference} "
                f"(tolerance {exported.tolerance:g}; onnx.checker passed)")
     if not exported.passed:
-        print(f"tfsurgery: ONNX check FAILED: onnxruntime differs from TensorFlow by "
+        print(f"tfsurgery: ONNX check FAILED: onnxruntime differs from {exported.reference} by "
               f"{exported.max_error:.3g} (tolerance {exported.tolerance:g}); nothing written",
               file=sys.stderr)
         return 1
@@ -540,7 +587,12 @@ def _bench(args, source, transforms) -> int:
     code = _check_verification(args, result)
     if code:
         return code
-    timings = api.bench(source, result, runs=args.runs, onnx=not args.no_onnx)
+    from tfsurgery.errors import ExportError, VerificationError
+    try:
+        timings = api.bench(source, result, runs=args.runs, onnx=not args.no_onnx)
+    except (ExportError, VerificationError) as error:   # e.g. an op tf2onnx cannot convert
+        print(f"tfsurgery: bench FAILED: {error}", file=sys.stderr)
+        return 1
     by_runtime = {}
     for t in timings:
         by_runtime.setdefault(t.runtime, {})[t.variant] = t

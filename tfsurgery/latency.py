@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -94,23 +94,28 @@ def ort_runner(model_path: Path, feeds: Dict[str, np.ndarray]):
 
 def bench(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
           settings: Dict[str, object] = None, *, feeds: Dict[str, np.ndarray], runs: int = 50,
-          onnx: bool = True, timeout: float = 600) -> List[Timing]:
+          onnx: bool = True, timeout: float = 600,
+          original_feeds: Optional[Dict[str, np.ndarray]] = None) -> List[Timing]:
     """Latency of the original and optimized graph, in TF and (optionally) onnxruntime, each
-    runtime in its own process. ``settings`` are fed to the original only (training flags)."""
+    runtime in its own process. ``settings`` are fed to the original only (training flags);
+    ``original_feeds`` replace ``feeds`` for the original (preprocessing in the optimized graph:
+    the original takes the preprocessed values)."""
     from tfsurgery import onnx_export
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for variant, graph_def in zip(VARIANTS, (original, optimized)):
             (work / f"{variant}.pb").write_bytes(graph_def.SerializeToString())
         extra = {k: np.asarray(v) for k, v in (settings or {}).items()}
-        np.savez(work / "original.npz", **{**feeds, **extra})
-        np.savez(work / "optimized.npz", **feeds)
+        given = {"original": {**(feeds if original_feeds is None else original_feeds), **extra},
+                 "optimized": feeds}
+        for variant in VARIANTS:
+            np.savez(work / f"{variant}.npz", **given[variant])
         (work / "outputs.json").write_text(json.dumps(list(outputs)))
         rows = _measure("tensorflow", work, runs, timeout)
         if onnx:
             for variant, graph_def in zip(VARIANTS, (original, optimized)):
                 onnx_export.export(graph_def, inputs, outputs, work / f"{variant}.onnx",
-                                   feeds={**feeds, **(extra if variant == "original" else {})})
+                                   feeds=given[variant])
             rows += _measure("onnxruntime", work, runs, timeout)
     return rows
 

@@ -3,7 +3,8 @@
 ``export`` converts a GraphDef with tf2onnx, applies onnxruntime's *basic* graph optimizations
 (portable, standard-ONNX rewrites such as MatMul+Add → Gemm; skipped with ``ort_optimize=False``),
 runs ``onnx.checker``, runs the model in onnxruntime on the same feeds as ``tfsurgery.verify`` and
-compares with TensorFlow's outputs. Files are staged in a temporary directory next to the target and
+compares with TensorFlow's outputs (or the given reference: with preprocessing in the graph, the
+original fed the verifier's NumPy preprocessing). Files are staged in a temporary directory next to the target and
 moved into place only if everything passed, so a failed export writes nothing.
 
 Failures: a graph tf2onnx cannot convert, or converts to something the checker or onnxruntime
@@ -18,7 +19,6 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence
@@ -26,7 +26,7 @@ from unittest import mock
 
 import numpy as np
 
-from tfsurgery import verify
+from tfsurgery import artefacts, verify
 from tfsurgery.constants import evaluate
 from tfsurgery.errors import ExportError, InputError
 from tfsurgery.graph import Graph
@@ -56,6 +56,7 @@ class OnnxExport:
     tolerance: float = verify.DEFAULT_TOLERANCE
     converted_node_count: int = 0    # straight out of tf2onnx, before onnxruntime's rewrites
     outputs: List[verify.OutputError] = dataclasses.field(default_factory=list)
+    reference: str = artefacts.OPTIMIZED_REFERENCE     # what onnxruntime was compared with
 
     def as_dict(self) -> dict:
         data = dataclasses.asdict(self)
@@ -70,7 +71,8 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
            ort_optimize: bool = True, input_path=None, seed: int = 0,
            timeout: float = verify.DEFAULT_TIMEOUT,
            float16_min_elements: Optional[int] = None,
-           more_feeds: Optional[Dict[str, Dict[str, np.ndarray]]] = None) -> OnnxExport:
+           more_feeds: Optional[Dict[str, Dict[str, np.ndarray]]] = None,
+           expected: Optional[Dict[str, np.ndarray]] = None, batch=None) -> OnnxExport:
     """Convert ``graph_def`` to ONNX at ``path`` and check it against TensorFlow.
 
     ``large_model=None`` chooses external data when the GraphDef exceeds ``LARGE_MODEL_BYTES``.
@@ -80,6 +82,9 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
     of at least that many values are stored as float16 with a Cast back (--weights float16).
     ``more_feeds``: further inputs to check on, by label (verification's ``{"@32": feeds}``, a
     second sequence length), their errors named ``output@32``.
+    ``expected`` (output → values, e.g. the original fed the verifier's preprocessing) replaces
+    the optimized graph in TensorFlow as the reference on ``feeds``; with a ``batch``
+    (artefacts.Batch) the model is published when the whole run has passed.
     """
     path = Path(path)
     check_protobuf_size(graph_def.ByteSize(), "the graph")
@@ -89,12 +94,10 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
     nchw = _nchw_inputs(graph_def, inputs, inputs_as_nchw)
     large_model = graph_def.ByteSize() > LARGE_MODEL_BYTES if large_model is None else large_model
     feeds = verify.make_feeds(graph_def, inputs, seed) if feeds is None else feeds
-    try:
-        expected = verify.run_graph(graph_def, feeds, outputs, timeout=timeout,
-                                    label="the optimized graph")
-    except verify.VerificationError as error:
-        raise ExportError(f"no TensorFlow reference to compare with: {error}") from None
-    with _staging(path) as stage:
+    reference = artefacts.OPTIMIZED_REFERENCE if expected is None else \
+        artefacts.ORIGINAL_REFERENCE
+    expected = _reference(graph_def, feeds, outputs, timeout, expected)
+    with artefacts.staging(path, batch) as stage:
         model, storage = convert(graph_def, inputs, outputs, opset=opset, inputs_as_nchw=nchw,
                                  large_model=large_model)
         converted_nodes = len(model.graph.node)
@@ -115,21 +118,30 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         compared = all(not e.shape or e.nonfinite < np.prod(e.shape) for e in errors)
         result = OnnxExport(path, opset, sum(hist.values()), hist, max_error,
                             compared and max_error <= tolerance, external, tolerance,
-                            converted_nodes, errors)
+                            converted_nodes, errors, reference)
         if result.passed:
-            _publish(stage, path)
+            artefacts.publish(lambda: _publish(stage, path), batch, stage)
     return result
+
+
+def _reference(graph_def, feeds, outputs: Sequence[str], timeout: float,
+               expected: Optional[Dict[str, np.ndarray]]) -> List[np.ndarray]:
+    """``expected`` in output order where given, else the optimized graph's outputs in TF."""
+    if expected is not None:
+        given = {tensor_name(k): v for k, v in expected.items()}
+        return [given[tensor_name(name)] for name in outputs]
+    try:
+        return verify.run_graph(graph_def, feeds, outputs, timeout=timeout,
+                                label="the optimized graph")
+    except verify.VerificationError as error:
+        raise ExportError(f"no TensorFlow reference to compare with: {error}") from None
 
 
 def _errors_at(graph_def, staged: Path, feeds, nchw, outputs, timeout: float,
                label: str) -> List[verify.OutputError]:
     """TensorFlow vs onnxruntime on further feeds (a second sequence length: a Loop whose trip
     count became a constant cannot pass); errors named ``output`` + ``label``."""
-    try:
-        expected = verify.run_graph(graph_def, feeds, outputs, timeout=timeout,
-                                    label="the optimized graph")
-    except verify.VerificationError as error:
-        raise ExportError(f"no TensorFlow reference to compare with: {error}") from None
+    expected = _reference(graph_def, feeds, outputs, timeout, None)
     actual = run_onnx(staged, _onnx_feeds(feeds, nchw), outputs, timeout=timeout)
     return [verify.output_error(name + label, e, a)
             for name, e, a in zip(outputs, expected, actual)]
@@ -394,19 +406,6 @@ def _onnx_feeds(feeds: Dict[str, np.ndarray], nchw: Sequence[str]) -> Dict[str, 
     transposed = {tensor_name(n) for n in nchw}
     return {tensor_name(k): np.transpose(v, NHWC_TO_NCHW) if tensor_name(k) in transposed else v
             for k, v in feeds.items()}
-
-
-@contextlib.contextmanager
-def _staging(path: Path) -> Iterator[Path]:
-    """A temporary directory next to ``path`` (same filesystem, so moving in is a rename)."""
-    try:
-        stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    except OSError as error:
-        raise InputError(f"{path}: cannot write ({error.strerror})") from None
-    try:
-        yield stage
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _publish(stage: Path, path: Path) -> None:

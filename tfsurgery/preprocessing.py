@@ -9,7 +9,7 @@ options — never from the transform under test.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -51,9 +51,12 @@ def parse_dtype(text: str) -> Named:
     import tensorflow as tf
     name, _, dtype = text.rpartition("=")
     try:
-        tf.dtypes.as_dtype(dtype)
+        parsed = tf.dtypes.as_dtype(dtype)
     except TypeError:
         raise InputError(f"--input-dtype: unknown dtype '{dtype}'") from None
+    if parsed.is_quantized or not (parsed.is_integer or parsed.is_floating):
+        raise InputError(f"--input-dtype: {dtype} is not an integer or float dtype (e.g. uint8, "
+                         "float16)")
     return (name or None), dtype
 
 
@@ -170,3 +173,30 @@ def preprocessor(graph_def, specs: Mapping[str, Preprocessing]) -> Optional[Prep
     dtypes = {name: tf.dtypes.as_dtype(graph.node(name).attr["dtype"].type).as_numpy_dtype
               for name in specs}
     return Preprocessor(dict(specs), dtypes)
+
+
+STEPS = ("sub_mean", "reverse_channels", "scale")      # add-preprocessing's foldable nodes
+
+
+def outcome(graph_def, specs: Mapping[str, Preprocessing], reports) -> List[str]:
+    """Per input, in words: which preprocessing steps folded (into which layer) and which stay
+    in the optimized graph, with the reason the folding transform gave."""
+    present = {n.name for n in graph_def.node}
+    folded = {entry.split(" ")[0]: entry for r in reports for entry in r.rewritten
+              if " → " in str(entry)}
+    reasons = {node: reason for r in reports for node, reason in r.skipped}
+    lines = []
+    for name in specs:
+        done, left = [], []
+        for step in STEPS:
+            node = f"{name}/preprocess/{step}"
+            if node in present:
+                why = reasons.get(node, "it reaches no linear layer it can fold into")
+                left.append(f"{node} ({why})")
+            elif node in folded:
+                done.append(folded[node])
+        if f"{name}/preprocess/cast" in present:
+            left.insert(0, f"{name}/preprocess/cast (the new input dtype)")
+        lines.append(f"{name}: folded {'; '.join(done) or 'nothing'}; "
+                     f"stays {'; '.join(left) or 'nothing'}")
+    return lines

@@ -42,8 +42,10 @@ def format_table(rows: Sequence[tuple], headers=("", "before", "after")) -> str:
 def transform_lines(reports: Sequence[TransformReport], verbose: bool = False) -> List[str]:
     lines = []
     for r in reports:
+        change = (f"removed {r.removed_nodes:>5}" if r.removed_nodes >= 0
+                  else f"added   {-r.removed_nodes:>5}")      # add-preprocessing adds nodes
         lines.append(f"{r.name:<22} rewrote {len(r.rewritten):>4}, skipped {len(r.skipped):>3}, "
-                     f"removed {r.removed_nodes:>5} nodes  ({r.seconds * 1000:.0f} ms)")
+                     f"{change} nodes  ({r.seconds * 1000:.0f} ms)")
         for node, reason in r.skipped[: None if verbose else 10]:
             lines.append(f"    skipped {node}: {reason}")
         if not verbose and len(r.skipped) > 10:

@@ -7,14 +7,15 @@ graph's (a uint8 input stays uint8). For a SavedModel input the signature key an
 names are the input signature's (``io`` remembers them); for a frozen graph, ``serving_default``
 with the graph's own names. The export is then loaded with ``tf.saved_model.load`` and its
 signature called on the verification inputs — the path TF Serving, the TFLite converter and users
-take — and compared with the GraphDef run in TensorFlow. Built in a staging directory next to the
-target and renamed into place only if it matched.
+take — and compared with the GraphDef run in TensorFlow (with preprocessing in the graph: with the
+original graph fed the verifier's own NumPy preprocessing). Built in a staging directory next to
+the target and renamed into place only if it matched.
 """
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Dict, Mapping, Sequence
+from typing import Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -46,10 +47,18 @@ class Signature:
         return cls(key, {_key(n): tensor_name(n) for n in inputs},
                    {_key(n): tensor_name(n) for n in outputs})
 
-    def fits(self, inputs: Sequence[str], outputs: Sequence[str]) -> bool:
-        """Whether this signature describes exactly these graph inputs and outputs."""
-        return ({tensor_name(n) for n in inputs} == set(self.inputs.values()) and
-                {tensor_name(n) for n in outputs} == set(self.outputs.values()))
+    @classmethod
+    def kept(cls, given: dict, inputs: Sequence[str], outputs: Sequence[str]) -> "Signature":
+        """A SavedModel input's signature (``io``'s dict) for the optimized graph: its key
+        always, its names for the tensors it names, the graph's own names for others (chosen
+        with --inputs/--outputs)."""
+        def names(tensors, known):
+            by_tensor = {tensor_name(t): key for key, t in known.items()}
+            return {by_tensor.get(tensor_name(n), _key(n)): tensor_name(n) for n in tensors}
+        chosen = names(inputs, given["inputs"]), names(outputs, given["outputs"])
+        if len(chosen[0]) != len(inputs) or len(chosen[1]) != len(outputs):    # a name clash
+            return cls.of_graph(inputs, outputs, key=given["key"])
+        return cls(given["key"], *chosen)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -62,25 +71,37 @@ def _key(name: str) -> str:
 
 def export(graph_def, signature: Signature, path, *, feeds: Mapping[str, np.ndarray],
            tolerance: float, timeout: float = verify.DEFAULT_TIMEOUT, force: bool = False,
-           input_path=None, weights: str = "float32") -> Artefact:
+           input_path=None, weights: str = "float32",
+           expected: Optional[Mapping[str, np.ndarray]] = None,
+           batch: Optional[artefacts.Batch] = None) -> Artefact:
     """Write ``graph_def`` as a SavedModel directory at ``path`` if its signature, loaded back,
-    matches the GraphDef in TensorFlow on ``feeds``; the returned ``Artefact`` says how well."""
+    matches the reference on ``feeds``: ``expected`` (graph output → values, e.g. the original
+    fed the verifier's preprocessing) or else the GraphDef in TensorFlow. With a ``batch`` it is
+    published when the whole run has passed. The returned ``Artefact`` says how well."""
     path = Path(path)
     artefacts.check_new_directory(path, force, input_path)
-    expected = reference(graph_def, signature, feeds, timeout)
-    with artefacts.staging(path) as stage:
+    reference_note = artefacts.OPTIMIZED_REFERENCE if expected is None else \
+        artefacts.ORIGINAL_REFERENCE
+    expected = reference(graph_def, signature, feeds, timeout, expected)
+    with artefacts.staging(path, batch) as stage:
         staged = stage / "saved_model"
         build(graph_def, signature, staged)
         artefact = check(staged, signature, feeds, expected, tolerance=tolerance, timeout=timeout)
-        artefact.path, artefact.weights = path, weights
+        artefact.path, artefact.weights, artefact.reference = path, weights, reference_note
         if artefact.passed:
-            artefacts.publish_directory(staged, path, stage)
+            artefacts.publish(lambda: artefacts.publish_directory(staged, path, stage), batch,
+                              stage)
     return artefact
 
 
-def reference(graph_def, signature: Signature, feeds, timeout: float) -> Dict[str, np.ndarray]:
-    """The optimized GraphDef's outputs in TensorFlow, keyed by signature output name."""
+def reference(graph_def, signature: Signature, feeds, timeout: float,
+              expected: Optional[Mapping[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
+    """The reference outputs keyed by signature output name: ``expected`` (keyed by graph
+    output) where given, else the optimized GraphDef's outputs in TensorFlow."""
     keys = list(signature.outputs)
+    if expected is not None:
+        given = {tensor_name(k): v for k, v in expected.items()}
+        return {key: given[signature.outputs[key]] for key in keys}
     try:
         values = verify.run_graph(graph_def, feeds, [signature.outputs[k] for k in keys],
                                   timeout=timeout, label="the optimized graph")

@@ -6,7 +6,8 @@ plain interpreter. With ``float16=True`` the converter's float16 post-training q
 the weights as float16 (they are dequantized to float32 when the model loads). The model is then
 run through its signature in the LiteRT interpreter (``ai_edge_litert``, the maintained successor
 of ``tf.lite.Interpreter``; the latter is the fallback when LiteRT is not installed) on the
-verification inputs and compared with TensorFlow. The file is written only if it matched.
+verification inputs and compared with TensorFlow (with preprocessing in the graph: with the original
+fed the verifier's NumPy preprocessing). The file is written only if it matched.
 
 A graph the converter refuses (an op with no TFLite builtin) raises ``ExportError`` with the
 converter's reason in one line; the CLI exits 1, as for a failed ONNX conversion.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Dict, Mapping
+from typing import Dict, Mapping, Optional
 
 import numpy as np
 
@@ -37,21 +38,27 @@ def interpreter_class():
 
 def export(graph_def, signature: savedmodel_export.Signature, path, *,
            feeds: Mapping[str, np.ndarray], tolerance: float, float16: bool = False,
-           timeout: float = verify.DEFAULT_TIMEOUT, input_path=None) -> Artefact:
-    """Convert ``graph_def`` to TFLite at ``path``; written only if the interpreter's outputs
-    match the GraphDef in TensorFlow on ``feeds``."""
+           timeout: float = verify.DEFAULT_TIMEOUT, input_path=None,
+           expected: Optional[Mapping[str, np.ndarray]] = None,
+           batch: Optional[artefacts.Batch] = None) -> Artefact:
+    """Convert ``graph_def`` to TFLite at ``path``; written (with a ``batch``: when the whole run
+    has passed) only if the interpreter's outputs match the reference on ``feeds``: ``expected``
+    (graph output → values) where given, else the GraphDef in TensorFlow."""
     path = Path(path)
     io.check_writable(path)
     io.refuse_input(path, input_path)
-    expected = savedmodel_export.reference(graph_def, signature, feeds, timeout)
+    reference_note = artefacts.OPTIMIZED_REFERENCE if expected is None else \
+        artefacts.ORIGINAL_REFERENCE
+    expected = savedmodel_export.reference(graph_def, signature, feeds, timeout, expected)
     with artefacts.staging(path) as stage:
         saved_model = stage / "saved_model"
         savedmodel_export.build(graph_def, signature, saved_model)
         model = convert(saved_model, signature.key, float16=float16)
     artefact = check(model, signature, feeds, expected, tolerance=tolerance, timeout=timeout)
     artefact.path, artefact.weights = path, "float16" if float16 else "float32"
+    artefact.reference = reference_note
     if artefact.passed:
-        io.write_atomically(path, model)
+        artefacts.publish(lambda: io.write_atomically(path, model), batch)
     return artefact
 
 

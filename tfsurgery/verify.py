@@ -69,6 +69,8 @@ class Verification:
     # further feeds compared, by the suffix their outputs carry ("@32": free dims at 32)
     more_feeds: Dict[str, Dict[str, np.ndarray]] = dataclasses.field(default_factory=dict,
                                                                      repr=False)
+    # the reference's outputs on ``feeds`` (output → values): what exports are checked against
+    expected: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def max_error(self) -> float:
@@ -319,7 +321,7 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
                                                size, seed=seed, given=given, timeout=timeout)
         errors += more_errors
     verification = Verification(errors, tolerance, feeds=feeds if raw is None else raw,
-                                more_feeds=more_feeds)
+                                more_feeds=more_feeds, expected=dict(zip(outputs, expected)))
     notes = [note for note in (reference_note, random_note) if note]
     if notes:
         verification.reference = "; ".join(notes)

@@ -5,7 +5,8 @@ The model sees  m = (reverse(x) - mean) / scale   (OpenVINO's order; values in t
 channel order). The input placeholder keeps its name and takes the raw dtype; after it come
     Cast → Sub(reverse(mean)) → ReverseV2(channel axis) → Mul(1 / scale)
 which is the same map (reverse(x) - mean = reverse(x - reverse(mean))), emitted in the order
-fold-affine-into-linear can absorb: the Mul and the ReverseV2 fold into the first linear layer's
+fold-affine-into-linear can absorb (before a depthwise conv, which cannot absorb a reversal, the
+ReverseV2 comes first so that the mean still folds): the Mul and the ReverseV2 fold into the first linear layer's
 weights, the Sub into its bias where that is exact; what cannot fold stays, and every other reader
 of the input reads m, so its meaning is unchanged.
 """
@@ -46,14 +47,22 @@ def channel_axis(graph: Graph, name: str) -> Optional[int]:
     rank = None if shape is None or shape.rank is None else shape.rank
     if rank == 2:
         return 1
+    reader = first_format_reader(graph, name)
+    if reader is None:
+        return None
+    fmt = graph.attr(reader, "data_format", "NHWC")
+    return 1 if fmt.startswith("NC") else (rank or len(fmt)) - 1
+
+
+def first_format_reader(graph: Graph, name: str) -> Optional[str]:
+    """The first op with a data format reached from ``name`` through elementwise ops."""
     seen, frontier = set(), [name]
     while frontier:
         node = frontier.pop()
         for reader in graph.consumer_nodes(node):
             op = graph.op(reader)
             if op in FORMAT_OPS:
-                fmt = graph.attr(reader, "data_format", "NHWC")
-                return 1 if fmt.startswith("NC") else (rank or len(fmt)) - 1
+                return reader
             if op in PASS_THROUGH and reader not in seen:
                 seen.add(reader)
                 frontier.append(reader)
@@ -83,23 +92,28 @@ def _rewrite(graph: Graph, name: str, spec: Preprocessing, axis: Optional[int]) 
         cast = graph.new_node("Cast", f"{name}/preprocess/cast", [last], {
             "SrcT": tf.dtypes.as_dtype(spec.dtype), "DstT": model_dtype, "Truncate": False})
         last, steps = Ref(cast.name, 0), steps + [f"cast to {model_dtype.name}"]
-    np_dtype = model_dtype.as_numpy_dtype
+    # A depthwise conv cannot absorb the reversal, so it goes first there and the mean, next to
+    # the conv, can still fold into its bias.
+    reverse_first = spec.reverse and graph.op(first_format_reader(graph, name) or name) == \
+        "DepthwiseConv2dNative"
+    if reverse_first:
+        last, steps = _reverse(graph, name, last, axis, model_dtype), steps + [
+            f"reverse axis {axis}"]
     if spec.mean is not None and any(spec.mean):
         mean = np.asarray(spec.mean, np.float64)
-        mean = mean[::-1] if spec.reverse else mean        # x - reverse(mean), reversed next
-        const = graph.add_const(f"{name}/preprocess/mean",
-                                mean.reshape(_broadcast_shape(spec.mean, axis, rank)).astype(np_dtype))
+        if spec.reverse and not reverse_first:
+            mean = mean[::-1]                              # x - reverse(mean), reversed next
+        const = graph.add_const(f"{name}/preprocess/mean", mean.reshape(
+            _broadcast_shape(spec.mean, axis, rank)).astype(model_dtype.as_numpy_dtype))
         sub = graph.new_node("Sub", f"{name}/preprocess/sub_mean", [last, const], {"T": model_dtype})
         last, steps = Ref(sub.name, 0), steps + ["subtract mean"]
-    if spec.reverse:
-        axes = graph.add_const(f"{name}/preprocess/channel_axis", np.asarray([axis], np.int32))
-        rev = graph.new_node("ReverseV2", f"{name}/preprocess/reverse_channels", [last, axes],
-                             {"T": model_dtype, "Tidx": tf.int32})
-        last, steps = Ref(rev.name, 0), steps + [f"reverse axis {axis}"]
+    if spec.reverse and not reverse_first:
+        last, steps = _reverse(graph, name, last, axis, model_dtype), steps + [
+            f"reverse axis {axis}"]
     if spec.scale is not None and any(s != 1 for s in spec.scale):
         inverse = 1.0 / np.asarray(spec.scale, np.float64)
-        const = graph.add_const(f"{name}/preprocess/inverse_scale",
-                                inverse.reshape(_broadcast_shape(spec.scale, axis, rank)).astype(np_dtype))
+        const = graph.add_const(f"{name}/preprocess/inverse_scale", inverse.reshape(
+            _broadcast_shape(spec.scale, axis, rank)).astype(model_dtype.as_numpy_dtype))
         mul = graph.new_node("Mul", f"{name}/preprocess/scale", [last, const], {"T": model_dtype})
         last, steps = Ref(mul.name, 0), steps + ["divide by scale"]
     for consumer in consumers:
@@ -108,3 +122,11 @@ def _rewrite(graph: Graph, name: str, spec: Preprocessing, axis: Optional[int]) 
     return (f"{name}: m = (reverse(x) - mean) / scale with {values}; new input signature "
             f"{name}: {spec.dtype or model_dtype.name}{graph.attr(name, 'shape')}; emitted "
             f"{', '.join(steps) or 'nothing'} (fold-affine-into-linear says what folded)")
+
+
+def _reverse(graph: Graph, name: str, last: Ref, axis: int, dtype) -> Ref:
+    import tensorflow as tf
+    axes = graph.add_const(f"{name}/preprocess/channel_axis", np.asarray([axis], np.int32))
+    rev = graph.new_node("ReverseV2", f"{name}/preprocess/reverse_channels", [last, axes],
+                         {"T": dtype, "Tidx": tf.int32})
+    return Ref(rev.name, 0)
