@@ -294,12 +294,13 @@ def test_keras3_model_to_every_format_with_float16(keras_file, tmp_path, capsys)
     assert np.abs(got.numpy() - expected).max() <= api.FLOAT16_TOLERANCE * scale
 
 
-def test_mobilenet_block_saved_model_runs_under_grappler(tmp_path):
+@pytest.mark.parametrize("size", [8, 9])      # the pad is SAME padding at 8, not at 9
+def test_mobilenet_block_saved_model_runs_under_grappler(tmp_path, size):
     """ZeroPadding → strided DepthwiseConv2D → BN → ReLU6 (MobileNetV2's pattern): the exported
     SavedModel is called with Grappler on (its remapper once aborted TF on a depthwise conv with
     EXPLICIT padding); in a child process, so an abort fails this test, not the whole run."""
     import keras
-    inp = keras.Input((9, 9, 4), name="image")
+    inp = keras.Input((size, size, 4), name="image")
     x = keras.layers.ZeroPadding2D(((0, 1), (0, 1)))(inp)
     x = keras.layers.DepthwiseConv2D(3, strides=2, use_bias=False, name="dw")(x)
     x = keras.layers.ReLU(6.0)(keras.layers.BatchNormalization(name="bn")(x))

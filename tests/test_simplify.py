@@ -125,17 +125,18 @@ def test_random_ops_and_different_values_never_merge():
 
 
 # ---------------------------------------------------------------- fold-pad-into-conv
-def _padded_conv(conv, *, pad_value=0.0, mirror=False, other_reader=False, padding="VALID"):
-    shape = (1, 9, 8, 3)
+def _padded_conv(conv, *, pad_value=0.0, mirror=False, other_reader=False, padding="VALID",
+                 shape=(1, 9, 8, 3), paddings=((0, 0), (1, 2), (2, 1), (0, 0)), dilation=1):
     with tf.Graph().as_default() as graph:
         x = tf.compat.v1.placeholder(tf.float32, shape, name="input")
-        paddings = [[0, 0], [1, 2], [2, 1], [0, 0]]
         if mirror:
             padded = tf.pad(x, paddings, mode="REFLECT")
         else:
             padded = tf.pad(x, paddings, constant_values=pad_value)
         kernel = tf.constant(R.standard_normal((3, 3, 3, 2)).astype(np.float32))
-        if conv == "Conv2D":
+        if conv == "Conv2D" and dilation > 1:
+            y = tf.nn.conv2d(padded, kernel, 1, padding, dilations=dilation)
+        elif conv == "Conv2D":
             y = tf.nn.conv2d(padded, kernel, [1, 2, 2, 1], padding)
         else:
             y = tf.nn.depthwise_conv2d(padded, kernel, [1, 2, 2, 1], padding)
@@ -167,7 +168,24 @@ def test_pads_that_are_not_zero_borders_of_one_conv_stay(case, why):
     assert result.verification.passed
 
 
-def test_a_pad_before_a_depthwise_conv_stays():
+@pytest.mark.parametrize("conv,shape,paddings,dilation", [
+    # Keras' correct_pad before a stride-2 conv on an even size: one row/column after
+    ("Conv2D", (1, 8, 6, 3), ((0, 0), (0, 1), (0, 1), (0, 0)), 1),
+    ("DepthwiseConv2dNative", (1, 8, 6, 3), ((0, 0), (0, 1), (0, 1), (0, 0)), 1),
+    # odd size, stride 2, k 3: SAME adds one on each side
+    ("DepthwiseConv2dNative", (1, 9, 7, 3), ((0, 0), (1, 1), (1, 1), (0, 0)), 1),
+    # stride 1, dilation 2, k 3: SAME adds two on each side
+    ("Conv2D", (1, 7, 7, 3), ((0, 0), (2, 2), (2, 2), (0, 0)), 2)])
+def test_a_pad_that_is_same_padding_makes_the_conv_same(conv, shape, paddings, dilation):
+    result = optimize(_padded_conv(conv, shape=shape, paddings=paddings, dilation=dilation),
+                      bn_fold=False)
+    assert not {"Pad", "PadV2"} & set(ops(result.graph_def))
+    node = next(n for n in result.graph_def.node if n.op == conv)
+    assert node.attr["padding"].s == b"SAME"
+    assert result.verification.passed and result.verification.max_error < 1e-5
+
+
+def test_a_pad_that_is_not_same_padding_stays_before_a_depthwise_conv():
     """Depthwise + EXPLICIT padding aborts TF under Grappler's remapper (see the transform's doc;
     tests/test_deploy.py runs such a model through a loaded SavedModel)."""
     result = optimize(_padded_conv("DepthwiseConv2dNative"), bn_fold=False)

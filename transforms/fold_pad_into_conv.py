@@ -4,10 +4,14 @@
 pad's zeros are exactly what explicit padding adds. Every Keras ``ZeroPadding2D`` before a strided
 conv is this pattern (ResNet50, MobileNetV2, EfficientNet).
 
-DepthwiseConv2dNative is refused: its CPU kernel accepts explicit padding, but Grappler's remapper
-(on in every default runtime: tf.function, a loaded SavedModel, TF Serving) fuses Depthwise +
-BiasAdd + Relu6 into ``_FusedDepthwiseConv2dNative``, which aborts the process on EXPLICIT padding
-(TF 2.21: "tensor_format.h Check failed ... Invalid index from the dimension"; MobileNetV2).
+When the pad is exactly what ``SAME`` padding adds for the input's static size (Keras'
+``correct_pad`` before a stride-2 conv on an even size: one row and column after), the conv becomes
+``SAME`` instead: every runtime and converter (TFLite included) knows SAME.
+
+A DepthwiseConv2dNative takes only that SAME form: its CPU kernel accepts explicit padding, but
+Grappler's remapper (on in every default runtime: tf.function, a loaded SavedModel, TF Serving)
+fuses Depthwise + BiasAdd + Relu6 into ``_FusedDepthwiseConv2dNative``, which aborts the process on
+EXPLICIT padding (TF 2.21: "tensor_format.h Check failed ... Invalid index from the dimension").
 
 Refused (with a reason): a pad whose paddings are not a constant, that pads the batch or channel
 axis or is negative, a PadV2 whose fill is not zero, a pad that others read too (it must stay),
@@ -19,17 +23,20 @@ from __future__ import annotations
 import numpy as np
 
 from tfsurgery.graph import Graph
+from tfsurgery.tfsession import StaticShapes
 from tfsurgery.transform import Options, TransformReport, transform
 
 CONVS = ("Conv2D", "DepthwiseConv2dNative")
-DEPTHWISE_REFUSAL = ("a depthwise conv with EXPLICIT padding aborts TensorFlow once Grappler's "
-                     "remapper fuses it with BiasAdd + Relu6 (TF 2.21): the pad stays")
+DEPTHWISE_REFUSAL = ("the pad is not what SAME padding adds, and a depthwise conv with EXPLICIT "
+                     "padding aborts TensorFlow once Grappler's remapper fuses it with BiasAdd + "
+                     "Relu6 (TF 2.21): the pad stays")
 ZERO_PADS = ("Pad", "PadV2")
 
 
 @transform("fold-pad-into-conv", repeat=True)
 def fold_pad_into_conv(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("fold-pad-into-conv")
+    shapes = StaticShapes(graph, options.outputs)
     for node in graph:
         if node.op not in CONVS or node.name not in graph:
             continue
@@ -41,15 +48,18 @@ def fold_pad_into_conv(graph: Graph, options: Options) -> TransformReport:
         if problem:
             report.skip(node.name, problem)
             continue
-        _fold(graph, node.name, pad_ref.node)
-        report.rewritten.append(f"{node.name}: {pad_ref.node} became its explicit padding")
+        same = _is_same_padding(graph, node.name, pad_ref.node, shapes)
+        if not same and graph.op(node.name) == "DepthwiseConv2dNative":
+            report.skip(node.name, DEPTHWISE_REFUSAL)
+            continue
+        _fold(graph, node.name, pad_ref.node, "SAME" if same else "EXPLICIT")
+        report.rewritten.append(f"{node.name}: {pad_ref.node} became its "
+                                f"{'SAME' if same else 'explicit'} padding")
     return report
 
 
 def _why_not(graph: Graph, conv: str, pad: str, options: Options):
     """Why the pad cannot become the conv's padding (None when it can)."""
-    if graph.op(conv) == "DepthwiseConv2dNative":
-        return DEPTHWISE_REFUSAL
     if graph.attr(conv, "padding") != "VALID":
         return f"padding is {graph.attr(conv, 'padding')}, not VALID"
     inputs = graph.inputs(pad)
@@ -72,11 +82,35 @@ def _why_not(graph: Graph, conv: str, pad: str, options: Options):
     return None
 
 
-def _fold(graph: Graph, conv: str, pad: str) -> None:
+def _is_same_padding(graph: Graph, conv: str, pad: str, shapes: StaticShapes) -> bool:
+    """The pad adds exactly SAME's rows and columns for the pad input's static size: per spatial
+    axis, total = max((ceil(size / stride) - 1) * stride + (k - 1) * dilation + 1 - size, 0),
+    total // 2 before and the rest after (TensorFlow's GetWindowedOutputSize)."""
+    source = graph.inputs(pad)[0]
+    size = shapes.get(source.node) if not source.port else None
+    kernel = graph.const_value(graph.inputs(conv)[1])
+    if size is None or len(size) != 4 or kernel is None:
+        return False
+    paddings = graph.const_value(graph.inputs(pad)[1])
+    spatial = (1, 2) if graph.attr(conv, "data_format", "NHWC") == "NHWC" else (2, 3)
+    strides, dilations = graph.attr(conv, "strides"), graph.attr(conv, "dilations") or [1] * 4
+    for axis, k in zip(spatial, kernel.shape[:2]):
+        if size[axis] is None:
+            return False
+        stride, dilation = strides[axis], dilations[axis]
+        total = max((-(-size[axis] // stride) - 1) * stride + (k - 1) * dilation + 1
+                    - size[axis], 0)
+        if list(paddings[axis]) != [total // 2, total - total // 2]:
+            return False
+    return True
+
+
+def _fold(graph: Graph, conv: str, pad: str, padding: str) -> None:
     paddings = graph.const_value(graph.inputs(pad)[1])
     graph.set_input(conv, 0, graph.inputs(pad)[0])
     node = graph.mutable(conv)
-    node.attr["padding"].s = b"EXPLICIT"
-    del node.attr["explicit_paddings"].list.i[:]
-    node.attr["explicit_paddings"].list.i.extend(int(v) for v in paddings.reshape(-1))
+    node.attr["padding"].s = padding.encode()
+    if padding == "EXPLICIT":
+        del node.attr["explicit_paddings"].list.i[:]
+        node.attr["explicit_paddings"].list.i.extend(int(v) for v in paddings.reshape(-1))
     graph.remove([pad])

@@ -22,7 +22,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from tfsurgery.graph import Graph, Ref
-from tfsurgery.tfsession import shape_stand_ins, static_shapes
+from tfsurgery.tfsession import StaticShapes
 from tfsurgery.transform import Options, TransformReport, transform
 
 NEUTRAL = {"Mul": 1, "Add": 0, "AddV2": 0, "BiasAdd": 0, "Sub": 0, "RealDiv": 1, "Div": 1}
@@ -248,38 +248,6 @@ def _bypass(graph: Graph, name: str, source: Ref, options: Options, report, why:
     report.matched += 1
     report.rewritten.append(f"{name}: {why}")
     return True
-
-
-class StaticShapes:
-    """Static shapes of the first output of every node an output needs (TensorFlow's shape
-    inference), computed when a rule first asks about such a node — one import per round at
-    most, none when no rule needs a shape. Nodes no output needs (prune removes them) have none."""
-
-    def __init__(self, graph: Graph, outputs):
-        self._graph, self._outputs = graph, list(outputs)
-        self._live: Optional[set] = None
-        self._shapes: Optional[Dict[str, Optional[list]]] = None
-
-    def _of(self, name: str) -> Dict[str, Optional[list]]:
-        if self._live is None:
-            self._live = self._graph.ancestors(self._outputs) if self._outputs \
-                else set(self._graph.nodes)
-        if name not in self._live:
-            return {}
-        if self._shapes is None:
-            nodes = (node for node in self._graph if node.name in self._live)
-            self._shapes = static_shapes(self._graph.to_graph_def(
-                nodes=shape_stand_ins(nodes)))
-        return self._shapes
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._of(name)
-
-    def __getitem__(self, name: str) -> Optional[list]:
-        return self._of(name)[name]
-
-    def get(self, name: str) -> Optional[list]:
-        return self._of(name).get(name)
 
 
 def _same_shape(shapes, a: Ref, b: Ref) -> bool:
