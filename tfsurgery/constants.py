@@ -40,8 +40,7 @@ def constant_nodes(graph: Graph) -> Set[str]:
     inputs still unknown: only the constant part of the graph and its border are visited."""
     constant: Set[str] = set()
     pending: Dict[str, int] = {}            # reader → inputs not yet known constant
-    ready = [name for name, node in graph.nodes.items()
-             if node.op in ("Const", "NoOp") and not node.input]
+    ready = [node.name for node in graph.nodes_with_ops(("Const", "NoOp")) if not node.input]
     while ready:
         name = ready.pop()
         constant.add(name)

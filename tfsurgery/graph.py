@@ -99,6 +99,15 @@ class Graph:
         if check_inputs and len(self.nodes) != len(graph_def.node):
             _check_unique_names(graph_def)
         self._owned: Set[str] = set()
+        # The op index: a transform finds its few nodes of interest without visiting every
+        # NodeDef. op → its nodes (in the order they were indexed), node → the op it is filed
+        # under, node → its position in ``nodes``' order. ``mutable`` may change a node's op:
+        # such nodes are filed again before the next query.
+        self._by_op: Dict[str, Dict[str, None]] = defaultdict(dict)
+        self._ops: Dict[str, str] = {}
+        self._position: Dict[str, int] = {}
+        self._next_position = 0
+        self._op_may_change: Set[str] = set()
         self._refs: Dict[str, Tuple[Ref, ...]] = {}      # node → its inputs, parsed once
         self._consumers: Dict[str, Dict[Tuple[str, int], Ref]] = defaultdict(dict)
         self._colocated: Dict[str, Set[str]] = defaultdict(set)    # target → nodes naming it
@@ -119,6 +128,7 @@ class Graph:
 
     def _index_edges(self, node: node_def_pb2.NodeDef) -> Tuple[Ref, ...]:
         name = node.name
+        self._file_op(name, node.op)
         refs = self._refs[name] = tuple(map(parse_ref, node.input))
         consumers = self._consumers
         for index, ref in enumerate(refs):
@@ -140,6 +150,42 @@ class Graph:
 
     def node(self, name: str) -> node_def_pb2.NodeDef:
         return self.nodes[name]
+
+    def nodes_with_ops(self, ops, *, named=()) -> List[node_def_pb2.NodeDef]:
+        """``[node for node in graph if node.op in ops or node.name in named]``, from the op
+        index: a snapshot in graph order, as iterating the graph gives, without visiting the
+        NodeDefs of other ops."""
+        self._refresh_ops()
+        groups = [self._by_op[op] for op in set(ops) if self._by_op.get(op)]
+        extra = [name for name in named if name in self.nodes]
+        if len(groups) == 1 and not extra:
+            names = groups[0]              # one op: its nodes are filed in graph order
+        else:
+            names = sorted({name for group in groups + [extra] for name in group},
+                           key=self._position.__getitem__)
+        return [self.nodes[name] for name in names]
+
+    def _file_op(self, name: str, op: str) -> None:
+        """Index node ``name`` under ``op``, last in graph order (it was just added)."""
+        self._by_op[op][name] = None
+        self._ops[name] = op
+        self._position[name] = self._next_position
+        self._next_position += 1
+
+    def _refresh_ops(self) -> None:
+        """File again the nodes ``mutable`` handed out whose op has changed since."""
+        for name in self._op_may_change:
+            node = self.nodes.get(name)
+            if node is not None and node.op != self._ops[name]:
+                del self._by_op[self._ops[name]][name]
+                self._ops[name] = node.op
+                # its place in graph order stays: among the new op's nodes it goes by position
+                group = self._by_op[node.op]
+                group[name] = None
+                if len(group) > 1:
+                    self._by_op[node.op] = dict.fromkeys(
+                        sorted(group, key=self._position.__getitem__))
+        self._op_may_change.clear()
 
     def op(self, ref) -> Optional[str]:
         """Op type of the node behind a name or Ref (None if missing)."""
@@ -245,6 +291,7 @@ class Graph:
     def mutable(self, name: str) -> node_def_pb2.NodeDef:
         """Node ``name``, safe to change: our own copy, never the caller's NodeDef."""
         self._grown = True                  # anything may change: the next check is a full one
+        self._op_may_change.add(name)
         return self._own(name)
 
     def _own(self, name: str) -> node_def_pb2.NodeDef:
@@ -311,8 +358,7 @@ class Graph:
             if old.HasField(field):
                 getattr(node, field).CopyFrom(getattr(old, field))
         node.attr["dtype"].type = encode_tensor(value, dtype, into=node.attr["value"].tensor).dtype
-        self._edits += 1
-        self._grown = True
+        self._edits += 1         # a new value, no new edge: nothing for the structure check
         self._values.pop(name, None)
         self._owned.add(name)
         self.nodes[name] = node
@@ -377,6 +423,8 @@ class Graph:
             if node is None:
                 continue
             removed.append(name)
+            del self._by_op[self._ops.pop(name)][name]
+            del self._position[name]
             self._removed.add(name)
             self._owned.discard(name)
             self._values.pop(name, None)
@@ -485,7 +533,7 @@ class Graph:
 
     def _cycle_outside_loops(self) -> Optional[str]:
         """A node on a cycle that no NextIteration closes (Kahn without the loops' back edges)."""
-        back = {name for name, node in self.nodes.items() if node.op in BACK_EDGE_OPS}
+        back = {node.name for node in self.nodes_with_ops(BACK_EDGE_OPS)}
         order, indegree = self._kahn(skip=back)
         if len(order) == len(self.nodes):
             return None

@@ -26,7 +26,8 @@ FLOAT16_MAX = float(np.finfo(np.float16).max)
 @transform("float16-weights", default=False)
 def float16_weights(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("float16-weights")
-    candidates = [node.name for node in graph if _is_large_float32_const(node, options)]
+    candidates = [node.name for node in graph.nodes_with_ops({"Const"})
+                  if _is_large_float32_const(node, options)]
     if not candidates:
         raise TransformError(
             f"--weights float16: the graph has no float32 constant of at least "

@@ -33,8 +33,8 @@ MAX_STEPS = 16
 @transform("fold-affine-into-linear")
 def fold_affine_into_linear(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("fold-affine-into-linear")
-    for node in list(graph):
-        if node.name in graph and node.op in LINEAR_OPS:
+    for node in graph.nodes_with_ops(LINEAR_OPS):
+        if node.name in graph:
             for _ in range(MAX_STEPS):
                 if not _fold_one(graph, node.name, options, report):
                     break

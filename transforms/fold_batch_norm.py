@@ -34,6 +34,7 @@ from tfsurgery.transform import Options, TransformReport, transform
 
 GLOBAL_NORM = "BatchNormWithGlobalNormalization"     # the pre-fused op of old frozen graphs
 BATCH_NORM_OPS = tuple(FUSED_BATCH_NORM_OPS) + (GLOBAL_NORM,)
+LINEAR_OPS = ("Conv2D", "DepthwiseConv2dNative", "Conv3D", "MatMul", "Conv2DBackpropInput")
 
 
 # ---------------------------------------------------------------- the linear ops
@@ -58,7 +59,7 @@ def _data_format_axis(graph: Graph, name: str, rank: int) -> int:
 
 def linear_op(graph: Graph, name: str) -> Optional[Linear]:
     op = graph.op(name)
-    if op not in ("Conv2D", "DepthwiseConv2dNative", "Conv3D", "MatMul", "Conv2DBackpropInput"):
+    if op not in LINEAR_OPS:
         return None
     weight_ref = graph.inputs(name)[1]
     weight = graph.const_value(weight_ref)
@@ -440,7 +441,7 @@ def fold_batch_norm(graph: Graph, options: Options) -> TransformReport:
     if options.outputs:       # unreachable readers (e.g. a dead BN's moments) must not block folds
         report.pruned = graph.prune(options.outputs, keep=options.inputs)   # booked to prune
     blocked = {}
-    for node in graph:
+    for node in graph.nodes_with_ops(LINEAR_OPS):
         lin = linear_op(graph, node.name) if node.name in graph else None
         if lin is None:
             continue
@@ -455,12 +456,10 @@ def fold_batch_norm(graph: Graph, options: Options) -> TransformReport:
         report.matched += 1
         fold_chain(graph, lin, chain)
         report.rewritten.append(f"{lin.name} <- {' + '.join(chain.nodes)}")
-    for node in graph:
-        if node.op in CONCAT_OPS and node.name in graph:
+    for node in graph.nodes_with_ops(CONCAT_OPS):
+        if node.name in graph:
             fold_concat(graph, node.name, options, report)
-    for node in graph:
-        if node.op not in BATCH_NORM_OPS:
-            continue
+    for node in graph.nodes_with_ops(BATCH_NORM_OPS):
         if node.name in blocked:
             report.skip(node.name, blocked[node.name])
             continue

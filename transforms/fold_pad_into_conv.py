@@ -37,8 +37,8 @@ ZERO_PADS = ("Pad", "PadV2")
 def fold_pad_into_conv(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("fold-pad-into-conv")
     shapes = StaticShapes(graph, options.outputs)
-    for node in graph:
-        if node.op not in CONVS or node.name not in graph:
+    for node in graph.nodes_with_ops(CONVS):
+        if node.name not in graph:
             continue
         pad_ref = graph.inputs(node.name)[0]
         if graph.op(pad_ref) not in ZERO_PADS or pad_ref.port:

@@ -15,9 +15,7 @@ from tfsurgery.transform import Options, TransformReport, transform
 def freeze_placeholder_defaults(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("freeze-placeholder-defaults")
     inputs = {name.split(":")[0] for name in options.inputs}
-    for node in graph:
-        if node.op != "PlaceholderWithDefault":
-            continue
+    for node in graph.nodes_with_ops({"PlaceholderWithDefault"}):
         report.matched += 1
         if node.name in inputs:
             report.skip(node.name, "a declared input: it stays feedable")

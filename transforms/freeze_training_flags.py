@@ -20,7 +20,8 @@ from tfsurgery.transform import Options, TransformReport, transform
 @transform("freeze-training-flags")
 def freeze_training_flags(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("freeze-training-flags")
-    for node in graph:
+    # a training flag is a placeholder (is_training_flag); a named node may be anything
+    for node in graph.nodes_with_ops(PLACEHOLDER_OPS, named=options.inference_values):
         if node.name in options.inference_values:
             value = options.inference_values[node.name]
         elif is_training_flag(node, options.training_flags):

@@ -86,7 +86,7 @@ def inline_rounds(graph: Graph, options: Options, report: TransformReport,
 def taken_bodies(graph: Graph, skipped: Dict[str, str]) -> Dict[str, Tuple[str, List[Ref]]]:
     """Caller node → (function to inline, the caller's data inputs that feed its arguments)."""
     calls, decisions = {}, {}
-    for node in graph:
+    for node in graph.nodes_with_ops(CALL_OPS | IF_OPS | CASE_OPS | LOOP_OPS):
         if node.name in skipped:
             continue
         if node.op in CALL_OPS:

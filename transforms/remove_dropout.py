@@ -84,11 +84,12 @@ def dropout_applications(graph: Graph, cone: Set[str], constant: Set[str]):
 @transform("remove-dropout")
 def remove_dropout(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("remove-dropout")
-    if not any(node.op in RANDOM_OPS for node in graph):
+    random = graph.nodes_with_ops(RANDOM_OPS)
+    if not random:
         return report
     constant = constant_valued_nodes(graph)     # a rate inside a v1 loop comes through Enter
-    for node in graph:
-        if node.op not in RANDOM_OPS or node.name not in graph:
+    for node in random:
+        if node.name not in graph:
             continue
         cone = mask_cone(graph, node.name, constant)
         for apply_node, data in list(dropout_applications(graph, cone, constant)):

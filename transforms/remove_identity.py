@@ -15,7 +15,7 @@ from tfsurgery.transform import Options, TransformReport, transform
 def remove_identity(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("remove-identity")
     protected = options.protected
-    for node in graph:
+    for node in graph.nodes_with_ops(IDENTITY_OPS | {"IdentityN"}):
         if node.op == "IdentityN" and node.name not in protected \
                 and not graph.control_inputs(node.name):
             report.matched += 1

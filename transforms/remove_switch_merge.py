@@ -31,8 +31,8 @@ def constant_switches(graph: Graph) -> dict:
     computed from constants only (``LogicalNot(training)``), which TensorFlow then evaluates.
     Inside a while loop the predicate arrives through a constant ``Enter``: the same value in
     every iteration."""
-    predicates = {node.name: loop_invariant(graph, graph.inputs(node.name)[1]) for node in graph
-                  if node.op in SWITCH_OPS}
+    predicates = {node.name: loop_invariant(graph, graph.inputs(node.name)[1])
+                  for node in graph.nodes_with_ops(SWITCH_OPS)}
     values = constant_values(graph, set(predicates.values()))
     live = {}
     for name, predicate in predicates.items():
@@ -133,8 +133,8 @@ def collapse(graph: Graph, live_port: dict, options: Options, report: TransformR
         graph.move_control_consumers(switch, data.node)
         report.rewritten.append(switch)
 
-    for node in graph:
-        if node.op not in MERGE_OPS or node.name in dead:
+    for node in graph.nodes_with_ops(MERGE_OPS):
+        if node.name in dead:
             continue
         inputs = graph.inputs(node.name)
         live = [i for i, ref in enumerate(inputs) if not is_dead(ref)]

@@ -30,6 +30,7 @@ COMMUTATIVE = ("Mul", "Add", "AddV2")
 SHAPE_OPS = ("Reshape", "ExpandDims", "Squeeze")
 REDUCTIONS = ("Mean", "Sum", "Max", "Min", "Prod", "All", "Any", "EuclideanNorm")
 MAX_ROUNDS = 10
+RULE_OPS = frozenset(NEUTRAL) | {"Cast", "Neg", "Transpose"} | frozenset(SHAPE_OPS)  # any rule
 
 
 @transform("simplify-arithmetic", repeat=True)
@@ -38,7 +39,7 @@ def simplify_arithmetic(graph: Graph, options: Options) -> TransformReport:
     for _ in range(MAX_ROUNDS):
         shapes = StaticShapes(graph, options.outputs)
         changed = sum(_simplify(graph, node.name, shapes, options, report)
-                      for node in graph if node.name in graph)
+                      for node in graph.nodes_with_ops(RULE_OPS) if node.name in graph)
         if not changed:
             break
     return report

@@ -22,8 +22,8 @@ def strip_debug(graph: Graph, options: Options) -> TransformReport:
     if options.keep_asserts:
         report.notes.append("--keep-asserts: assertions and debug ops kept")
         return report
-    for node in graph:
-        if node.op not in PASS_THROUGH | CHECK_ONLY or node.name not in graph:
+    for node in graph.nodes_with_ops(PASS_THROUGH | CHECK_ONLY):
+        if node.name not in graph:
             continue
         report.matched += 1
         if node.name in options.protected:
@@ -45,8 +45,8 @@ def strip_debug(graph: Graph, options: Options) -> TransformReport:
 def _idle_no_ops(graph: Graph, options: Options):
     """Delete NoOps with no inputs left that only gave control edges (a tf.group of asserts)."""
     removed = []
-    for node in graph:
-        if node.op == "NoOp" and not node.input and node.name not in options.protected:
+    for node in graph.nodes_with_ops({"NoOp"}):
+        if not node.input and node.name not in options.protected:
             graph.move_control_consumers(node.name, None)
             graph.remove([node.name])
             removed.append(node.name)
