@@ -230,6 +230,10 @@ class Graph:
         """How many input slots (data and control) read node ``name`` — O(1)."""
         return len(self._consumers.get(name, ()))
 
+    def has_control_edges(self) -> bool:
+        """Whether any node has a control input."""
+        return any(ref.control for refs in self._refs.values() for ref in refs)
+
     def has_control_consumers(self, name: str) -> bool:
         return any(ref.control for ref in self._consumers.get(name, {}).values())
 
@@ -491,8 +495,8 @@ class Graph:
     def structure_problem(self) -> Optional[str]:
         """What is broken, if anything: an input naming no node or a port the node lacks, a
         colocation naming no node, a cycle outside a while loop. None when the graph is sound."""
-        if self._sound_at == self._edits:
-            return None                     # nothing changed since the last clean check
+        if self._sound_at == self._edits or self._edits == 0:
+            return None        # nothing changed since the last clean check (or since indexing)
         if self._sound_at >= 0 and not self._grown:
             problem = self._dangling_after_removals()       # no edge came: no cycle, no port
         else:
@@ -542,16 +546,18 @@ class Graph:
     def ancestors(self, outputs: Iterable[str], *, include_control: bool = True) -> Set[str]:
         """Nodes the given node names depend on (themselves included); cycles are fine."""
         keep: Set[str] = set()
+        nodes, refs_of = self.nodes, self._refs
         stack = [parse_ref(o).node for o in outputs]
         while stack:
             name = stack.pop()
-            if name in keep or name not in self.nodes:
+            if name in keep or name not in nodes:
                 continue
             keep.add(name)
             if include_control:
-                stack.extend(ref.node for ref in self._refs[name])
+                stack.extend([ref.node for ref in refs_of[name] if ref.node not in keep])
             else:
-                stack.extend(ref.node for ref in self._refs[name] if not ref.control)
+                stack.extend([ref.node for ref in refs_of[name]
+                              if not ref.control and ref.node not in keep])
         return keep
 
     def prune(self, outputs: Iterable[str], *, keep: Iterable[str] = ()) -> List[str]:

@@ -30,6 +30,8 @@ def prune(graph: Graph, options: Options) -> TransformReport:
 
 def drop_pointless_control_edges(graph: Graph) -> int:
     """Remove control edges from nodes computed from constants alone (see module doc)."""
+    if not graph.has_control_edges():
+        return 0                            # nothing to look for (finding constants costs)
     pointless = {}                          # reader → indices of its pointless control inputs
     for name in constant_nodes(graph):
         for reader, index in graph.reader_slots(name):
