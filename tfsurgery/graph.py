@@ -48,12 +48,17 @@ class Ref(NamedTuple):
 
 def parse_ref(text: str) -> Ref:
     """``"a"`` → (a, 0), ``"a:2"`` → (a, 2), ``"^a"`` → control edge from a."""
+    # tuple.__new__ makes the Ref without NamedTuple's Python-level __new__: this runs for
+    # every input of every node
     if text[:1] == "^":
-        return Ref(text[1:], 0, True)
+        return _new_tuple(Ref, (text[1:], 0, True))
     colon = text.rfind(":")
     if colon > 0 and text[colon + 1:].isdigit():
-        return Ref(text[:colon], int(text[colon + 1:]), False)
-    return Ref(text, 0, False)
+        return _new_tuple(Ref, (text[:colon], int(text[colon + 1:]), False))
+    return _new_tuple(Ref, (text, 0, False))
+
+
+_new_tuple = tuple.__new__
 
 
 def format_ref(node: str, port: int = 0, control: bool = False) -> str:
@@ -100,13 +105,11 @@ class Graph:
             _check_unique_names(graph_def)
         self._owned: Set[str] = set()
         # The op index: a transform finds its few nodes of interest without visiting every
-        # NodeDef. op → its nodes (in the order they were indexed), node → the op it is filed
-        # under, node → its position in ``nodes``' order. ``mutable`` may change a node's op:
-        # such nodes are filed again before the next query.
+        # NodeDef. op → its nodes, in graph order; node → the op it is filed under (a dict in
+        # the same order as ``nodes``: both see the same inserts and removals). ``mutable`` may
+        # change a node's op: such nodes are filed again before the next query.
         self._by_op: Dict[str, Dict[str, None]] = defaultdict(dict)
         self._ops: Dict[str, str] = {}
-        self._position: Dict[str, int] = {}
-        self._next_position = 0
         self._op_may_change: Set[str] = set()
         self._refs: Dict[str, Tuple[Ref, ...]] = {}      # node → its inputs, parsed once
         self._consumers: Dict[str, Dict[Tuple[str, int], Ref]] = defaultdict(dict)
@@ -120,20 +123,24 @@ class Graph:
         self._removed: Set[str] = set()     # nodes removed since then
         outputs: Dict[str, Optional[int]] = {}
         with gc_paused():        # a burst of small objects that all live on: nothing to collect
-            for node in self.nodes.values():
-                refs = self._index_edges(node)
+            for name, node in self.nodes.items():
+                attrs = node.attr
+                refs = self._index_edges(name, node, attrs)
                 if check_inputs:
-                    check_attr_kinds(node)
+                    check_attr_kinds(node, attrs)
                     _check_inputs(node, refs, self.nodes, outputs)
 
-    def _index_edges(self, node: node_def_pb2.NodeDef) -> Tuple[Ref, ...]:
-        name = node.name
-        self._file_op(name, node.op)
+    def _index_edges(self, name: str, node: node_def_pb2.NodeDef, attrs) -> Tuple[Ref, ...]:
+        """File a node (just added, so last in graph order) under its op, its inputs and its
+        colocation targets."""
+        op = node.op
+        self._by_op[op][name] = None
+        self._ops[name] = op
         refs = self._refs[name] = tuple(map(parse_ref, node.input))
         consumers = self._consumers
         for index, ref in enumerate(refs):
             consumers[ref.node][(name, index)] = ref
-        if COLOCATION_ATTR in node.attr:
+        if COLOCATION_ATTR in attrs:
             for target in colocation_targets(node):
                 self._colocated[target].add(name)
         return refs
@@ -159,18 +166,15 @@ class Graph:
         groups = [self._by_op[op] for op in set(ops) if self._by_op.get(op)]
         extra = [name for name in named if name in self.nodes]
         if len(groups) == 1 and not extra:
-            names = groups[0]              # one op: its nodes are filed in graph order
+            names = list(groups[0])        # one op: its nodes are filed in graph order
         else:
-            names = sorted({name for group in groups + [extra] for name in group},
-                           key=self._position.__getitem__)
+            names = self._in_graph_order({name for group in groups + [extra] for name in group})
         return [self.nodes[name] for name in names]
 
-    def _file_op(self, name: str, op: str) -> None:
-        """Index node ``name`` under ``op``, last in graph order (it was just added)."""
-        self._by_op[op][name] = None
-        self._ops[name] = op
-        self._position[name] = self._next_position
-        self._next_position += 1
+    def _in_graph_order(self, names: Set[str]) -> List[str]:
+        if len(names) < 2:
+            return list(names)
+        return [name for name in self._ops if name in names]
 
     def _refresh_ops(self) -> None:
         """File again the nodes ``mutable`` handed out whose op has changed since."""
@@ -178,13 +182,10 @@ class Graph:
             node = self.nodes.get(name)
             if node is not None and node.op != self._ops[name]:
                 del self._by_op[self._ops[name]][name]
-                self._ops[name] = node.op
-                # its place in graph order stays: among the new op's nodes it goes by position
+                self._ops[name] = node.op       # an existing key: its place in graph order stays
                 group = self._by_op[node.op]
                 group[name] = None
-                if len(group) > 1:
-                    self._by_op[node.op] = dict.fromkeys(
-                        sorted(group, key=self._position.__getitem__))
+                self._by_op[node.op] = dict.fromkeys(self._in_graph_order(set(group)))
         self._op_may_change.clear()
 
     def op(self, ref) -> Optional[str]:
@@ -324,7 +325,7 @@ class Graph:
         self._grown = True
         self._owned.add(node.name)
         self._values.pop(node.name, None)
-        self._index_edges(node)
+        self._index_edges(node.name, node, node.attr)
         return node
 
     def new_node(self, op: str, name: str, inputs: Iterable = (), attrs: Optional[dict] = None,
@@ -428,7 +429,6 @@ class Graph:
                 continue
             removed.append(name)
             del self._by_op[self._ops.pop(name)][name]
-            del self._position[name]
             self._removed.add(name)
             self._owned.discard(name)
             self._values.pop(name, None)
@@ -562,10 +562,27 @@ class Graph:
 
     def prune(self, outputs: Iterable[str], *, keep: Iterable[str] = ()) -> List[str]:
         """Remove every node the outputs (and ``keep``) do not need; returns the removed names."""
-        needed = self.ancestors(list(outputs) + list(keep))
+        roots = list(outputs) + list(keep)
+        if self._none_dead(roots):
+            return []
+        needed = self.ancestors(roots)
         dead = [name for name in self.nodes if name not in needed]
         self.remove(dead)
         return dead
+
+    def _none_dead(self, roots: List[str]) -> bool:
+        """A quick proof that every node is needed: without while loops (cycles), a graph in
+        which every node but the roots has a reader has only roots as sinks, and every node
+        reaches a sink. (A cycle outside a loop, which breaks a graph anyway, would fool it.)"""
+        if self._by_op_present(BACK_EDGE_OPS):
+            return False
+        rooted = {parse_ref(root).node for root in roots}
+        consumers = self._consumers
+        return all(consumers.get(name) or name in rooted for name in self.nodes)
+
+    def _by_op_present(self, ops) -> bool:
+        self._refresh_ops()
+        return any(self._by_op.get(op) for op in ops)
 
     def topological_order(self) -> List[str]:
         """Producers before consumers (Kahn). Nodes on cycles — while loops, whose NextIteration
@@ -766,9 +783,10 @@ def _attr_kinds(op: str) -> Tuple[Tuple[str, str, str], ...]:
     return () if definition is None else _attr_kinds_of(op)
 
 
-def check_attr_kinds(node: node_def_pb2.NodeDef) -> None:
-    """Each attribute the op defines holds a value of the kind its definition says."""
-    attrs = node.attr
+def check_attr_kinds(node: node_def_pb2.NodeDef, attrs=None) -> None:
+    """Each attribute the op defines holds a value of the kind its definition says
+    (``attrs``: ``node.attr`` if the caller has it already)."""
+    attrs = node.attr if attrs is None else attrs
     for name, wanted, type_ in _attr_kinds(node.op):
         if name not in attrs:
             continue
