@@ -41,13 +41,14 @@ def constant_nodes(graph: Graph) -> Set[str]:
     constant: Set[str] = set()
     pending: Dict[str, int] = {}            # reader → inputs not yet known constant
     ready = [node.name for node in graph.nodes_with_ops(("Const", "NoOp")) if not node.input]
+    reader_slots, input_refs = graph.reader_slots, graph.input_refs     # (a hot loop)
     while ready:
         name = ready.pop()
         constant.add(name)
-        for reader, _index in graph.reader_slots(name):
+        for reader, _index in reader_slots(name):
             left = pending.get(reader)
             if left is None:
-                left = len(graph.input_refs(reader))
+                left = len(input_refs(reader))
             pending[reader] = left = left - 1
             if left == 0:
                 op = graph.node(reader).op

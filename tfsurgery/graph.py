@@ -423,8 +423,9 @@ class Graph:
         deleted node are dropped: TensorFlow refuses a graph whose ``_class`` names a missing node."""
         removed = []
         self._edits += 1
+        nodes, consumers, colocated = self.nodes, self._consumers, self._colocated   # hot loop
         for name in list(names):
-            node = self.nodes.pop(name, None)
+            node = nodes.pop(name, None)
             if node is None:
                 continue
             removed.append(name)
@@ -433,13 +434,15 @@ class Graph:
             self._owned.discard(name)
             self._values.pop(name, None)
             for index, ref in enumerate(self._refs.pop(name)):
-                self._consumers[ref.node].pop((name, index), None)
-            if COLOCATION_ATTR in node.attr:
+                consumers[ref.node].pop((name, index), None)
+            if colocated and COLOCATION_ATTR in node.attr:   # no colocation anywhere: none here
                 for target in colocation_targets(node):
-                    self._colocated[target].discard(name)
+                    colocated[target].discard(name)
+        if not colocated:
+            return
         for name in removed:
-            for holder in sorted(self._colocated.pop(name, ())):
-                if holder in self.nodes:
+            for holder in sorted(colocated.pop(name, ())):
+                if holder in nodes:
                     self._drop_colocation(holder, name)
 
     def _drop_colocation(self, holder: str, target: str) -> None:

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from tensorflow.core.framework import graph_pb2
 
 from tfsurgery.errors import StructureError, UnknownTransform
-from tfsurgery.graph import Graph
+from tfsurgery.graph import Graph, gc_paused
 from tfsurgery.transform import Options, TransformReport
 from tfsurgery.transforms import DEFAULT_TRANSFORMS, ORDER, REGISTRY
 
@@ -49,6 +49,14 @@ def run(graph_def: graph_pb2.GraphDef, transforms: Sequence[str],
     unknown = [name for name in transforms if name not in REGISTRY]
     if unknown:
         raise UnknownTransform(f"unknown transform '{unknown[0]}'")
+    # The index and the transforms' bookkeeping are millions of small objects that live until
+    # the end; Python's cyclic collector would scan them again and again to find nothing.
+    with gc_paused():
+        return _run(graph_def, transforms, options)
+
+
+def _run(graph_def: graph_pb2.GraphDef, transforms: Sequence[str],
+         options: Options) -> Tuple[graph_pb2.GraphDef, List[TransformReport]]:
     graph = Graph(graph_def)
     reports: Dict[str, TransformReport] = {}
     seen_changes: Dict[str, int] = {}       # name → the change count when it last ran

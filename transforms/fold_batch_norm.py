@@ -146,11 +146,11 @@ def affine_step(graph: Graph, name: str, incoming: Ref, lin: Linear) -> Union[Af
     if incoming not in inputs:
         return None
     position = inputs.index(incoming)
-    ones, zeros = np.ones(lin.channels), np.zeros(lin.channels)
     if op in BATCH_NORM_OPS:
         return batch_norm_step(graph, name, lin) if position == 0 else None
     if len(inputs) != 2:
         return None
+    ones, zeros = np.ones(lin.channels), np.zeros(lin.channels)
     if op == "BiasAdd":             # the bias runs along the data_format's channel axis
         bias = graph.const_value(inputs[1])
         same_axis = _data_format_axis(graph, name, lin.rank) == lin.channel_axis % lin.rank

@@ -71,7 +71,8 @@ def _neutral_operand(graph: Graph, name: str, shapes, options: Options, report) 
     positions = (1, 0) if op in COMMUTATIVE else (1,)
     for position in positions:
         value = graph.const_value(inputs[position])
-        if value is None or value.size == 0 or not np.all(value == NEUTRAL[op]):
+        if value is None or value.size == 0 or value.flat[0] != NEUTRAL[op] or \
+                not np.all(value == NEUTRAL[op]):     # (the first value rejects most at once)
             continue
         x = inputs[1 - position]
         if value.ndim and not _same_shape(shapes, Ref(name), x):
