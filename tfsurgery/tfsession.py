@@ -91,6 +91,7 @@ class StaticShapes:
         self._graph, self._outputs = graph, list(outputs)
         self._live: Optional[set] = None
         self._shapes: Optional[Dict[str, Optional[list]]] = None
+        self._complete = False          # every live node imported (else: one node's ancestors)
 
     def _of(self, name: str) -> Dict[str, Optional[list]]:
         if self._live is None:
@@ -98,11 +99,22 @@ class StaticShapes:
                 else set(self._graph.nodes)
         if name not in self._live:
             return {}
-        if self._shapes is None:
-            nodes = (node for node in self._graph if node.name in self._live)
-            self._shapes = static_shapes(self._graph.to_graph_def(
-                nodes=shape_stand_ins(nodes)))
+        if self._shapes is None or (name not in self._shapes and not self._complete):
+            self._import(name)
         return self._shapes
+
+    def _import(self, name: str) -> None:
+        """A node's shape depends on its ancestors only. The first question imports just those
+        when they are a small part of the graph (a Pad near the input: ResNet's one question);
+        a question they do not answer imports everything live."""
+        scope = self._live
+        if self._shapes is None:
+            ancestors = self._graph.ancestors([name])
+            if len(ancestors) * 4 < len(self._live):
+                scope = ancestors
+        self._complete = scope is self._live
+        nodes = (node for node in self._graph if node.name in scope)
+        self._shapes = static_shapes(self._graph.to_graph_def(nodes=shape_stand_ins(nodes)))
 
     def __contains__(self, name: str) -> bool:
         return name in self._of(name)
