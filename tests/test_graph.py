@@ -154,3 +154,63 @@ def test_const_values_are_cached_and_forgotten_on_change():
     g.remove(["r", "c"])
     g.add_const("c", np.float32(4.0))
     assert g.const_value("c") == 4.0
+
+
+def _by_iteration(g, ops, named=()):
+    return [n.name for n in g if n.op in ops or n.name in named]
+
+
+def test_nodes_with_ops_is_iteration_filtered_by_op_through_edits():
+    """The op index answers what filtering the graph's iteration would, in graph order: after
+    adds, removals, a name re-added with another op, and an op changed through ``mutable``."""
+    g = Graph(graph_def(node("x", "Placeholder"), node("a", "Neg", "x"), node("b", "Abs", "a"),
+                        node("c", "Neg", "b"), node("flag", "Placeholder"), node("d", "Abs", "c")))
+    g.new_node("Neg", "e", ["d"])
+    g.remove(["b"])
+    g.new_node("Neg", "b", ["a"])              # the same name, now last and a Neg
+    g.set_input("c", 0, "b")
+    g.mutable("a").op = "Abs"                  # changed in place: keeps its place in order
+    g.mutable("flag").op = "Neg"
+    for ops, named in [({"Neg"}, ()), ({"Abs"}, ()), ({"Neg", "Abs"}, ()), ({"Relu"}, ()),
+                       ({"Abs"}, {"x", "e", "missing"}), ({"Placeholder", "Neg"}, ())]:
+        assert [n.name for n in g.nodes_with_ops(ops, named=named)] == \
+            _by_iteration(g, ops, named), (ops, named)
+    assert [n.name for n in g.nodes_with_ops({"Neg"})] == ["c", "flag", "e", "b"]
+
+
+def test_prune_without_a_walk_when_every_node_has_a_reader():
+    """Every non-output node read by someone (no loops): nothing is dead. A dead node, or a
+    dead while loop (its nodes read each other), is still found by the walk."""
+    alive = Graph(graph_def(node("x", "Placeholder"), node("a", "Neg", "x"),
+                            node("c", "NoOp", "^a"), node("y", "Abs", "a", "^c")))
+    assert alive.prune(["y"], keep=["x"]) == [] and len(alive) == 4
+    chain = Graph(graph_def(node("x", "Placeholder"), node("a", "Neg", "x"),
+                            node("dead", "Neg", "a"), node("y", "Abs", "a")))
+    assert chain.prune(["y"]) == ["dead"]
+    loop = Graph(graph_def(node("x", "Placeholder"), node("y", "Neg", "x"),
+                           node("enter", "Enter", "x"), node("merge", "Merge", "enter", "next"),
+                           node("body", "Neg", "merge"), node("next", "NextIteration", "body")))
+    assert sorted(loop.prune(["y"])) == ["body", "enter", "merge", "next"]
+
+
+def test_static_shapes_import_the_asked_nodes_ancestors_first(monkeypatch):
+    """The first question imports only the ancestors of the node asked about when they are few;
+    a question they do not answer imports everything live; the shapes are the same."""
+    from tfsurgery import tfsession
+    with tf.Graph().as_default() as tf_graph:
+        x = tf.compat.v1.placeholder(tf.float32, [1, 8, 8, 3], name="x")
+        y = tf.pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]], name="pad")
+        for i in range(12):
+            y = tf.nn.relu(y, name=f"relu_{i}")
+        tf.reshape(y, [1, -1], name="out")
+    imported = []
+    real = tfsession.static_shapes
+    monkeypatch.setattr(tfsession, "static_shapes",
+                        lambda gd: imported.append(len(gd.node)) or real(gd))
+    graph = Graph(tf_graph.as_graph_def())
+    shapes = tfsession.StaticShapes(graph, ["out"])
+    assert shapes.get("x") == [1, 8, 8, 3] and shapes.get("pad") == [1, 10, 10, 3]
+    assert shapes.get("out") == [1, 300] and "relu_11" in shapes
+    full = real(graph.to_graph_def())
+    assert shapes.get("relu_5") == full["relu_5"] == [1, 10, 10, 3]
+    assert imported == [1, len(graph)]         # x alone, then every live node, once
