@@ -519,6 +519,34 @@ class Graph:
         return None
 
     def _structure_problem(self) -> Optional[str]:
+        problem = None if self._edges_look_sound() else self._edge_problem()
+        if problem:
+            return problem
+        nodes = self.nodes
+        for target, holders in self._colocated.items():
+            if holders and target not in nodes:
+                return f"node '{min(holders)}' is colocated with missing node '{target}'"
+        cycle = self._cycle_outside_loops()
+        return f"cycle outside a while loop through node '{cycle}'" if cycle else None
+
+    def _edges_look_sound(self) -> bool:
+        """The quick pass over the edges: every producer read exists (one set difference) and
+        each port read above 0 exists. When it has doubts, ``_edge_problem`` names the first."""
+        consumers, nodes = self._consumers, self.nodes
+        if any(consumers[name] for name in consumers.keys() - nodes.keys()):
+            return False
+        top: Dict[str, int] = {}
+        for refs in self._refs.values():
+            for ref in refs:
+                if ref.port > top.get(ref.node, 0):
+                    top[ref.node] = ref.port
+        for producer, port in top.items():
+            ports = num_outputs(nodes[producer])
+            if ports is not None and port >= ports:
+                return False
+        return True
+
+    def _edge_problem(self) -> Optional[str]:
         nodes = self.nodes
         for producer, readers in self._consumers.items():
             if not readers:
@@ -532,11 +560,7 @@ class Graph:
                 if ports is not None and top >= ports:
                     return (f"'{producer}:{top}' is read but {nodes[producer].op} "
                             f"'{producer}' has {ports} output(s)")
-        for target, holders in self._colocated.items():
-            if holders and target not in nodes:
-                return f"node '{min(holders)}' is colocated with missing node '{target}'"
-        cycle = self._cycle_outside_loops()
-        return f"cycle outside a while loop through node '{cycle}'" if cycle else None
+        return None
 
     def _cycle_outside_loops(self) -> Optional[str]:
         """A node on a cycle that no NextIteration closes (Kahn without the loops' back edges)."""

@@ -197,12 +197,12 @@ def single_consumer(graph: Graph, name: str, options: Options) -> Optional[str]:
 def affine_chain(graph: Graph, lin: Linear, options: Options) -> Chain:
     chain = Chain(lin.name, [], np.ones(lin.channels), np.zeros(lin.channels), [])
     current = lin.name
-    passthrough = single_consumer(graph, current, options)
-    if graph.op(passthrough) in CHANNEL_PRESERVING_OPS and lin.channel_axis == lin.rank - 1 \
-            and graph.inputs(passthrough)[0] == Ref(current):
-        chain.start = current = passthrough
-    while True:
+    nxt = single_consumer(graph, current, options)
+    if graph.op(nxt) in CHANNEL_PRESERVING_OPS and lin.channel_axis == lin.rank - 1 \
+            and graph.inputs(nxt)[0] == Ref(current):
+        chain.start = current = nxt             # a pass-through: the chain starts after it
         nxt = single_consumer(graph, current, options)
+    while True:
         if nxt is None:
             if current == chain.start:
                 chain.blocked += [(c, f"output of {current} has other consumers")
@@ -218,6 +218,7 @@ def affine_chain(graph: Graph, lin: Linear, options: Options) -> Chain:
         chain.scale, chain.shift = chain.scale * a, chain.shift * a + c
         chain.nodes.append(nxt)
         current = nxt
+        nxt = single_consumer(graph, current, options)
 
 
 def worth_folding(graph: Graph, chain: Chain) -> bool:
