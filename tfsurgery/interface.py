@@ -263,7 +263,7 @@ def _set_shape(node, dims) -> None:
 
 def check_fed(graph_def, inputs: Sequence[str], outputs: Sequence[str]) -> None:
     """Outputs that depend on a queue or iterator need that dequeue named as an input."""
-    graph = Graph(graph_def, check_inputs=False)
+    graph = {node.name: node for node in graph_def.node}    # a walk needs no full index
     cut = {node_name(n) for n in inputs}
     stack, seen = [node_name(o) for o in outputs], set()
     while stack:
@@ -271,8 +271,9 @@ def check_fed(graph_def, inputs: Sequence[str], outputs: Sequence[str]) -> None:
         if name in seen or name in cut or name not in graph:
             continue
         seen.add(name)
-        if graph.op(name) in QUEUE_OPS:
-            raise InputError(f"the outputs read {graph.op(name)} '{name}', fed by an input queue "
+        op = graph[name].op
+        if op in QUEUE_OPS:
+            raise InputError(f"the outputs read {op} '{name}', fed by an input queue "
                              f"that is empty outside training; pass it with --inputs {name} "
                              "(and --input-shape if its shape is not declared)")
-        stack.extend(ref.node for ref in map(parse_ref, graph.node(name).input))
+        stack.extend(ref.node for ref in map(parse_ref, graph[name].input))
