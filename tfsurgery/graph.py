@@ -240,10 +240,10 @@ class Graph:
 
     def attr(self, name: str, key: str, default=None):
         """A node attribute as a Python value (str for bytes)."""
-        node = self.nodes[name]
-        if key not in node.attr:
+        attrs = self.nodes[name].attr
+        if key not in attrs:
             return default
-        value = node.attr[key]
+        value = attrs[key]
         kind = value.WhichOneof("value")
         if kind == "s":
             return value.s.decode(errors="replace")
@@ -274,6 +274,9 @@ class Graph:
     def const_value(self, ref, *, through_identity: bool = True) -> Optional[np.ndarray]:
         """The value of a constant tensor (None if it is not a constant)."""
         ref = ref if isinstance(ref, Ref) else parse_ref(ref)
+        cached = self._values.get(ref.node)       # a cached value is a Const's: nothing to follow
+        if cached is not None and ref.port == 0:
+            return cached
         if through_identity:
             ref = self.resolve(ref)
         cached = self._values.get(ref.node)
@@ -806,8 +809,15 @@ def _attr_kinds_of(op: str) -> Tuple[Tuple[str, str, str], ...]:
 def _attr_kinds(op: str) -> Tuple[Tuple[str, str, str], ...]:
     """(attribute, AttrValue field it must hold, its OpDef type) for each attribute ``op``
     defines with a known kind; empty for ops this TensorFlow does not know."""
-    definition = op_def(op)
-    return () if definition is None else _attr_kinds_of(op)
+    kinds = _KINDS.get(op)              # one dict lookup per node on the indexing path
+    if kinds is None:
+        if op_def(op) is None:
+            return ()                   # asked again next time: a library may load later
+        kinds = _KINDS[op] = _attr_kinds_of(op)
+    return kinds
+
+
+_KINDS: Dict[str, Tuple[Tuple[str, str, str], ...]] = {}
 
 
 def check_attr_kinds(node: node_def_pb2.NodeDef, attrs=None) -> None:
