@@ -17,7 +17,7 @@ A shared weight constant is copied, not changed in place.
 
 Through a concat: a chain after ConcatV2/Concat of linear ops (each maybe followed by its own
 BiasAdd) is split along the concat's channel slices and folded into each input (along another
-axis each input gets the whole map). Only when every input is such a linear op with constant,
+axis each input gets the whole map), also with a BatchToSpaceND between concat and chain. Only when every input is such a linear op with constant,
 unshared weights and the concat is its one reader, and nothing else reads the concat; otherwise
 the report says why (on the concat).
 """
@@ -345,6 +345,9 @@ def concat_parts(graph: Graph, concat: str,
     lins = [linear_feeding(graph, ref) for _, ref in values]
     if not any(lins):
         return None
+    nested = [ref.node for _, ref in values if graph.op(ref) in CONCAT_OPS]
+    if nested:             # concat(concat(a, b), c): the inner one's slices are not followed
+        return f"input {nested[0]} is itself a concat (nested concats are not folded through)"
     if not all(lins):
         return "not every input of the concat is a conv/matmul"
     parts = []
@@ -388,13 +391,15 @@ def fold_concat(graph: Graph, concat: str, options: Options, report: TransformRe
     chain = affine_chain(graph, view, options)
     for bn, why in chain.blocked:
         report.skip(concat, f"{bn} not folded into the concat's inputs: {why}")
-    if chain.start != concat or not worth_folding(graph, chain):
+    if not worth_folding(graph, chain):
         return
     report.matched += 1
     for part in parts:
         fold_concat_part(graph, concat, part, chain.scale[part.channels],
                          chain.shift[part.channels])
-    rename_concat(graph, concat, chain.nodes)
+    # chain.start is the concat, or the BatchToSpaceND reading it (it moves whole pixels, so the
+    # per-channel map commutes with it): that node now yields the normalized values
+    rename_concat(graph, chain.start, chain.nodes)
     report.rewritten.append(f"{' + '.join(p.lin.name for p in parts)} <- "
                             f"{' + '.join(chain.nodes)} (split by {concat})")
 
@@ -426,11 +431,12 @@ def fold_concat_part(graph: Graph, concat: str, part: ConcatPart, scale: np.ndar
     graph.set_input(concat, part.index, bias)
 
 
-def rename_concat(graph: Graph, concat: str, chain: List[str]) -> None:
-    """The concat, now producing the normalized values, takes the last chain node's name."""
-    node = graph.node(concat)
+def rename_concat(graph: Graph, start: str, chain: List[str]) -> None:
+    """``start`` (the concat, or the BatchToSpaceND after it), now producing the normalized
+    values, takes the last chain node's name."""
+    node = graph.node(start)
     inputs, attrs, device = list(node.input), dict(node.attr), node.device
-    graph.remove([concat] + chain)
+    graph.remove([start] + chain)
     graph.new_node(node.op, chain[-1], inputs, attrs, device=device)
 
 
