@@ -4,7 +4,8 @@ weights and numbers compared:
 - a Keras 3 LSTM/GRU with dropout frozen with lowering: converts when repaired as tf2onnx's
   loader repairs it, is refused in one line when not (tf2onnx's command fails on it too);
 - `bench` on a TF1 graph whose dead-branch-only input left the optimized interface;
-- batch norm after concat → BatchToSpaceND folds; after a nested concat it stays, with the reason;
+- batch norm after concat → BatchToSpaceND, or after a concat nested in a concat, folds into the
+  convs (left alone, with the reason, when the inner concat is read elsewhere);
 - `Dequantize` of uint8 weights is folded only when that saves bytes."""
 import numpy as np
 import pytest
@@ -140,14 +141,15 @@ def test_bench_feeds_the_original_a_stand_in_for_a_dropped_input(tmp_path, capsy
 
 # ---------------------------------------------------------------- issue 9
 def concat_graph(case):
-    """Three convs, concatenated in two levels (``nested``) or two convs, concatenated, then a
-    BatchToSpaceND with crops (``batch_to_space``), then a FusedBatchNormV3 → ``output``."""
+    """Three convs, concatenated in two levels (``nested``; ``nested_read_twice``: the inner
+    concat is an output too) or two convs, concatenated, then a BatchToSpaceND with crops
+    (``batch_to_space``), then a FusedBatchNormV3 → ``output``."""
     with v1_graph() as graph:
         x = tf.compat.v1.placeholder(tf.float32, [4, 6, 6, 2], name="input")
         a = tf.nn.conv2d(x, const([2, 2, 2, 3]), [1, 1, 1, 1], "SAME")
         b = tf.nn.bias_add(tf.nn.conv2d(x, const([1, 1, 2, 2]), [1, 1, 1, 1], "SAME"),
                            const([2]))
-        if case == "nested":
+        if case.startswith("nested"):
             c = tf.nn.conv2d(x, const([3, 3, 2, 4]), [1, 1, 1, 1], "SAME")
             y = tf.concat([tf.concat([a, b], 3, name="inner"), c], 3, name="concat")
         else:
@@ -159,7 +161,8 @@ def concat_graph(case):
             mean=const([channels]), variance=const([channels], 0.5, 2.0), epsilon=1e-3,
             is_training=False)[0]
         tf.nn.relu(y, name="output")
-    return BuiltModel(graph.as_graph_def(), ["input"], ["output"])
+    outputs = ["output", "inner"] if case == "nested_read_twice" else ["output"]
+    return BuiltModel(graph.as_graph_def(), ["input"], outputs)
 
 
 def test_batch_norm_after_concat_and_batch_to_space_folds_into_the_convs():
@@ -174,13 +177,26 @@ def test_batch_norm_after_concat_and_batch_to_space_folds_into_the_convs():
     assert result.verification.passed and result.verification.max_error < 1e-4
 
 
-def test_batch_norm_after_nested_concat_stays_with_the_reason():
+def test_batch_norm_after_nested_concat_folds_into_all_three_convs():
+    """concat(concat(a, b), c) along the channels is concat(a, b, c): each conv takes its
+    slice; both concats stay, the outer one under the batch norm's name."""
     result = optimize(concat_graph("nested"))
+    left = ops(result.graph_def)
+    assert "FusedBatchNormV3" not in left and "Mul" not in left
+    assert left.count("BiasAdd") == 3 and left.count("ConcatV2") == 2
+    assert any("split by concat" in line
+               for line in report_of(result, "fold-batch-norm").rewritten)
+    assert result.verification.passed and result.verification.max_error < 1e-4
+
+
+def test_batch_norm_after_nested_concat_read_elsewhere_stays_with_the_reason():
+    """The inner concat is an output too: its values must stay unnormalized, no fold."""
+    result = optimize(concat_graph("nested_read_twice"))
     report = report_of(result, "fold-batch-norm")
     assert [r for n, r in report.skipped
             if n == "concat" and "inner is itself a concat" in r], report.skipped
     assert not [line for line in report.rewritten if "split by" in line]
-    assert ops(result.graph_def).count("ConcatV2") == 2
+    assert "Mul" in ops(result.graph_def)             # the BN as Mul + BiasAdd after the concat
     assert result.verification.passed and result.verification.max_error < 1e-4
 
 
