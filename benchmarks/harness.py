@@ -324,6 +324,28 @@ def machine_info() -> dict:
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
+# the simplification issue: fewer TF nodes than Grappler on every model, these counts at most
+LEAN_TF_NODES = {"EfficientNetB0": 560, "ResNet50": 285, "MobileNetV2": 262}
+LEAN_ONNX_NODES = {"EfficientNetB0": 235}           # after onnxruntime's basic rewrites
+FLOOR_RATIO = 15                                    # scaling: pipeline time per node vs the floor
+
+
+def _lean_graph_targets(models: dict, add) -> None:
+    for name, variants in ((n, m.get("variants", {})) for n, m in models.items()):
+        ours, grappler = variants.get("tfsurgery", {}), variants.get("grappler", {})
+        if "nodes" in ours and "nodes" in grappler:
+            add(f"{name}: fewer TF nodes than Grappler ({grappler['nodes']})", ours["nodes"],
+                ours["nodes"] < grappler["nodes"])
+        if name in LEAN_TF_NODES and "nodes" in ours:
+            add(f"{name}: ≤ {LEAN_TF_NODES[name]} TF nodes", ours["nodes"],
+                ours["nodes"] <= LEAN_TF_NODES[name])
+        if name in LEAN_ONNX_NODES and "onnx" in ours:
+            exported = ours["onnx"].get("ort_basic_nodes")
+            add(f"{name}: ≤ {LEAN_ONNX_NODES[name]} ONNX nodes after onnxruntime's basic "
+                "rewrites", exported if exported is not None else "error",
+                exported is not None and exported <= LEAN_ONNX_NODES[name])
+
+
 def check_targets(result: dict) -> List[dict]:
     """The issues' targets, each with the measured value and whether it is met."""
     models = {m["model"]: m for m in result["models"]}
@@ -355,6 +377,7 @@ def check_targets(result: dict) -> List[dict]:
             f"{onnx.get('nodes', 'error')} (after ORT basic: {onnx.get('ort_basic_nodes', '-')})",
             onnx.get("nodes", onnx_max + 1) <= onnx_max)
 
+    _lean_graph_targets(models, add)
     resnet = models.get("ResNet50")
     if resnet:
         ratios = resnet["ratios"]
@@ -374,6 +397,11 @@ def check_targets(result: dict) -> List[dict]:
             exported is not None and exported <= 14 and onnx.get("if") == 0)
 
     scaling = result.get("scaling") or []
+    if scaling:
+        largest = scaling[-1]
+        ratio = largest["us_per_node"] / largest["floor_us_per_node"]
+        add(f"scaling: {largest['nodes']} nodes at ≤ {FLOOR_RATIO}× the parse+serialize time per "
+            f"node", f"{ratio:.1f}×", ratio <= FLOOR_RATIO)
     if len(scaling) >= 2:
         per_node = [r["us_per_node"] for r in scaling]
         spread = max(per_node) / min(per_node)

@@ -14,6 +14,9 @@
   side of a cond, and a ``DropoutWrapper`` whose keep probability is ``cond(is_train, 0.75, 1)``:
   dropout inside the loop body.
 
+- a Keras 3 LSTM/GRU frozen with lowering: with dropout TF's freezer refuses it, so the graph
+  comes from its converter unchecked, or repaired as tf2onnx's loader repairs it.
+
 Weights and biases are random (never Keras' zeros); units and features are tiny.
 """
 from __future__ import annotations
@@ -124,3 +127,31 @@ def tf1_array_concat_loop(seed: int = 0, features: int = 2, pieces: int = 3) -> 
         _, array = tf.compat.v1.while_loop(lambda i, _: i < pieces, body, [0, array])
         tf.identity(array.concat(), name="output")
     return BuiltModel(graph.as_graph_def(), ["input"], ["output"])
+
+
+def keras3_lowered(kind: str = "LSTM", seed: int = 0, *, units: int = 3, features: int = 2,
+                   batch=None, dropout: float = 0.25, repaired: bool = True):
+    """A Keras 3 ``kind`` layer (+ Dense) frozen by TF2 *with lowering* (input ``x``, output
+    ``Identity``). With dropout, TF's own ``convert_variables_to_constants_v2`` refuses the
+    model (its seed-state assignments now write to constants): the graph is TF's converter's
+    output before that check, and ``repaired`` drops those assignments as tf2onnx's loader does
+    (``fix_freezing_errors``) — the two .pb files such a user can have. ``batch``: a fixed batch
+    size (the loop's list then has a fully known element shape). Returns (the BuiltModel, the
+    concrete function it was frozen from)."""
+    import keras
+    from tensorflow.python.framework import convert_to_constants as freezing
+    layer = getattr(keras.layers, kind)(units, dropout=dropout, recurrent_dropout=dropout)
+    model = keras.Sequential([keras.Input((None, features), batch_size=batch), layer,
+                              keras.layers.Dense(2)])
+    r = rng(seed)
+    for weight in model.weights:
+        weight.assign(r.normal(0, 0.5, weight.shape).astype("float32"))
+    function = tf.function(lambda x: model(x, training=False)).get_concrete_function(
+        tf.TensorSpec([batch, None, features], tf.float32, name="x"))
+    data = freezing._FunctionConverterDataInEager(           # noqa: SLF001 - TF's own converter,
+        func=function, lower_control_flow=True, aggressive_inlining=False)  # minus its check
+    graph_def, _ = freezing._replace_variables_by_constants(converter_data=data)  # noqa: SLF001
+    if repaired:
+        from tf2onnx import tf_loader
+        graph_def = tf_loader.fix_freezing_errors(graph_def)
+    return BuiltModel(graph_def, ["x"], [function.outputs[0].op.name]), function

@@ -55,7 +55,7 @@ def test_tfsurgery_row(result):
 def test_targets_and_markdown(result):
     targets = {t["target"]: t for t in result["targets"]}
     article = [t for name, t in targets.items() if name.startswith("article_cnn")]
-    assert len(article) == 4 and all(t["met"] for t in article)
+    assert len(article) == 5 and all(t["met"] for t in article)   # incl. fewer nodes than Grappler
     text = benchmark.render_markdown(result)
     assert "### article_cnn" in text and "| tfsurgery | 26 | 0 | 0 |" in text
     assert result["machine"]["cpu"] in text

@@ -596,8 +596,8 @@ def _bench(args, source, transforms) -> int:
     by_runtime = {}
     for t in timings:
         by_runtime.setdefault(t.runtime, {})[t.variant] = t
-    rows = [(runtime, f"{v['original'].median_ms:.3f} ± {v['original'].spread_ms:.3f}",
-             f"{v['optimized'].median_ms:.3f} ± {v['optimized'].spread_ms:.3f}",
+    rows = [(runtime, _timing_cell(v["original"]), _timing_cell(v["optimized"]),
+             "-" if v["original"].skipped else
              f"{v['original'].median_ms / v['optimized'].median_ms:.2f}x")
             for runtime, v in by_runtime.items()]
     _say(args, f"{source.label}: {len(source.graph_def.node)} → {len(result.graph_def.node)} "
@@ -605,11 +605,19 @@ def _bench(args, source, transforms) -> int:
                f"each runtime in its own process, {timings[0].threads} intra-op threads")
     _say(args, api.format_table(rows, headers=("runtime", "original", "optimized",
                                                "speed-up")))
+    for t in timings:
+        if t.skipped:
+            _say(args, f"{t.runtime}, {t.variant} graph not timed: {t.skipped}")
     if args.report_json:
         api.write_json(args.report_json, {"runs": args.runs,
                                           "timings": [t.as_dict() for t in timings]},
                        input_path=source.path)
     return 0
+
+
+def _timing_cell(timing) -> str:
+    return "not convertible" if timing.skipped else \
+        f"{timing.median_ms:.3f} ± {timing.spread_ms:.3f}"
 
 
 if __name__ == "__main__":

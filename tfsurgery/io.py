@@ -19,7 +19,7 @@ from tensorflow.core.framework import graph_pb2
 
 from tfsurgery.errors import GraphError, InputError
 from tfsurgery.graph import check_structure
-from tfsurgery.ops import CONTROL_FLOW_V1_OPS, VARIABLE_OPS, first_line
+from tfsurgery.ops import CONTROL_FLOW_V1_OPS, VARIABLE_OPS, first_line, node_name
 
 TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
 
@@ -212,11 +212,31 @@ def check_graph_def(graph_def: graph_pb2.GraphDef, where: str = "graph") -> None
             f"{where}: the graph still holds variables (e.g. '{variables[0]}'); freeze it first "
             "(tf.compat.v1.graph_util.convert_variables_to_constants) or pass the SavedModel "
             "directory instead")
+    check_assignments(graph_def, where)
     try:
         check_structure(graph_def)
     except GraphError as error:
         raise InputError(f"{where}: {error}") from None
     check_constants(graph_def, where)
+
+
+ASSIGN_OPS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
+
+
+def check_assignments(graph_def: graph_pb2.GraphDef, where: str) -> None:
+    """A variable assignment whose variable the freezer turned into a constant (TF2's
+    convert_variables_to_constants_v2 on a Keras 3 LSTM/GRU with dropout, which updates its seed
+    state at inference, before its own check rejects the result): TensorFlow cannot import it,
+    and neither can tf2onnx. Say so in one line instead of failing on test inputs."""
+    ops = {node.name: node.op for node in graph_def.node}
+    for node in graph_def.node:
+        if node.op in ASSIGN_OPS and node.input and \
+                ops.get(node_name(node.input[0])) == "Const":
+            raise InputError(
+                f"{where}: {node.op} '{node.name}' assigns to a variable the freezer turned "
+                "into a constant, so TensorFlow cannot import the graph (Keras 3 LSTM/GRU "
+                "dropout state); freeze again dropping the assignments (tf2onnx's "
+                "tf_loader.fix_freezing_errors) or pass the SavedModel or Keras file")
 
 
 def check_constants(graph_def: graph_pb2.GraphDef, where: str) -> None:

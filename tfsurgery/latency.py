@@ -33,6 +33,7 @@ class Timing:
     median_ms: float
     spread_ms: float          # interquartile range
     threads: int = 0          # intra-op threads the runtime used
+    skipped: str = ""         # why this variant was not timed (median/spread then None)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -100,7 +101,6 @@ def bench(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
     runtime in its own process. ``settings`` are fed to the original only (training flags);
     ``original_feeds`` replace ``feeds`` for the original (preprocessing in the optimized graph:
     the original takes the preprocessed values)."""
-    from tfsurgery import onnx_export
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for variant, graph_def in zip(VARIANTS, (original, optimized)):
@@ -113,11 +113,30 @@ def bench(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
         (work / "outputs.json").write_text(json.dumps(list(outputs)))
         rows = _measure("tensorflow", work, runs, timeout)
         if onnx:
-            for variant, graph_def in zip(VARIANTS, (original, optimized)):
-                onnx_export.export(graph_def, inputs, outputs, work / f"{variant}.onnx",
-                                   feeds=given[variant])
-            rows += _measure("onnxruntime", work, runs, timeout)
+            rows += _onnxruntime_rows(original, optimized, inputs, outputs, given, work, runs,
+                                      timeout)
     return rows
+
+
+def _onnxruntime_rows(original, optimized, inputs, outputs, given, work: Path, runs: int,
+                      timeout: float) -> List[Timing]:
+    """Both variants in onnxruntime. An original tf2onnx cannot convert (a TF1 training cond
+    whose Merge it leaves, say) is reported as not timed; the optimized one must convert."""
+    from tfsurgery import onnx_export
+    from tfsurgery.errors import ExportError
+    skipped = []
+    for variant, graph_def in zip(VARIANTS, (original, optimized)):
+        try:
+            onnx_export.export(graph_def, inputs, outputs, work / f"{variant}.onnx",
+                               feeds=given[variant])
+        except ExportError as error:
+            if variant != "original":
+                raise
+            skipped.append(Timing("onnxruntime", variant, None, None, threads(),
+                                  str(error)))
+    (work / "onnx_variants.json").write_text(json.dumps(
+        [v for v in VARIANTS if v not in {t.variant for t in skipped}]))
+    return skipped + _measure("onnxruntime", work, runs, timeout)
 
 
 def _measure(runtime: str, work: Path, runs: int, timeout: float) -> List[Timing]:
@@ -137,7 +156,9 @@ def _measure(runtime: str, work: Path, runs: int, timeout: float) -> List[Timing
 def _worker(runtime: str, work: Path, runs: int) -> List[Timing]:
     outputs = json.loads((work / "outputs.json").read_text())
     runners = {}
-    for variant in VARIANTS:
+    variants = VARIANTS if runtime == "tensorflow" else \
+        json.loads((work / "onnx_variants.json").read_text())
+    for variant in variants:
         feeds = dict(np.load(work / f"{variant}.npz"))
         if runtime == "tensorflow":
             import tensorflow as tf

@@ -18,7 +18,11 @@ The list value the loop carries (variant) becomes the array's flow (float); the 
 the loop frame through a constant ``Enter``, and so does an unstacked input's flow (tf2onnx's
 scan-input form). A one-element list overwritten every step (a Keras layer without
 ``return_sequences`` keeps its last output so) becomes an append, stacked as its last element:
-TensorArrays are written once per index. Only this vocabulary, lists created outside the
+TensorArrays are written once per index. A loop that runs zero times (sequence length 0) leaves
+that list's element unset, and TensorFlow stacks it as zeros when the element shape is fully
+known (a fixed batch size): the stack then starts with that zero element, so the last element is
+exact for every trip count. With an unknown batch size TensorFlow itself refuses to stack the
+unset element, as the TensorArray form (and onnxruntime) refuses an empty stack. Only this vocabulary, lists created outside the
 loop and one loop level are handled; anything else leaves the graph as it was.
 """
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Dict, Optional
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.framework.attr_value_pb2 import AttrValue
 
 from tfsurgery.graph import Graph, Ref
 
@@ -83,7 +88,10 @@ def _rewrite(graph: Graph, creator: str, family: Dict[str, int]) -> None:
     dtype = tf.dtypes.as_dtype(node.attr["element_dtype"].type)
     base = graph.unique_name(f"{creator}/tensor_array")
     slot = _single_slot(graph, creator, family)
-    handle, flow = _create(graph, node, base, dtype, slot)
+    element = _element_shape(graph, creator, family)
+    # a slot the loop never wrote (zero steps) stacks as zeros in TensorFlow
+    unset = np.zeros([1] + element, dtype.as_numpy_dtype) if slot and element else None
+    handle, flow = _create(graph, node, base, dtype, slot, element)
     inner = _in_loop(graph, family, handle, f"{base}/handle_enter", tf.resource)
     # an unstacked input is read, never written: its flow enters the loop as a constant, the
     # form tf2onnx's loop rewriter turns into a scan input
@@ -100,7 +108,8 @@ def _rewrite(graph: Graph, creator: str, family: Dict[str, int]) -> None:
             graph.mutable(name).attr["T"].type = tf.float32.as_datatype_enum
         else:
             _replace_user(graph, name, handle if level == 0 else inner, dtype,
-                          read_flow if op == "TensorListGetItem" else None, slot)
+                          read_flow if op == "TensorListGetItem" else None, slot, unset,
+                          element)
 
 
 def _single_slot(graph: Graph, creator: str, family: Dict[str, int]) -> bool:
@@ -115,7 +124,27 @@ def _single_slot(graph: Graph, creator: str, family: Dict[str, int]) -> bool:
         not any(graph.op(n) == "TensorListGetItem" for n in family)
 
 
-def _create(graph: Graph, node, base: str, dtype, slot: bool):
+def _element_shape(graph: Graph, creator: str, family: Dict[str, int]) -> Optional[list]:
+    """The list's element shape where the creator's and the stacks' constant shapes together fix
+    every dimension, else None."""
+    shapes = [graph.const_value(graph.inputs(name)[index])
+              for name, index in [(creator, 0 if graph.op(creator) == "TensorListReserve" else 1)]
+              + [(n, 1) for n in family if graph.op(n) == "TensorListStack"]]
+    if any(shape is None or shape.ndim != 1 for shape in shapes) or \
+            len({shape.size for shape in shapes}) != 1:
+        return None                                   # unknown rank, or not a constant
+    dims = np.max(np.stack(shapes), axis=0)           # -1 is unknown: a known dim wins
+    return None if (dims < 0).any() else dims.tolist()
+
+
+def _known_shape(shape: Optional[list]) -> dict:
+    """The ``element_shape`` attribute of a TensorArray op, when the shape is known: an empty
+    array (a loop run zero times) then stacks as TensorFlow's list does."""
+    return {} if shape is None else {
+        "element_shape": AttrValue(shape=tf.TensorShape(shape).as_proto())}
+
+
+def _create(graph: Graph, node, base: str, dtype, slot: bool, element: Optional[list]):
     """The TensorArray replacing list creator ``node``: (handle, flow holding its content)."""
     if slot:
         size = Ref(graph.add_const(f"{base}/size", np.array(0, np.int32)), 0)
@@ -125,7 +154,7 @@ def _create(graph: Graph, node, base: str, dtype, slot: bool):
         size = _leading_dim(graph, graph.inputs(node.name)[0], dtype, base)
     graph.new_node("TensorArrayV3", base, [size], {
         "dtype": dtype, "dynamic_size": slot, "clear_after_read": True,
-        "identical_element_shapes": True, "tensor_array_name": ""})
+        "identical_element_shapes": True, "tensor_array_name": "", **_known_shape(element)})
     handle, flow = Ref(base, 0), Ref(base, 1)
     if node.op == "TensorListFromTensor":
         indices = _range(graph, size, f"{base}/indices")
@@ -148,7 +177,7 @@ def _in_loop(graph: Graph, family: Dict[str, int], value: Ref, name: str, dtype)
 
 
 def _replace_user(graph: Graph, name: str, handle: Ref, dtype, read_flow: Optional[Ref],
-                  slot: bool) -> None:
+                  slot: bool, unset: Optional[np.ndarray], element: Optional[list]) -> None:
     """A list op → its TensorArray twin under the same name (consumers stay valid)."""
     node = graph.node(name)
     inputs = graph.inputs(name)
@@ -169,18 +198,28 @@ def _replace_user(graph: Graph, name: str, handle: Ref, dtype, read_flow: Option
         size = graph.new_node("TensorArraySizeV3", f"{name}/size", [handle, inputs[0]]).name
         indices = _range(graph, Ref(size, 0), f"{name}/indices")
         gathered = graph.new_node("TensorArrayGatherV3", f"{name}/gather" if slot else name,
-                                  [handle, indices, inputs[0]] + controls, {"dtype": dtype}).name
+                                  [handle, indices, inputs[0]] + controls,
+                                  {"dtype": dtype, **_known_shape(element)}).name
         if slot:                                      # the last write: [1, ...] like the list
-            _last(graph, gathered, name)
+            _last(graph, gathered, name, unset)
 
 
-def _last(graph: Graph, tensor: str, name: str) -> None:
-    """``tensor[-1:]`` named ``name``."""
+def _last(graph: Graph, tensor: str, name: str, unset: Optional[np.ndarray]) -> None:
+    """``tensor[-1:]`` named ``name``; ``concat(unset, tensor)[-1:]`` with an unset element
+    (zero writes then give TensorFlow's zeros)."""
+    dtype = graph.node(tensor).attr["dtype"]
+    if unset is not None:
+        graph.add_const(f"{name}/unset", unset)
+        graph.add_const(f"{name}/axis", np.array(0, np.int32))
+        tensor = graph.new_node("ConcatV2", f"{name}/with_unset",
+                                [f"{name}/unset", tensor, f"{name}/axis"],
+                                {"T": dtype, "N": 2,
+                                 "Tidx": tf.int32}).name
     for part, value in (("begin", -1), ("end", 0), ("strides", 1)):
         graph.add_const(f"{name}/{part}", np.array([value], np.int32))
     graph.new_node("StridedSlice", name,
                    [tensor, f"{name}/begin", f"{name}/end", f"{name}/strides"],
-                   {"T": graph.node(tensor).attr["dtype"], "Index": tf.int32, "end_mask": 1})
+                   {"T": dtype, "Index": tf.int32, "end_mask": 1})
 
 
 def _leading_dim(graph: Graph, tensor: Ref, dtype, base: str) -> Ref:

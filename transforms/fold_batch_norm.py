@@ -17,7 +17,8 @@ A shared weight constant is copied, not changed in place.
 
 Through a concat: a chain after ConcatV2/Concat of linear ops (each maybe followed by its own
 BiasAdd) is split along the concat's channel slices and folded into each input (along another
-axis each input gets the whole map). Only when every input is such a linear op with constant,
+axis each input gets the whole map), also with a BatchToSpaceND between concat and chain and
+through concats nested along the same axis. Only when every input is such a linear op with constant,
 unshared weights and the concat is its one reader, and nothing else reads the concat; otherwise
 the report says why (on the concat).
 """
@@ -293,7 +294,8 @@ STEP_OPS = ("BiasAdd", "Add", "AddV2", "Sub", "Mul", "RealDiv", "Div") + CHANNEL
 
 @dataclasses.dataclass
 class ConcatPart:
-    index: int          # which input of the concat
+    concat: str         # the concat it is an input of (the outer one, or one nested in it)
+    index: int          # which input of that concat
     lin: Linear
     chain: Chain        # the per-channel steps between the linear op and the concat
     channels: slice     # the concat's channels this part carries
@@ -334,7 +336,29 @@ def concat_part(graph: Graph, concat: str, index: int, ref: Ref, lin: Linear,
         return f"{ref.node} is not {lin.name} followed only by per-channel constants"
     if single_consumer(graph, end, options) != concat:
         return f"the output of {end} is read by more than the concat (or is a graph output)"
-    return ConcatPart(index, lin, chain, slice(None))
+    return ConcatPart(concat, index, lin, chain, slice(None))
+
+
+def concat_values(graph: Graph, concat: str, options: Options) -> List[Tuple[str, int, Ref]]:
+    """(concat, input index, tensor) of each value ``concat`` joins, in order. A concat nested
+    in it along the same constant axis, read by nothing else, is looked through:
+    concat(concat(a, b), c) = concat(a, b, c)."""
+    inputs = graph.inputs(concat)
+    axis_at = CONCAT_OPS[graph.op(concat)] % len(inputs)
+    axis = graph.const_value(inputs[axis_at])
+    values = []
+    for index, ref in enumerate(inputs):
+        if index == axis_at:
+            continue
+        inner = graph.inputs(ref.node) if graph.op(ref) in CONCAT_OPS else None
+        if inner and ref.port == 0 and axis is not None and \
+                single_consumer(graph, ref.node, options) == concat and \
+                np.array_equal(graph.const_value(inner[CONCAT_OPS[graph.op(ref)] % len(inner)]),
+                               axis):
+            values += concat_values(graph, ref.node, options)
+        else:
+            values.append((concat, index, ref))
+    return values
 
 
 def concat_parts(graph: Graph, concat: str,
@@ -343,15 +367,19 @@ def concat_parts(graph: Graph, concat: str,
     None when no input comes from a linear op at all (then there is nothing to fold into)."""
     inputs = graph.inputs(concat)
     axis_at = CONCAT_OPS[graph.op(concat)] % len(inputs)
-    values = [(i, ref) for i, ref in enumerate(inputs) if i != axis_at]
-    lins = [linear_feeding(graph, ref) for _, ref in values]
+    values = concat_values(graph, concat, options)
+    lins = [linear_feeding(graph, ref) for _, _, ref in values]
     if not any(lins):
         return None
+    nested = [ref.node for _, _, ref in values if graph.op(ref) in CONCAT_OPS]
+    if nested:             # along another axis, or read elsewhere too: not one concat
+        return (f"input {nested[0]} is itself a concat along another axis or read elsewhere "
+                "too")
     if not all(lins):
         return "not every input of the concat is a conv/matmul"
     parts = []
-    for (index, ref), lin in zip(values, lins):
-        part = concat_part(graph, concat, index, ref, lin, options)
+    for (owner, index, ref), lin in zip(values, lins):
+        part = concat_part(graph, owner, index, ref, lin, options)
         if isinstance(part, str):
             return part
         parts.append(part)
@@ -390,13 +418,15 @@ def fold_concat(graph: Graph, concat: str, options: Options, report: TransformRe
     chain = affine_chain(graph, view, options)
     for bn, why in chain.blocked:
         report.skip(concat, f"{bn} not folded into the concat's inputs: {why}")
-    if chain.start != concat or not worth_folding(graph, chain):
+    if not worth_folding(graph, chain):
         return
     report.matched += 1
     for part in parts:
-        fold_concat_part(graph, concat, part, chain.scale[part.channels],
+        fold_concat_part(graph, part, chain.scale[part.channels],
                          chain.shift[part.channels])
-    rename_concat(graph, concat, chain.nodes)
+    # chain.start is the concat, or the BatchToSpaceND reading it (it moves whole pixels, so the
+    # per-channel map commutes with it): that node now yields the normalized values
+    rename_concat(graph, chain.start, chain.nodes)
     report.rewritten.append(f"{' + '.join(p.lin.name for p in parts)} <- "
                             f"{' + '.join(chain.nodes)} (split by {concat})")
 
@@ -413,7 +443,7 @@ def refuse_concat(graph: Graph, concat: str, reason: str, options: Options,
         report.skip(concat, f"{name} not folded into the concat's inputs: {reason}")
 
 
-def fold_concat_part(graph: Graph, concat: str, part: ConcatPart, scale: np.ndarray,
+def fold_concat_part(graph: Graph, part: ConcatPart, scale: np.ndarray,
                      shift: np.ndarray) -> None:
     """Fold (z * a + c) * scale + shift into the part's linear op: W * (a·scale), one BiasAdd."""
     own = part.chain
@@ -425,14 +455,15 @@ def fold_concat_part(graph: Graph, concat: str, part: ConcatPart, scale: np.ndar
     device = graph.node(part.lin.name).device
     bias = fold_into(graph, part.lin, total_scale, total_shift, Ref(own.start),
                      f"{part.lin.name}/folded_bias_add", device)
-    graph.set_input(concat, part.index, bias)
+    graph.set_input(part.concat, part.index, bias)
 
 
-def rename_concat(graph: Graph, concat: str, chain: List[str]) -> None:
-    """The concat, now producing the normalized values, takes the last chain node's name."""
-    node = graph.node(concat)
+def rename_concat(graph: Graph, start: str, chain: List[str]) -> None:
+    """``start`` (the concat, or the BatchToSpaceND after it), now producing the normalized
+    values, takes the last chain node's name."""
+    node = graph.node(start)
     inputs, attrs, device = list(node.input), dict(node.attr), node.device
-    graph.remove([concat] + chain)
+    graph.remove([start] + chain)
     graph.new_node(node.op, chain[-1], inputs, attrs, device=device)
 
 
