@@ -498,11 +498,16 @@ class Graph:
         del self._library.gradient[:]
         self._library.gradient.extend(gradients)
 
+    @property
+    def edited(self) -> bool:
+        """Whether anything was changed since the graph was indexed."""
+        return self._edits > 0
+
     def structure_problem(self) -> Optional[str]:
         """What is broken, if anything: an input naming no node or a port the node lacks, a
         colocation naming no node, a cycle outside a while loop. None when the graph is sound."""
-        if self._sound_at == self._edits or self._edits == 0:
-            return None        # nothing changed since the last clean check (or since indexing)
+        if self._sound_at == self._edits:
+            return None                     # nothing changed since the last clean check
         if self._sound_at >= 0 and not self._grown:
             problem = self._dangling_after_removals()       # no edge came: no cycle, no port
         else:
