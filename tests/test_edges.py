@@ -165,25 +165,18 @@ def concat_graph(case):
     return BuiltModel(graph.as_graph_def(), ["input"], outputs)
 
 
-def test_batch_norm_after_concat_and_batch_to_space_folds_into_the_convs():
-    """BatchToSpaceND moves whole pixels: the per-channel map commutes with it and is split by
-    the concat into both convs; the BatchToSpaceND takes the batch norm's name."""
-    result = optimize(concat_graph("batch_to_space"))
+@pytest.mark.parametrize("case,convs,kept", [
+    # BatchToSpaceND moves whole pixels: the per-channel map commutes with it and is split by
+    # the concat into both convs; the BatchToSpaceND takes the batch norm's name
+    ("batch_to_space", 2, ("BatchToSpaceND", 1)),
+    # concat(concat(a, b), c) along the channels is concat(a, b, c): each conv takes its slice;
+    # both concats stay, the outer one under the batch norm's name
+    ("nested", 3, ("ConcatV2", 2))])
+def test_batch_norm_after_concat_folds_into_every_conv(case, convs, kept):
+    result = optimize(concat_graph(case))
     left = ops(result.graph_def)
     assert "FusedBatchNormV3" not in left and "Mul" not in left
-    assert left.count("BiasAdd") == 2 and left.count("BatchToSpaceND") == 1
-    assert any("split by concat" in line
-               for line in report_of(result, "fold-batch-norm").rewritten)
-    assert result.verification.passed and result.verification.max_error < 1e-4
-
-
-def test_batch_norm_after_nested_concat_folds_into_all_three_convs():
-    """concat(concat(a, b), c) along the channels is concat(a, b, c): each conv takes its
-    slice; both concats stay, the outer one under the batch norm's name."""
-    result = optimize(concat_graph("nested"))
-    left = ops(result.graph_def)
-    assert "FusedBatchNormV3" not in left and "Mul" not in left
-    assert left.count("BiasAdd") == 3 and left.count("ConcatV2") == 2
+    assert left.count("BiasAdd") == convs and left.count(kept[0]) == kept[1]
     assert any("split by concat" in line
                for line in report_of(result, "fold-batch-norm").rewritten)
     assert result.verification.passed and result.verification.max_error < 1e-4
