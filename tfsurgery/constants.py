@@ -40,8 +40,8 @@ def constant_nodes(graph: Graph) -> Set[str]:
     inputs still unknown: only the constant part of the graph and its border are visited."""
     constant: Set[str] = set()
     pending: Dict[str, int] = {}            # reader → inputs not yet known constant
-    ready = [node.name for node in graph.nodes_with_ops(("Const", "NoOp")) if not node.input]
     reader_slots, input_refs = graph.reader_slots, graph.input_refs     # (a hot loop)
+    ready = [name for name in graph.names_with_ops(("Const", "NoOp")) if not input_refs(name)]
     while ready:
         name = ready.pop()
         constant.add(name)
@@ -51,7 +51,7 @@ def constant_nodes(graph: Graph) -> Set[str]:
                 left = len(input_refs(reader))
             pending[reader] = left = left - 1
             if left == 0:
-                op = graph.node(reader).op
+                op = graph.op(reader)
                 if op in ("Const", "NoOp") or _is_foldable_op(op):
                     ready.append(reader)
     return constant

@@ -13,6 +13,7 @@ import contextlib
 import copy
 import functools
 import gc
+import itertools
 from collections import defaultdict, deque
 from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Set, Tuple
 
@@ -105,11 +106,13 @@ class Graph:
             _check_unique_names(graph_def)
         self._owned: Set[str] = set()
         # The op index: a transform finds its few nodes of interest without visiting every
-        # NodeDef. op → its nodes, in graph order; node → the op it is filed under (a dict in
-        # the same order as ``nodes``: both see the same inserts and removals). ``mutable`` may
-        # change a node's op: such nodes are filed again before the next query.
-        self._by_op: Dict[str, Dict[str, None]] = defaultdict(dict)
+        # NodeDef. op → {node: its position in graph order}, each group in that order; node →
+        # the op it is filed under (a dict in the same order as ``nodes``: both see the same
+        # inserts and removals). ``mutable`` may change a node's op: such nodes are filed again
+        # before the next query.
+        self._by_op: Dict[str, Dict[str, int]] = defaultdict(dict)
         self._ops: Dict[str, str] = {}
+        self._positions = itertools.count()     # a node's place in graph order
         self._op_may_change: Set[str] = set()
         self._refs: Dict[str, Tuple[Ref, ...]] = {}      # node → its inputs, parsed once
         self._consumers: Dict[str, Dict[Tuple[str, int], Ref]] = defaultdict(dict)
@@ -127,14 +130,14 @@ class Graph:
                 attrs = node.attr
                 refs = self._index_edges(name, node, attrs)
                 if check_inputs:
-                    check_attr_kinds(node, attrs)
+                    check_attr_kinds(node, attrs, self._ops[name])
                     _check_inputs(node, refs, self.nodes, outputs)
 
     def _index_edges(self, name: str, node: node_def_pb2.NodeDef, attrs) -> Tuple[Ref, ...]:
         """File a node (just added, so last in graph order) under its op, its inputs and its
         colocation targets."""
         op = node.op
-        self._by_op[op][name] = None
+        self._by_op[op][name] = next(self._positions)
         self._ops[name] = op
         refs = self._refs[name] = tuple(map(parse_ref, node.input))
         consumers = self._consumers
@@ -162,30 +165,36 @@ class Graph:
         """``[node for node in graph if node.op in ops or node.name in named]``, from the op
         index: a snapshot in graph order, as iterating the graph gives, without visiting the
         NodeDefs of other ops."""
+        nodes = self.nodes
+        return [nodes[name] for name in self.names_with_ops(ops, named=named)]
+
+    def names_with_ops(self, ops, *, named=()) -> List[str]:
+        """The names of ``nodes_with_ops(ops, named=named)``, without fetching their NodeDefs."""
         self._refresh_ops()
         groups = [self._by_op[op] for op in set(ops) if self._by_op.get(op)]
         extra = [name for name in named if name in self.nodes]
         if len(groups) == 1 and not extra:
-            names = list(groups[0])        # one op: its nodes are filed in graph order
-        else:
-            names = self._in_graph_order({name for group in groups + [extra] for name in group})
-        return [self.nodes[name] for name in names]
+            return list(groups[0])         # one op: its nodes are filed in graph order
+        if not groups and not extra:
+            return []
+        return self._in_graph_order(
+            {name for group in groups for name in group}.union(extra))
 
     def _in_graph_order(self, names: Set[str]) -> List[str]:
-        if len(names) < 2:
-            return list(names)
-        return [name for name in self._ops if name in names]
+        """Sorted by the positions the op index holds: the graph is not walked."""
+        by_op, ops = self._by_op, self._ops
+        return sorted(names, key=lambda name: by_op[ops[name]][name])
 
     def _refresh_ops(self) -> None:
         """File again the nodes ``mutable`` handed out whose op has changed since."""
         for name in self._op_may_change:
             node = self.nodes.get(name)
             if node is not None and node.op != self._ops[name]:
-                del self._by_op[self._ops[name]][name]
+                position = self._by_op[self._ops[name]].pop(name)
                 self._ops[name] = node.op       # an existing key: its place in graph order stays
                 group = self._by_op[node.op]
-                group[name] = None
-                self._by_op[node.op] = dict.fromkeys(self._in_graph_order(set(group)))
+                group[name] = position
+                self._by_op[node.op] = dict(sorted(group.items(), key=lambda item: item[1]))
         self._op_may_change.clear()
 
     def op(self, ref) -> Optional[str]:
@@ -274,16 +283,18 @@ class Graph:
     def const_value(self, ref, *, through_identity: bool = True) -> Optional[np.ndarray]:
         """The value of a constant tensor (None if it is not a constant)."""
         ref = ref if isinstance(ref, Ref) else parse_ref(ref)
-        cached = self._values.get(ref.node)       # a cached value is a Const's: nothing to follow
-        if cached is not None and ref.port == 0:
-            return cached
-        if through_identity:
-            ref = self.resolve(ref)
-        cached = self._values.get(ref.node)
-        if cached is not None and ref.port == 0:
-            return cached
+        value = self._values.get(ref.node) if ref.port == 0 else None
+        if value is not None:
+            return value                  # a cached value is a Const's: nothing to follow
         node = self.nodes.get(ref.node)
-        if node is None or node.op != "Const" or ref.port != 0:
+        if node is None:
+            return None
+        op = node.op
+        if op != "Const":                 # only a forwarding op leads on to a constant
+            if through_identity and op in FORWARDING_OPS:
+                return self.const_value(self.resolve(ref), through_identity=False)
+            return None
+        if ref.port != 0:
             return None
         value = decode_tensor(node.attr["value"].tensor)      # read-only: shared, never edited
         if value.nbytes <= CACHED_VALUE_BYTES:
@@ -335,7 +346,7 @@ class Graph:
                  device: str = "") -> node_def_pb2.NodeDef:
         """Create and add ``op`` named ``name`` (made unique) with inputs (str or Ref)."""
         node = node_def_pb2.NodeDef(op=op, name=self.unique_name(name), device=device)
-        node.input.extend(str(i) for i in inputs)
+        node.input.extend([str(i) for i in inputs])
         for key, value in (attrs or {}).items():
             node.attr[key].CopyFrom(value if isinstance(value, attr_value_pb2.AttrValue)
                                     else _attr(value))
@@ -427,26 +438,34 @@ class Graph:
         removed = []
         self._edits += 1
         nodes, consumers, colocated = self.nodes, self._consumers, self._colocated   # hot loop
+        by_op, ops, refs = self._by_op, self._ops, self._refs
         for name in list(names):
             node = nodes.pop(name, None)
             if node is None:
                 continue
             removed.append(name)
-            del self._by_op[self._ops.pop(name)][name]
-            self._removed.add(name)
-            self._owned.discard(name)
-            self._values.pop(name, None)
-            for index, ref in enumerate(self._refs.pop(name)):
+            del by_op[ops.pop(name)][name]
+            for index, ref in enumerate(refs.pop(name)):
                 consumers[ref.node].pop((name, index), None)
             if colocated and COLOCATION_ATTR in node.attr:   # no colocation anywhere: none here
                 for target in colocation_targets(node):
                     colocated[target].discard(name)
+        self._forget(removed)
         if not colocated:
             return
         for name in removed:
             for holder in sorted(colocated.pop(name, ())):
                 if holder in nodes:
                     self._drop_colocation(holder, name)
+
+    def _forget(self, removed: List[str]) -> None:
+        """The bookkeeping of removed nodes, in bulk (set operations, not one call per node)."""
+        self._removed.update(removed)
+        self._owned.difference_update(removed)
+        values = self._values
+        if values:
+            for name in removed:
+                values.pop(name, None)
 
     def _drop_colocation(self, holder: str, target: str) -> None:
         node = self._own(holder)
@@ -572,7 +591,7 @@ class Graph:
 
     def _cycle_outside_loops(self) -> Optional[str]:
         """A node on a cycle that no NextIteration closes (Kahn without the loops' back edges)."""
-        back = {node.name for node in self.nodes_with_ops(BACK_EDGE_OPS)}
+        back = set(self.names_with_ops(BACK_EDGE_OPS))
         order, indegree = self._kahn(skip=back)
         if len(order) == len(self.nodes):
             return None
@@ -700,8 +719,9 @@ def encode_tensor(value, dtype=None,
         if enum is not None and value.nbytes < (1 << 31):
             tensor.Clear()
             tensor.dtype = enum
-            tensor.tensor_shape.dim.extend(
-                tensor_shape_pb2.TensorShapeProto.Dim(size=d) for d in value.shape)
+            dims = tensor.tensor_shape.dim
+            for size in value.shape:
+                dims.add(size=size)       # (in place: no Dim message built and copied in)
             tensor.tensor_content = value.tobytes()
             return tensor
     tensor.CopyFrom(_tf().make_tensor_proto(value, dtype=dtype))
@@ -825,11 +845,11 @@ def _attr_kinds(op: str) -> Tuple[Tuple[str, str, str], ...]:
 _KINDS: Dict[str, Tuple[Tuple[str, str, str], ...]] = {}
 
 
-def check_attr_kinds(node: node_def_pb2.NodeDef, attrs=None) -> None:
+def check_attr_kinds(node: node_def_pb2.NodeDef, attrs=None, op: Optional[str] = None) -> None:
     """Each attribute the op defines holds a value of the kind its definition says
-    (``attrs``: ``node.attr`` if the caller has it already)."""
+    (``attrs``, ``op``: ``node.attr``, ``node.op`` if the caller has them already)."""
     attrs = node.attr if attrs is None else attrs
-    for name, wanted, type_ in _attr_kinds(node.op):
+    for name, wanted, type_ in _attr_kinds(node.op if op is None else op):
         if name not in attrs:
             continue
         held = attrs[name].WhichOneof("value")
@@ -868,7 +888,6 @@ def num_outputs(node: node_def_pb2.NodeDef) -> Optional[int]:
 
 def _attr(value) -> attr_value_pb2.AttrValue:
     """Plain Python/TF values → AttrValue for ``Graph.new_node``."""
-    tf = _tf()
     if isinstance(value, bool):
         return attr_value_pb2.AttrValue(b=value)
     if isinstance(value, int):
@@ -879,6 +898,6 @@ def _attr(value) -> attr_value_pb2.AttrValue:
         return attr_value_pb2.AttrValue(s=value.encode())
     if isinstance(value, bytes):
         return attr_value_pb2.AttrValue(s=value)
-    if isinstance(value, tf.dtypes.DType):
+    if isinstance(value, _tf().dtypes.DType):
         return attr_value_pb2.AttrValue(type=value.as_datatype_enum)
     raise TypeError(f"cannot make an attribute from {value!r}")

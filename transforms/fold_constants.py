@@ -25,7 +25,7 @@ NODE_BYTES = 64           # what a NodeDef costs besides its tensor (name, op, a
 def frontier(graph: Graph, constant: Set[str], options: Options) -> Dict[str, List[int]]:
     """Computed constants someone non-constant reads (or that are outputs): name → ports read."""
     wanted: Dict[str, Set[int]] = {}
-    given = {node.name for node in graph.nodes_with_ops(("Const", "NoOp"))}
+    given = set(graph.names_with_ops(("Const", "NoOp")))
     for name in constant:
         if name in given:                   # a Const already is one (a set lookup, no NodeDef)
             continue

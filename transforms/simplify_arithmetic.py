@@ -38,8 +38,8 @@ def simplify_arithmetic(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("simplify-arithmetic")
     for _ in range(MAX_ROUNDS):
         shapes = StaticShapes(graph, options.outputs)
-        changed = sum(_simplify(graph, node.name, shapes, options, report)
-                      for node in graph.nodes_with_ops(RULE_OPS) if node.name in graph)
+        changed = sum(_simplify(graph, name, shapes, options, report)
+                      for name in graph.names_with_ops(RULE_OPS) if name in graph)
         if not changed:
             break
     return report
