@@ -658,10 +658,10 @@ class Graph:
         in-degrees left (above 0: on or behind a cycle)."""
         nodes, consumers = self.nodes, self._consumers
         indegree = {name: len(refs) for name, refs in self._refs.items()}
-        for producer, readers in consumers.items():      # edges that do not count
-            if readers and (producer in skip or producer not in nodes):
-                for consumer, _index in readers:
-                    indegree[consumer] -= 1
+        # edges that do not count (set operations pick their producers without a Python loop)
+        for producer in (consumers.keys() - nodes.keys()) | (consumers.keys() & skip):
+            for consumer, _index in consumers[producer]:
+                indegree[consumer] -= 1
         ready = deque(name for name, d in indegree.items() if d == 0)
         order: List[str] = []
         append, popleft = order.append, ready.popleft

@@ -151,15 +151,15 @@ def affine_step(graph: Graph, name: str, incoming: Ref, lin: Linear) -> Union[Af
         return batch_norm_step(graph, name, lin) if position == 0 else None
     if len(inputs) != 2:
         return None
-    ones, zeros = np.ones(lin.channels), np.zeros(lin.channels)
     if op == "BiasAdd":             # the bias runs along the data_format's channel axis
         bias = graph.const_value(inputs[1])
         same_axis = _data_format_axis(graph, name, lin.rank) == lin.channel_axis % lin.rank
         ok = position == 0 and same_axis and bias is not None and bias.shape == (lin.channels,)
-        return (ones, bias.astype(np.float64)) if ok else None
+        return (np.ones(lin.channels), bias.astype(np.float64)) if ok else None
     other = per_channel(graph.const_value(inputs[1 - position]), lin)
     if other is None:
         return None
+    ones, zeros = np.ones(lin.channels), np.zeros(lin.channels)
     if op in ("Add", "AddV2"):
         return ones, other
     if op == "Sub":

@@ -36,6 +36,8 @@ ZERO_PADS = ("Pad", "PadV2")
 @transform("fold-pad-into-conv", repeat=True)
 def fold_pad_into_conv(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("fold-pad-into-conv")
+    if not graph.names_with_ops(ZERO_PADS):
+        return report                   # the op index says there is no pad: no conv to visit
     shapes = StaticShapes(graph, options.outputs)
     for node in graph.nodes_with_ops(CONVS):
         if node.name not in graph:
