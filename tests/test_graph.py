@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.core.framework import graph_pb2, node_def_pb2
+from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2
 
 from tfsurgery.graph import Graph, GraphError, Ref, format_ref, parse_ref
 
@@ -191,6 +191,67 @@ def test_prune_without_a_walk_when_every_node_has_a_reader():
                            node("enter", "Enter", "x"), node("merge", "Merge", "enter", "next"),
                            node("body", "Neg", "merge"), node("next", "NextIteration", "body")))
     assert sorted(loop.prune(["y"])) == ["body", "enter", "merge", "next"]
+
+
+def _chain_graph():
+    return Graph(graph_def(node("x", "Placeholder"), node("s", "Switch", "x", "x"),
+                           node("a", "Neg", "s:1"), node("b", "Neg", "a"), node("c", "Abs", "b")))
+
+
+def _colocated_with_missing(g):
+    where = attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(s=[b"loc:@gone"]))
+    g.new_node("Neg", "n", ["c"], {"_class": where})
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda g: (g.remove(["b"]), g.new_node("Neg", "b", ["c"])), "cycle outside a while loop"),
+    (lambda g: g.new_node("Neg", "n", ["gone"]), "no node 'gone'"),
+    (lambda g: g.remove(["b"]), "no node 'b'"),
+    (lambda g: (g.remove(["s"]), g.new_node("Neg", "s", ["x"])), "has 1 output"),
+    (lambda g: g.new_node("Neg", "n", ["s:2"]), "has 2 output"),
+    (lambda g: g.set_input("b", 0, "c"), "cycle outside a while loop"),
+    (lambda g: g.set_input("c", 0, "s:5"), "has 2 output"),
+    (_colocated_with_missing, "colocated with missing node 'gone'"),
+])
+def test_checks_after_edits_find_what_a_full_check_finds(breakage, message):
+    """After a clean check, the next one looks only at the edges edits touched (and proves no
+    cycle by topological positions); it reports what walking the whole graph reports."""
+    g = _chain_graph()
+    assert g.structure_problem() is None
+    breakage(g)
+    found = g.structure_problem()
+    assert found is not None and message in found
+    assert found == Graph(g.to_graph_def(), check_inputs=False).structure_problem()
+
+
+def test_sound_edits_are_checked_without_walking_the_graph(monkeypatch):
+    """Edits through the index (a node replaced under its name, a new constant, a rewired
+    input) keep the topological proof; a node handed out by ``mutable`` brings a full check."""
+    g = _chain_graph()
+    walks = []
+    kahn = Graph._kahn
+    monkeypatch.setattr(Graph, "_kahn", lambda self, **kw: walks.append(1) or kahn(self, **kw))
+    g.remove(["b"])
+    bias = g.add_const("bias", np.ones(3, np.float32))
+    g.new_node("BiasAdd", "b", ["a", bias])
+    g.set_input("c", 0, "a")
+    g.set_input("c", 0, "b")
+    g.remove(["x"]), g.new_node("Placeholder", "x")
+    assert g.structure_problem() is None and walks == []
+    g.mutable("c")
+    assert g.structure_problem() is None and walks == [1]
+    g.remove_inputs("c", [0])
+    assert g.structure_problem() is None and walks == [1]
+
+
+def test_a_graph_not_in_topological_order_is_checked_in_full_once(monkeypatch):
+    g = Graph(graph_def(node("b", "Neg", "a"), node("a", "Placeholder")))
+    walks = []
+    kahn = Graph._kahn
+    monkeypatch.setattr(Graph, "_kahn", lambda self, **kw: walks.append(1) or kahn(self, **kw))
+    assert g.structure_problem() is None and walks == [1]
+    g.new_node("Neg", "c", ["b"])
+    assert g.structure_problem() is None and walks == [1]
 
 
 def test_static_shapes_import_the_asked_nodes_ancestors_first(monkeypatch):

@@ -122,8 +122,15 @@ class Graph:
         # nothing is not checked again (the check walks the whole graph).
         self._edits = 0
         self._sound_at = -1
-        self._grown = False                 # an edge or node added since the last clean check
-        self._removed: Set[str] = set()     # nodes removed since then
+        self._check_all = False             # the next check walks everything (see ``mutable``)
+        # Since the last clean check: producers some edge may read wrongly (removed, or read at
+        # a port above 0), and whether a colocation was added; noted as edits happen.
+        self._suspects: Set[str] = set()
+        self._new_colocation = False
+        # A topological position per node (loops' back edges aside), kept while edits allow:
+        # proof that no edit closed a cycle, without Kahn over the whole graph (``_place``).
+        self._topo: Optional[Dict[str, float]] = None
+        self._lowest = 0
         outputs: Dict[str, Optional[int]] = {}
         with gc_paused():        # a burst of small objects that all live on: nothing to collect
             for name, node in self.nodes.items():
@@ -132,6 +139,23 @@ class Graph:
                 if check_inputs:
                     check_attr_kinds(node, attrs, self._ops[name])
                     _check_inputs(node, refs, self.nodes, outputs)
+            if check_inputs:
+                self._topo = self._graph_order_if_topological()
+        if self._topo is not None and self._colocation_problem() is None:
+            self._sound_at = 0          # inputs, ports, colocation and order checked: sound
+            self._new_colocation = False
+
+    def _graph_order_if_topological(self) -> Optional[Dict[str, float]]:
+        """Graph order as topological positions when every node reads only nodes before it
+        (or a loop's back edge), as TensorFlow writes graphs: then there is no cycle."""
+        topo: Dict[str, float] = {}
+        nodes = self.nodes
+        for position, (name, refs) in enumerate(self._refs.items()):
+            for ref in refs:
+                if ref.node not in topo and nodes[ref.node].op not in BACK_EDGE_OPS:
+                    return None
+            topo[name] = position
+        return topo
 
     def _index_edges(self, name: str, node: node_def_pb2.NodeDef, attrs) -> Tuple[Ref, ...]:
         """File a node (just added, so last in graph order) under its op, its inputs and its
@@ -144,6 +168,7 @@ class Graph:
         for index, ref in enumerate(refs):
             consumers[ref.node][(name, index)] = ref
         if COLOCATION_ATTR in attrs:
+            self._new_colocation = True
             for target in colocation_targets(node):
                 self._colocated[target].add(name)
         return refs
@@ -309,7 +334,7 @@ class Graph:
     # ---------------------------------------------------------------- editing
     def mutable(self, name: str) -> node_def_pb2.NodeDef:
         """Node ``name``, safe to change: our own copy, never the caller's NodeDef."""
-        self._grown = True                  # anything may change: the next check is a full one
+        self._check_all = True              # anything may change: the next check is a full one
         self._op_may_change.add(name)
         return self._own(name)
 
@@ -336,11 +361,60 @@ class Graph:
             raise GraphError(f"node '{node.name}' already exists")
         self.nodes[node.name] = node
         self._edits += 1
-        self._grown = True
         self._owned.add(node.name)
         self._values.pop(node.name, None)
         self._index_edges(node.name, node, node.attr)
+        self._suspect_edges(node.name)
+        self._place(node.name)
         return node
+
+    def _suspect_edges(self, name: str) -> None:
+        """Note what the next check must look at for a new node: producers it reads that are
+        missing or read at a port above 0, and itself if its readers read such ports."""
+        nodes = self.nodes
+        for ref in self._refs[name]:
+            if ref.port or ref.node not in nodes:
+                self._suspects.add(ref.node)
+        readers = self._consumers.get(name)
+        if readers and max(readers.values()).port > 0:
+            self._suspects.add(name)
+
+    def _place(self, name: str) -> None:
+        """Give a new node a topological position between those of its inputs and its readers.
+        When there is no room (or no positions), the next structure check is a full one."""
+        topo, nodes = self._topo, self.nodes
+        if topo is None:
+            self._check_all = True
+            return
+        below = [topo.get(ref.node) for ref in self._refs[name]
+                 if ref.node in nodes and nodes[ref.node].op not in BACK_EDGE_OPS]
+        above = [] if nodes[name].op in BACK_EDGE_OPS else \
+            [topo.get(reader) for reader, _index in self._consumers.get(name, ()) if reader in nodes]
+        if None in below or None in above:          # itself among them: a self-loop
+            self._lose_order()
+            return
+        low, high = max(below, default=None), min(above, default=None)
+        if low is None:                             # a source: below everything so far
+            position = self._lowest = min(self._lowest, high if high is not None else 0) - 1
+        else:
+            position = low + 1 if high is None else (low + high) / 2
+        if (low is not None and not low < position) or (high is not None and not position < high):
+            self._lose_order()
+            return
+        topo[name] = position
+
+    def _keep_order(self, producer: str, consumer: str) -> None:
+        """A new edge producer → consumer: does it respect the topological positions?"""
+        topo, node = self._topo, self.nodes.get(producer)
+        if topo is None:
+            self._check_all = True
+        elif node is not None and node.op not in BACK_EDGE_OPS and \
+                not topo.get(producer, float("inf")) < topo.get(consumer, float("-inf")):
+            self._lose_order()
+
+    def _lose_order(self) -> None:
+        self._topo = None
+        self._check_all = True
 
     def new_node(self, op: str, name: str, inputs: Iterable = (), attrs: Optional[dict] = None,
                  device: str = "") -> node_def_pb2.NodeDef:
@@ -384,13 +458,16 @@ class Graph:
 
     def set_input(self, name: str, index: int, new) -> None:
         """Make input ``index`` of node ``name`` read ``new`` (str or Ref)."""
-        node = self.mutable(name)
+        node = self._own(name)              # a new edge, checked at the next structure check
         refs = self._refs[name]
         self._consumers[refs[index].node].pop((name, index), None)
         new_ref = new if isinstance(new, Ref) else parse_ref(new)
         node.input[index] = str(new_ref)
         self._refs[name] = refs[:index] + (new_ref,) + refs[index + 1:]
         self._consumers[new_ref.node][(name, index)] = new_ref
+        if new_ref.port or new_ref.node not in self.nodes:
+            self._suspects.add(new_ref.node)
+        self._keep_order(new_ref.node, name)
 
     def rewire(self, old, new, *, keep=()) -> int:
         """Every data consumer of tensor ``old`` reads ``new`` instead (except nodes in ``keep``)."""
@@ -444,6 +521,8 @@ class Graph:
             if node is None:
                 continue
             removed.append(name)
+            if consumers.get(name):
+                self._suspects.add(name)    # still read (unless its readers go too)
             del by_op[ops.pop(name)][name]
             for index, ref in enumerate(refs.pop(name)):
                 consumers[ref.node].pop((name, index), None)
@@ -460,7 +539,6 @@ class Graph:
 
     def _forget(self, removed: List[str]) -> None:
         """The bookkeeping of removed nodes, in bulk (set operations, not one call per node)."""
-        self._removed.update(removed)
         self._owned.difference_update(removed)
         values = self._values
         if values:
@@ -527,34 +605,41 @@ class Graph:
         colocation naming no node, a cycle outside a while loop. None when the graph is sound."""
         if self._sound_at == self._edits:
             return None                     # nothing changed since the last clean check
-        if self._sound_at >= 0 and not self._grown:
-            problem = self._dangling_after_removals()       # no edge came: no cycle, no port
+        if self._sound_at >= 0 and not self._check_all:
+            problem = self._problem_since_sound()
         else:
             problem = self._structure_problem()
         if problem is None:
-            self._sound_at, self._grown = self._edits, False
-            self._removed.clear()
+            self._sound_at, self._check_all = self._edits, False
+            self._suspects.clear()
+            self._new_colocation = False
         return problem
 
-    def _dangling_after_removals(self) -> Optional[str]:
-        """Since a clean check nodes and edges were only removed: is a removed node still read?"""
-        for producer in self._removed:
-            readers = self._consumers.get(producer)
-            if readers and producer not in self.nodes:
-                (reader, _), ref = next(iter(readers.items()))
-                return f"node '{reader}' reads '{ref}' but no node '{producer}' exists"
-        return None
+    def _problem_since_sound(self) -> Optional[str]:
+        """Since a clean check, edits went through the index (no ``mutable``) and kept the
+        topological positions (no cycle): only the edges noted as suspect can be wrong."""
+        for producer in self._suspects:
+            problem = self._producer_problem(producer)
+            if problem:
+                return problem
+        return self._colocation_problem() if self._new_colocation else None
 
     def _structure_problem(self) -> Optional[str]:
         problem = None if self._edges_look_sound() else self._edge_problem()
         if problem:
             return problem
+        problem = self._colocation_problem()
+        if problem:
+            return problem
+        cycle = self._cycle_outside_loops()
+        return f"cycle outside a while loop through node '{cycle}'" if cycle else None
+
+    def _colocation_problem(self) -> Optional[str]:
         nodes = self.nodes
         for target, holders in self._colocated.items():
             if holders and target not in nodes:
                 return f"node '{min(holders)}' is colocated with missing node '{target}'"
-        cycle = self._cycle_outside_loops()
-        return f"cycle outside a while loop through node '{cycle}'" if cycle else None
+        return None
 
     def _edges_look_sound(self) -> bool:
         """The quick pass over the edges: every producer read exists (one set difference) and
@@ -574,19 +659,26 @@ class Graph:
         return True
 
     def _edge_problem(self) -> Optional[str]:
-        nodes = self.nodes
-        for producer, readers in self._consumers.items():
-            if not readers:
-                continue
-            if producer not in nodes:
-                (reader, _), ref = next(iter(readers.items()))
-                return f"node '{reader}' reads '{ref}' but no node '{producer}' exists"
-            top = max(readers.values()).port          # the Refs differ only in port / control
-            if top > 0:
-                ports = num_outputs(nodes[producer])
-                if ports is not None and top >= ports:
-                    return (f"'{producer}:{top}' is read but {nodes[producer].op} "
-                            f"'{producer}' has {ports} output(s)")
+        for producer in self._consumers:
+            problem = self._producer_problem(producer)
+            if problem:
+                return problem
+        return None
+
+    def _producer_problem(self, producer: str) -> Optional[str]:
+        """Whether the readers of ``producer`` read a node that exists, at a port it has."""
+        readers = self._consumers.get(producer)
+        if not readers:
+            return None
+        node = self.nodes.get(producer)
+        if node is None:
+            (reader, _), ref = next(iter(readers.items()))
+            return f"node '{reader}' reads '{ref}' but no node '{producer}' exists"
+        top = max(readers.values()).port          # the Refs differ only in port / control
+        if top > 0:
+            ports = num_outputs(node)
+            if ports is not None and top >= ports:
+                return f"'{producer}:{top}' is read but {node.op} '{producer}' has {ports} output(s)"
         return None
 
     def _cycle_outside_loops(self) -> Optional[str]:
@@ -594,6 +686,8 @@ class Graph:
         back = set(self.names_with_ops(BACK_EDGE_OPS))
         order, indegree = self._kahn(skip=back)
         if len(order) == len(self.nodes):
+            self._topo = dict(zip(order, itertools.count()))     # for the next checks
+            self._lowest = 0
             return None
         return min(name for name, d in indegree.items() if d > 0)
 
