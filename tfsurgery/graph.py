@@ -429,8 +429,20 @@ class Graph:
     def add_const(self, name: str, value, dtype=None, device: str = "") -> str:
         """Add a Const holding ``value`` (numpy or scalar); returns its (unique) name."""
         node = node_def_pb2.NodeDef(op="Const", name=self.unique_name(name), device=device)
-        node.attr["dtype"].type = encode_tensor(value, dtype, into=node.attr["value"].tensor).dtype
-        return self.add_node(node).name
+        tensor = node.attr["value"].tensor
+        node.attr["dtype"].type = encode_tensor(value, dtype, into=tensor).dtype
+        self.add_node(node)
+        self._remember_value(node.name, value, tensor)
+        return node.name
+
+    def _remember_value(self, name: str, value, tensor: tensor_pb2.TensorProto) -> None:
+        """Cache a small value just written as packed bytes of its own dtype: decoding them
+        would give back the same array, so its first reader need not decode it."""
+        if isinstance(value, np.ndarray) and value.nbytes <= CACHED_VALUE_BYTES and \
+                tensor.tensor_content and _numpy_dtype(tensor.dtype) == value.dtype:
+            cached = np.array(value, copy=True)
+            cached.flags.writeable = False        # read-only, as decode_tensor's values
+            self._values[name] = cached
 
     def const_nbytes(self, name: str) -> int:
         """Size of a Const's value, from its shape and dtype (no decoding)."""
