@@ -129,9 +129,13 @@ class Graph:
         self._new_colocation = False
         # A topological position per node (loops' back edges aside), kept while edits allow:
         # proof that no edit closed a cycle, without Kahn over the whole graph (``_place``).
+        # ``_topo`` holds the positions given since; with ``_topo_base`` the others are the
+        # nodes' places in graph order (the input was in topological order).
         self._topo: Optional[Dict[str, float]] = None
+        self._topo_base = False
         self._lowest = 0
         outputs: Dict[str, Optional[int]] = {}
+        in_order = check_inputs
         with gc_paused():        # a burst of small objects that all live on: nothing to collect
             for name, node in self.nodes.items():
                 attrs = node.attr
@@ -139,23 +143,21 @@ class Graph:
                 if check_inputs:
                     check_attr_kinds(node, attrs, self._ops[name])
                     _check_inputs(node, refs, self.nodes, outputs)
-            if check_inputs:
-                self._topo = self._graph_order_if_topological()
-        if self._topo is not None and self._colocation_problem() is None:
+                    in_order = in_order and self._reads_earlier(name, refs)
+        if in_order and self._colocation_problem() is None:
+            self._topo, self._topo_base = {}, True
             self._sound_at = 0          # inputs, ports, colocation and order checked: sound
             self._new_colocation = False
 
-    def _graph_order_if_topological(self) -> Optional[Dict[str, float]]:
-        """Graph order as topological positions when every node reads only nodes before it
-        (or a loop's back edge), as TensorFlow writes graphs: then there is no cycle."""
-        topo: Dict[str, float] = {}
-        nodes = self.nodes
-        for position, (name, refs) in enumerate(self._refs.items()):
-            for ref in refs:
-                if ref.node not in topo and nodes[ref.node].op not in BACK_EDGE_OPS:
-                    return None
-            topo[name] = position
-        return topo
+    def _reads_earlier(self, name: str, refs: Tuple[Ref, ...]) -> bool:
+        """Whether a node just indexed reads only nodes indexed before it (or a loop's back
+        edge). When all do, as TensorFlow writes graphs, graph order is topological."""
+        indexed, nodes = self._refs, self.nodes
+        for ref in refs:
+            if (ref.node == name or ref.node not in indexed) and \
+                    nodes[ref.node].op not in BACK_EDGE_OPS:
+                return False
+        return True
 
     def _index_edges(self, name: str, node: node_def_pb2.NodeDef, attrs) -> Tuple[Ref, ...]:
         """File a node (just added, so last in graph order) under its op, its inputs and its
@@ -382,15 +384,19 @@ class Graph:
     def _place(self, name: str) -> None:
         """Give a new node a topological position between those of its inputs and its readers.
         When there is no room (or no positions), the next structure check is a full one."""
-        topo, nodes = self._topo, self.nodes
+        topo, nodes, refs = self._topo, self.nodes, self._refs[name]
         if topo is None:
             self._check_all = True
             return
-        below = [topo.get(ref.node) for ref in self._refs[name]
+        if any(ref.node == name for ref in refs):     # a self-loop
+            self._lose_order()
+            return
+        below = [self._position(ref.node) for ref in refs
                  if ref.node in nodes and nodes[ref.node].op not in BACK_EDGE_OPS]
         above = [] if nodes[name].op in BACK_EDGE_OPS else \
-            [topo.get(reader) for reader, _index in self._consumers.get(name, ()) if reader in nodes]
-        if None in below or None in above:          # itself among them: a self-loop
+            [self._position(reader) for reader, _index in self._consumers.get(name, ())
+             if reader in nodes]
+        if None in below or None in above:
             self._lose_order()
             return
         low, high = max(below, default=None), min(above, default=None)
@@ -405,15 +411,22 @@ class Graph:
 
     def _keep_order(self, producer: str, consumer: str) -> None:
         """A new edge producer → consumer: does it respect the topological positions?"""
-        topo, node = self._topo, self.nodes.get(producer)
-        if topo is None:
+        node = self.nodes.get(producer)
+        if self._topo is None:
             self._check_all = True
-        elif node is not None and node.op not in BACK_EDGE_OPS and \
-                not topo.get(producer, float("inf")) < topo.get(consumer, float("-inf")):
-            self._lose_order()
+        elif node is not None and node.op not in BACK_EDGE_OPS:
+            before, after = self._position(producer), self._position(consumer)
+            if before is None or after is None or not before < after:
+                self._lose_order()
+
+    def _position(self, name: str) -> Optional[float]:
+        position = self._topo.get(name)
+        if position is None and self._topo_base and name in self._ops:
+            position = self._by_op[self._ops[name]][name]        # its place in graph order
+        return position
 
     def _lose_order(self) -> None:
-        self._topo = None
+        self._topo, self._topo_base = None, False
         self._check_all = True
 
     def new_node(self, op: str, name: str, inputs: Iterable = (), attrs: Optional[dict] = None,
@@ -699,7 +712,7 @@ class Graph:
         order, indegree = self._kahn(skip=back)
         if len(order) == len(self.nodes):
             self._topo = dict(zip(order, itertools.count()))     # for the next checks
-            self._lowest = 0
+            self._topo_base, self._lowest = False, 0
             return None
         return min(name for name, d in indegree.items() if d > 0)
 
