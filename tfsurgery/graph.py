@@ -366,62 +366,57 @@ class Graph:
         self._owned.add(node.name)
         self._values.pop(node.name, None)
         self._index_edges(node.name, node, node.attr)
-        self._suspect_edges(node.name)
         self._place(node.name)
         return node
 
-    def _suspect_edges(self, name: str) -> None:
-        """Note what the next check must look at for a new node: producers it reads that are
-        missing or read at a port above 0, and itself if its readers read such ports."""
-        nodes = self.nodes
-        for ref in self._refs[name]:
-            if ref.port or ref.node not in nodes:
-                self._suspects.add(ref.node)
-        readers = self._consumers.get(name)
-        if readers and max(readers.values()).port > 0:
-            self._suspects.add(name)
-
     def _place(self, name: str) -> None:
-        """Give a new node a topological position between those of its inputs and its readers.
-        When there is no room (or no positions), the next structure check is a full one."""
-        topo, nodes, refs = self._topo, self.nodes, self._refs[name]
-        if topo is None:
+        """Give a new node a topological position between those of its inputs and its readers
+        (when there is no room, or no positions, the next structure check is a full one), and
+        note what the next check must look at: producers it reads that are missing or read at
+        a port above 0, and itself if its readers read such ports. (A hot path: plain loops.)"""
+        if self._topo is None:
             self._check_all = True
             return
-        if any(ref.node == name for ref in refs):     # a self-loop
-            self._lose_order()
-            return
-        below = [self._position(ref.node) for ref in refs
-                 if ref.node in nodes and nodes[ref.node].op not in BACK_EDGE_OPS]
-        above = [] if nodes[name].op in BACK_EDGE_OPS else \
-            [self._position(reader) for reader, _index in self._consumers.get(name, ())
-             if reader in nodes]
-        if None in below or None in above:
-            self._lose_order()
-            return
-        low, high = max(below, default=None), min(above, default=None)
+        ops, position, suspects = self._ops, self._position, self._suspects
+        low = high = None
+        for ref in self._refs[name]:
+            op = ops.get(ref.node)
+            if ref.port or op is None:
+                suspects.add(ref.node)
+            if ref.node == name:                    # a self-loop
+                self._lose_order()
+                return
+            if op is not None and op not in BACK_EDGE_OPS:
+                at = position(ref.node)
+                low = at if low is None or at > low else low
+        for (reader, _index), ref in self._consumers.get(name, {}).items():
+            if ref.port:
+                suspects.add(name)
+            if reader in ops and ops[name] not in BACK_EDGE_OPS:
+                at = position(reader)
+                high = at if high is None or at < high else high
         if low is None:                             # a source: below everything so far
-            position = self._lowest = min(self._lowest, high if high is not None else 0) - 1
+            at = self._lowest = min(self._lowest, high if high is not None else 0) - 1
         else:
-            position = low + 1 if high is None else (low + high) / 2
-        if (low is not None and not low < position) or (high is not None and not position < high):
-            self._lose_order()
+            at = low + 1 if high is None else (low + high) / 2
+        if (low is not None and not low < at) or (high is not None and not at < high):
+            self._lose_order()                      # no room left between them
             return
-        topo[name] = position
+        self._topo[name] = at
 
     def _keep_order(self, producer: str, consumer: str) -> None:
         """A new edge producer → consumer: does it respect the topological positions?"""
-        node = self.nodes.get(producer)
+        op = self._ops.get(producer)
         if self._topo is None:
             self._check_all = True
-        elif node is not None and node.op not in BACK_EDGE_OPS:
-            before, after = self._position(producer), self._position(consumer)
-            if before is None or after is None or not before < after:
+        elif op is not None and op not in BACK_EDGE_OPS:
+            if not self._position(producer) < self._position(consumer):
                 self._lose_order()
 
-    def _position(self, name: str) -> Optional[float]:
+    def _position(self, name: str) -> float:
+        """The topological position of an existing node (``_topo`` is not None)."""
         position = self._topo.get(name)
-        if position is None and self._topo_base and name in self._ops:
+        if position is None and self._topo_base:
             position = self._by_op[self._ops[name]][name]        # its place in graph order
         return position
 
