@@ -119,7 +119,8 @@ class Graph:
         self._colocated: Dict[str, Set[str]] = defaultdict(set)    # target → nodes naming it
         self._values: Dict[str, np.ndarray] = {}          # small Const values, decoded once
         # Edits so far, and the count at the last clean structure check: a pass that changed
-        # nothing is not checked again (the check walks the whole graph).
+        # nothing is not checked again, and after edits through the index only what they
+        # touched is (a full check walks the whole graph).
         self._edits = 0
         self._sound_at = -1
         self._check_all = False             # the next check walks everything (see ``mutable``)
