@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import api, onnx_export, pipeline, verify
+from tfsurgery import api, onnx_export, onnx_tidy, pipeline, verify
 from tfsurgery.constants import constant_nodes
 from tfsurgery.ops import FUSED_BATCH_NORM_OPS, first_line
 
@@ -182,14 +182,17 @@ def max_error(graph_def, built, feeds, reference) -> float:
                for name, e, a in zip(built.outputs, reference, actual))
 
 
-def onnx_counts(graph_def, inputs, outputs, opset: int) -> dict:
-    """ONNX node counts: straight out of tf2onnx, and after onnxruntime's basic rewrites."""
+def onnx_counts(graph_def, inputs, outputs, opset: int, tidy: bool = False) -> dict:
+    """ONNX node counts: straight out of tf2onnx, and after onnxruntime's basic rewrites (with
+    ``tidy``, after ``onnx_tidy`` too: the model ``--onnx`` writes)."""
     try:
         model, storage = onnx_export.convert(graph_def, inputs, outputs, opset=opset)
     except onnx_export.ExportError as error:
         return {"error": str(error)}
     raw = collections.Counter(node.op_type for node in model.graph.node)
     result = {"nodes": sum(raw.values()), "if": raw.get("If", 0), "histogram": dict(raw)}
+    if tidy:
+        result["tidied"] = onnx_tidy.tidy(model)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
         try:
@@ -202,14 +205,14 @@ def onnx_counts(graph_def, inputs, outputs, opset: int) -> dict:
     return result
 
 
-def measure_variant(graph_def, built, feeds, reference, opset: int) -> dict:
+def measure_variant(graph_def, built, feeds, reference, opset: int, tidy: bool = False) -> dict:
     row = {"nodes": len(graph_def.node), "leftover": leftover_ops(graph_def)}
     try:
         row["max_error"] = max_error(graph_def, built, feeds, reference)
     except verify.VerificationError as error:
         row["max_error"] = None
         row["run_error"] = str(error)
-    row["onnx"] = onnx_counts(graph_def, built.inputs, built.outputs, opset)
+    row["onnx"] = onnx_counts(graph_def, built.inputs, built.outputs, opset, tidy)
     return row
 
 
@@ -238,7 +241,8 @@ def benchmark_model(name: str, built, *, repeats: int = 3, opset: int = onnx_exp
     rows = {}
     for variant in VARIANTS:
         if variant in graphs:
-            rows[variant] = measure_variant(graphs[variant], built, feeds, reference, opset)
+            rows[variant] = measure_variant(graphs[variant], built, feeds, reference, opset,
+                                            tidy=variant == "tfsurgery")
         else:
             rows[variant] = {"error": timed[variant]["error"]}
         rows[variant]["seconds"] = timed[variant]["seconds"] if variant in timed else None
@@ -508,6 +512,10 @@ def render_model(model: dict) -> str:
             f"{name} {fmt_seconds(sec)}" for name, sec in ours["transform_seconds"].items()))
     if ours.get("onnx", {}).get("histogram"):
         notes.append("tfsurgery ONNX ops (tf2onnx): " + histogram_text(ours["onnx"]["histogram"]))
+    if ours.get("onnx", {}).get("ort_basic_histogram"):
+        tidied = ", ".join(f"{n} {what}" for what, n in ours["onnx"].get("tidied", {}).items())
+        notes.append(f"tfsurgery ONNX ops as written ({tidied or 'nothing tidied'}; ORT basic): "
+                     + histogram_text(ours["onnx"]["ort_basic_histogram"]))
     for variant in VARIANTS:
         row = model["variants"][variant]
         if "run_error" in row:
@@ -593,7 +601,8 @@ def render_markdown(result: dict) -> str:
         "",
         "Max error: max |variant − original| / max |original| over the outputs, same seeded feeds, "
         "training flags fed False. ONNX: node count out of `tf2onnx.convert.from_graph_def`, and "
-        "after onnxruntime's basic graph rewrites (what `tfsurgery export` writes); `If` counts "
+        "after onnxruntime's basic graph rewrites (for tfsurgery: after removing the identity "
+        "Reshapes tf2onnx leaves, too — what `--onnx` / `tfsurgery export` writes); `If` counts "
         "the raw conversion. Floor: `GraphDef.FromString` + `SerializeToString` of the original.",
         "",
         LEFTOVER_DEFINITION,

@@ -164,3 +164,36 @@ def test_scalar_shift_through_a_zero_pad_becomes_a_padv2_border():
         tf.identity(tf.nn.conv2d(y, _r(7, 7, 3, 4), 2, "VALID"), name="out")
     left = ops(optimized(tf1_source(build)).graph_def)
     assert "AddV2" not in left and "Pad" not in left and "PadV2" in left, left
+
+
+@pytest.mark.parametrize("data_format, scale_op", [("NHWC", "Mul"), ("NCHW", "Mul"),
+                                                   ("NHWC", "RealDiv")])
+def test_scale_before_a_shift_that_stays_moves_after_it_and_folds(data_format, scale_op):
+    """Keras Rescaling then Normalization before a SAME conv: (x * s) - m. The per-channel shift
+    cannot pass the zero border, so it stays as x - m / s; the scale folds into the weights."""
+    nchw = data_format == "NCHW"
+    channel_shape = (3, 1, 1) if nchw else (3,)
+
+    def build(placeholder):
+        x = placeholder(tf.float32, [None, 3, 6, 6] if nchw else [None, 6, 6, 3], name="x")
+        s = np.abs(_r(*channel_shape)) + 0.5
+        scaled = x * s if scale_op == "Mul" else x / s
+        y = tf.nn.conv2d(scaled - _r(*channel_shape), _r(3, 3, 3, 4), 1, "SAME",
+                         data_format=data_format)
+        tf.identity(y, name="out")
+    result = optimized(tf1_source(build))
+    assert ops(result.graph_def) == ["Placeholder", "Sub", "Conv2D", "Identity"]
+    moved = [line for rep in result.reports for line in rep.rewritten if "moved after" in line]
+    assert len(moved) == 1
+    reasons = skips(result)
+    assert len(reasons) == len(set(reasons))
+
+
+def test_scale_with_another_reader_does_not_move():
+    def build(placeholder):
+        x = placeholder(tf.float32, [None, 6, 6, 3], name="x")
+        scaled = x * _r(3)
+        y = tf.nn.conv2d(scaled - _r(3), _r(3, 3, 3, 4), 1, "SAME")
+        tf.identity(y + tf.reduce_sum(scaled), name="out")
+    left = ops(optimized(tf1_source(build)).graph_def)
+    assert left.count("Mul") == 1 and left.count("Sub") == 1

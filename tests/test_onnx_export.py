@@ -193,3 +193,91 @@ def test_pb_over_the_protobuf_limit_exits_2_pointing_to_savedmodel(pb, monkeypat
     monkeypatch.setattr(io, "PROTOBUF_LIMIT", 1000)
     assert main(["export", str(pb)]) == 2
     assert "SavedModel" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- onnx_tidy: identity Reshapes
+def squeeze_excite_graph():
+    """conv → swish → squeeze-and-excite (Mean keep_dims, two 1x1 convs on [N,1,1,C]) → conv:
+    tf2onnx's layout handling leaves a Reshape [N,C,1,1] → [-1,C,1,1] before each 1x1 conv."""
+    import tensorflow as tf
+    rng = np.random.default_rng(3)
+    weight = lambda *shape: tf.constant(rng.normal(0, 0.5, shape).astype(np.float32))  # noqa: E731
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 4], name="x")
+        h = tf.nn.bias_add(tf.nn.conv2d(x, weight(3, 3, 4, 6), 1, "SAME"), weight(6))
+        h = h * tf.sigmoid(h)
+        s = tf.reduce_mean(h, [1, 2], keepdims=True)
+        s = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(s, weight(1, 1, 6, 3), 1, "VALID"), weight(3)))
+        s = tf.sigmoid(tf.nn.bias_add(tf.nn.conv2d(s, weight(1, 1, 3, 6), 1, "VALID"), weight(6)))
+        tf.identity(tf.nn.conv2d(h * s, weight(1, 1, 6, 5), 1, "VALID"), name="y")
+    return graph.as_graph_def()
+
+
+def test_identity_reshapes_from_tf2onnx_are_removed(tmp_path):
+    from tfsurgery import onnx_tidy
+    graph_def = squeeze_excite_graph()
+    # tf2onnx's layout pass depends on iteration orders: 2 Reshapes, or 3 and two more
+    # Transposes; either way the two before the 1x1 convs are identities.
+    model, _ = onnx_export.convert(graph_def, ["x"], ["y"], opset=18)
+    reshapes = lambda: sum(n.op_type == "Reshape" for n in model.graph.node)   # noqa: E731
+    before = reshapes()
+    assert onnx_tidy.tidy(model) == {"identity Reshape removed": 2} and reshapes() == before - 2
+    lean = onnx_export.export(graph_def, ["x"], ["y"], tmp_path / "lean.onnx")
+    assert lean.passed and lean.tidied == {"identity Reshape removed": 2}
+    assert ort_vs_tf(tmp_path / "lean.onnx", graph_def, ["x"], ["y"]) < 1e-5
+    # the removed Reshapes' target shapes went with them
+    graph = onnx.load(str(tmp_path / "lean.onnx")).graph
+    read = {name for node in graph.node for name in node.input}
+    assert [t.name for t in graph.initializer if t.name not in read] == []
+    raw = onnx_export.export(graph_def, ["x"], ["y"], tmp_path / "raw.onnx", ort_optimize=False)
+    assert raw.passed and raw.tidied == {} and raw.op_histogram["Reshape"] >= 2
+
+
+def reshape_model(input_shape, target, *, allowzero=0, output_is_reshape=False):
+    """x → Reshape(target) → (Relu →) y, as an ONNX model."""
+    from onnx import TensorProto, helper, numpy_helper
+    nodes = [helper.make_node("Reshape", ["x", "target"], ["r"], allowzero=allowzero)]
+    if not output_is_reshape:
+        nodes.append(helper.make_node("Relu", ["r"], ["y"]))
+    out = "r" if output_is_reshape else "y"
+    graph = helper.make_graph(
+        nodes, "reshape", [helper.make_tensor_value_info("x", TensorProto.FLOAT, input_shape)],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, input_shape)],
+        [numpy_helper.from_array(np.asarray(target, np.int64), "target")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+
+
+@pytest.mark.parametrize("input_shape, target, allowzero, removed", [
+    (["N", 32, 1, 1], [-1, 32, 1, 1], 0, True),      # tf2onnx's: the batch is the -1
+    (["N", 3], [0, 3], 0, True),                      # 0 copies the batch
+    (["N", "M"], [0, -1], 0, True),                   # copied, and the one size left
+    ([2, 3], [2, 3], 0, True),
+    (["N", 6], [-1, 3], 0, False),                    # a real reshape: 2N x 3
+    (["N", 3], [2, 3], 0, False),                     # N might not be 2
+    (["N", "M"], [-1, -1], 0, False),                 # invalid anyway: left to onnxruntime
+    ([2, 3], [0, 3], 1, False),                       # allowzero: 0 means size 0
+    ([0, 3], [0, -1], 0, False),                      # -1 undetermined next to a 0
+])
+def test_identity_reshape_rule(input_shape, target, allowzero, removed):
+    from tfsurgery import onnx_tidy
+    model = reshape_model(input_shape, target, allowzero=allowzero)
+    tidied = onnx_tidy.tidy(model)
+    assert (tidied == {"identity Reshape removed": 1}) is removed
+    assert [n.op_type for n in model.graph.node] == (["Relu"] if removed else ["Reshape", "Relu"])
+    if removed:     # same numbers as the untouched model
+        onnx.checker.check_model(model)
+        shape = [2 if isinstance(d, str) else d for d in input_shape]
+        x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+        before = reshape_model(input_shape, target, allowzero=allowzero)
+        run = lambda m: ort.InferenceSession(m.SerializeToString(),   # noqa: E731
+                                             providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        np.testing.assert_array_equal(run(model)[0], run(before)[0])
+        assert not model.graph.initializer
+
+
+def test_identity_reshape_producing_a_graph_output_stays():
+    from tfsurgery import onnx_tidy
+    model = reshape_model(["N", 3], [-1, 3], output_is_reshape=True)
+    assert onnx_tidy.tidy(model) == {}
+    assert [n.op_type for n in model.graph.node] == ["Reshape"]

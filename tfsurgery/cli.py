@@ -196,7 +196,8 @@ def _onnx_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inputs-as-nchw", metavar="A,B",
                         help="make these rank-4 NHWC inputs NCHW in the ONNX model (tf2onnx)")
     parser.add_argument("--raw-onnx", action="store_true",
-                        help="keep tf2onnx's output as is (skip onnxruntime's basic graph "
+                        help="keep tf2onnx's output as is (skip the removal of identity "
+                             "Reshapes and onnxruntime's basic graph "
                              "optimizations, e.g. MatMul+Add -> Gemm)")
 
 
@@ -532,7 +533,8 @@ def _export_onnx(args, source, result, path: Path, data: dict, batch=None) -> in
         return 1
     data["onnx"] = exported.as_dict()
     _say(args, f"ONNX (opset {exported.opset}): {exported.node_count} nodes "
-               f"({exported.converted_node_count} from tf2onnx)"
+               f"({exported.converted_node_count} from tf2onnx"
+               f"{''.join(f'; {n} {what}' for what, n in exported.tidied.items())})"
                f"{', weights in ' + path.name + '.data' if exported.external_data else ''}")
     _say(args, api.format_table(
         _side_by_side(api.summary(result.graph_def), exported),

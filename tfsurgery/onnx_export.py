@@ -1,7 +1,9 @@
 """Checked ONNX export: convert with tf2onnx, tidy with onnxruntime, check, run, compare.
 
-``export`` converts a GraphDef with tf2onnx, applies onnxruntime's *basic* graph optimizations
-(portable, standard-ONNX rewrites such as MatMul+Add → Gemm; skipped with ``ort_optimize=False``),
+``export`` converts a GraphDef with tf2onnx, removes what it leaves needlessly (``onnx_tidy``:
+identity Reshapes), applies onnxruntime's *basic* graph optimizations
+(portable, standard-ONNX rewrites such as MatMul+Add → Gemm; both skipped with
+``ort_optimize=False``),
 runs ``onnx.checker``, runs the model in onnxruntime on the same feeds as ``tfsurgery.verify`` and
 compares with TensorFlow's outputs (or the given reference: with preprocessing in the graph, the
 original fed the verifier's NumPy preprocessing). Files are staged in a temporary directory next to the target and
@@ -26,7 +28,7 @@ from unittest import mock
 
 import numpy as np
 
-from tfsurgery import artefacts, verify
+from tfsurgery import artefacts, onnx_tidy, verify
 from tfsurgery.constants import evaluate
 from tfsurgery.errors import ExportError, InputError
 from tfsurgery.graph import Graph
@@ -57,6 +59,7 @@ class OnnxExport:
     converted_node_count: int = 0    # straight out of tf2onnx, before onnxruntime's rewrites
     outputs: List[verify.OutputError] = dataclasses.field(default_factory=list)
     reference: str = artefacts.OPTIMIZED_REFERENCE     # what onnxruntime was compared with
+    tidied: Dict[str, int] = dataclasses.field(default_factory=dict)   # onnx_tidy's rewrites
 
     def as_dict(self) -> dict:
         data = dataclasses.asdict(self)
@@ -101,6 +104,7 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         model, storage = convert(graph_def, inputs, outputs, opset=opset, inputs_as_nchw=nchw,
                                  large_model=large_model)
         converted_nodes = len(model.graph.node)
+        tidied = onnx_tidy.tidy(model) if ort_optimize else {}
         staged = stage / path.name
         save(model, storage, staged)
         if ort_optimize:
@@ -118,7 +122,7 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         compared = all(not e.shape or e.nonfinite < np.prod(e.shape) for e in errors)
         result = OnnxExport(path, opset, sum(hist.values()), hist, max_error,
                             compared and max_error <= tolerance, external, tolerance,
-                            converted_nodes, errors, reference)
+                            converted_nodes, errors, reference, tidied)
         if result.passed:
             artefacts.publish(lambda: _publish(stage, path), batch, stage)
     return result
@@ -181,7 +185,7 @@ def _convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset:
         raise ExportError(f"tf2onnx cannot convert the graph: {first_line(error)}{hint}") \
             from None
     # tf2onnx keeps going past unsupported ops and leaves them in as TF ops: name them all here.
-    left = [n for n in _nodes(model.graph) if not onnx.defs.has(n.op_type, n.domain)]
+    left = [n for n in onnx_tidy.all_nodes(model.graph) if not onnx.defs.has(n.op_type, n.domain)]
     if left:
         raise ExportError(f"tf2onnx cannot convert op(s) {_unsupported(left)} to ONNX opset {opset}")
     return model, storage
@@ -281,7 +285,7 @@ def optimize_with_onnxruntime(path: Path, *, external_data: bool = False) -> boo
     except Exception as error:   # onnxruntime raises its own Fail/InvalidGraph/... types
         raise ExportError(f"onnxruntime cannot load the model: {first_line(error)}") from None
     model = onnx.load(str(optimized), load_external_data=False)
-    domains = {node.domain for node in _nodes(model.graph)}
+    domains = {node.domain for node in onnx_tidy.all_nodes(model.graph)}
     kept = domains <= set(STANDARD_DOMAINS)
     if kept:
         # onnxruntime declares every domain it knows; keep the ones the graph uses.
@@ -434,15 +438,6 @@ def _session_options():
     options = ort.SessionOptions()
     options.log_severity_level = 3          # errors only: no "removing initializer" chatter
     return options
-
-
-def _nodes(graph) -> Iterator:
-    """Every node, including those in If/Loop bodies."""
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                yield from _nodes(sub)
 
 
 def _tensors(graph) -> Iterator:

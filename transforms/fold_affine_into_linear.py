@@ -7,7 +7,8 @@ For a linear op y = sum_c W[.., c, ..] * x[c] over input channels c:
     W ⊛ (x + a)        = W ⊛ x + (W ⊛ a)        (only when no zero padding touches x: a MatMul,
                                                   or a VALID conv read directly, no Pad between)
 A zero border in the model's space is not a zero border in the raw space, so an additive constant
-before a padded conv stays. Multiplicative maps and channel reversal pass a constant zero Pad
+before a padded conv stays; a scale before it moves after it so that the scale still folds:
+    (x * s) + a        = (x + a / s) * s        (s nonzero; Keras Rescaling then Normalization) Multiplicative maps and channel reversal pass a constant zero Pad
 (0 * s = 0; the channel axis itself unpadded). Keras Rescaling/Normalization at the input, the
 preprocessing ``add-preprocessing`` emits, and a batch norm after a ReLU before a Dense layer
 (the Mul + Add that fold-batch-norm leaves) are the common cases.
@@ -38,6 +39,7 @@ def fold_affine_into_linear(graph: Graph, options: Options) -> TransformReport:
             for _ in range(MAX_STEPS):
                 if not _fold_one(graph, node.name, options, report):
                     break
+    report.skipped = list(dict.fromkeys(report.skipped))    # a shift retried after a scale moved
     return report
 
 
@@ -120,8 +122,46 @@ def _fold_one(graph: Graph, lin: str, options: Options, report: TransformReport)
         return _fold_gather(graph, lin, producer.node, weight, rank, axis, report)
     if op == "ReverseV2":
         return _fold_reverse(graph, lin, producer.node, weight, rank, axis, report)
-    return _fold_affine(graph, lin, producer.node, weight, rank, axis, channels, report,
-                        options.protected, pad)
+    folded = _fold_affine(graph, lin, producer.node, weight, rank, axis, channels, report,
+                          options.protected, pad)
+    if not folded and op in SHIFT_OPS:
+        return _scale_after_shift(graph, producer.node, rank, axis, channels, options, report)
+    return folded
+
+
+def _scale_after_shift(graph, shift, rank, axis, channels, options, report) -> bool:
+    """(x * s) + a → (x + a / s) * s for the shift that cannot fold: the scale now reads the
+    shift and feeds the linear op, where the next step folds it. True if it moved."""
+    data, a = _affine_operand(graph, shift)
+    scale = data.node
+    if graph.op(scale) not in SCALE_OPS or data.port != 0 or scale in options.protected \
+            or shift in options.protected or not _sole_reader(graph, scale, shift):
+        return False
+    found = _affine_operand(graph, scale)
+    s = None if found is None else _channel_vector(found[1], rank, axis, channels)
+    if s is None or not np.all(s) or _channel_vector(a, rank, axis, channels) is None:
+        return False
+    factor = 1.0 / s if graph.op(scale) == "RealDiv" else s
+    if np.all(factor == factor[0]):
+        factor = factor[:1].reshape(())     # a scalar scale keeps a scalar shift scalar
+    else:
+        factor = _along_channels(factor, a.ndim, rank, axis)
+    new_a = graph.add_const(f"{shift}/over_scale", (a.astype(np.float64) / factor).astype(a.dtype))
+    shift_inputs, scale_inputs = graph.inputs(shift), graph.inputs(scale)
+    graph.rewire(Ref(shift, 0), Ref(scale, 0))
+    graph.set_input(shift, 1 - shift_inputs.index(data), new_a)
+    graph.set_input(shift, shift_inputs.index(data), found[0])
+    graph.set_input(scale, scale_inputs.index(found[0]), Ref(shift, 0))
+    report.rewritten.append(f"{scale} ({graph.op(scale)}) moved after {shift}, to fold")
+    return True
+
+
+def _along_channels(vector: np.ndarray, ndim: int, rank: int, axis: int) -> np.ndarray:
+    """A length-C ``vector`` shaped to broadcast along the channel axis of a rank-``rank``
+    tensor, with at least ``ndim`` dimensions (those of the constant it divides)."""
+    shape = [1] * max(ndim, rank - axis)
+    shape[-(rank - axis)] = -1
+    return vector.reshape(shape)
 
 
 def _zero_pad(graph: Graph, pad: str, lin: str) -> bool:
