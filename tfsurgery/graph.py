@@ -130,10 +130,7 @@ class Graph:
         self._new_colocation = False
         # A topological position per node (loops' back edges aside), kept while edits allow:
         # proof that no edit closed a cycle, without Kahn over the whole graph (``_place``).
-        # ``_topo`` holds the positions given since; with ``_topo_base`` the others are the
-        # nodes' places in graph order (the input was in topological order).
         self._topo: Optional[Dict[str, float]] = None
-        self._topo_base = False
         self._lowest = 0
         outputs: Dict[str, Optional[int]] = {}
         in_order = check_inputs
@@ -146,7 +143,7 @@ class Graph:
                     _check_inputs(node, refs, self.nodes, outputs)
                     in_order = in_order and self._reads_earlier(name, refs)
         if in_order and self._colocation_problem() is None:
-            self._topo, self._topo_base = {}, True
+            self._topo = dict(zip(self.nodes, itertools.count()))    # graph order (no loop)
             self._sound_at = 0          # inputs, ports, colocation and order checked: sound
             self._new_colocation = False
 
@@ -378,7 +375,7 @@ class Graph:
         if self._topo is None:
             self._check_all = True
             return
-        ops, position, suspects = self._ops, self._position, self._suspects
+        ops, topo, suspects = self._ops, self._topo, self._suspects
         low = high = None
         for ref in self._refs[name]:
             op = ops.get(ref.node)
@@ -388,13 +385,13 @@ class Graph:
                 self._lose_order()
                 return
             if op is not None and op not in BACK_EDGE_OPS:
-                at = position(ref.node)
+                at = topo[ref.node]
                 low = at if low is None or at > low else low
         for (reader, _index), ref in self._consumers.get(name, {}).items():
             if ref.port:
                 suspects.add(name)
             if reader in ops and ops[name] not in BACK_EDGE_OPS:
-                at = position(reader)
+                at = topo[reader]
                 high = at if high is None or at < high else high
         if low is None:                             # a source: below everything so far
             at = self._lowest = min(self._lowest, high if high is not None else 0) - 1
@@ -403,7 +400,7 @@ class Graph:
         if (low is not None and not low < at) or (high is not None and not at < high):
             self._lose_order()                      # no room left between them
             return
-        self._topo[name] = at
+        topo[name] = at
 
     def _keep_order(self, producer: str, consumer: str) -> None:
         """A new edge producer → consumer: does it respect the topological positions?"""
@@ -411,18 +408,11 @@ class Graph:
         if self._topo is None:
             self._check_all = True
         elif op is not None and op not in BACK_EDGE_OPS:
-            if not self._position(producer) < self._position(consumer):
+            if not self._topo[producer] < self._topo[consumer]:
                 self._lose_order()
 
-    def _position(self, name: str) -> float:
-        """The topological position of an existing node (``_topo`` is not None)."""
-        position = self._topo.get(name)
-        if position is None and self._topo_base:
-            position = self._by_op[self._ops[name]][name]        # its place in graph order
-        return position
-
     def _lose_order(self) -> None:
-        self._topo, self._topo_base = None, False
+        self._topo = None
         self._check_all = True
 
     def new_node(self, op: str, name: str, inputs: Iterable = (), attrs: Optional[dict] = None,
@@ -438,20 +428,8 @@ class Graph:
     def add_const(self, name: str, value, dtype=None, device: str = "") -> str:
         """Add a Const holding ``value`` (numpy or scalar); returns its (unique) name."""
         node = node_def_pb2.NodeDef(op="Const", name=self.unique_name(name), device=device)
-        tensor = node.attr["value"].tensor
-        node.attr["dtype"].type = encode_tensor(value, dtype, into=tensor).dtype
-        self.add_node(node)
-        self._remember_value(node.name, value, tensor)
-        return node.name
-
-    def _remember_value(self, name: str, value, tensor: tensor_pb2.TensorProto) -> None:
-        """Cache a small value just written as packed bytes of its own dtype: decoding them
-        would give back the same array, so its first reader need not decode it."""
-        if isinstance(value, np.ndarray) and value.nbytes <= CACHED_VALUE_BYTES and \
-                tensor.tensor_content and _numpy_dtype(tensor.dtype) == value.dtype:
-            cached = np.array(value, copy=True)
-            cached.flags.writeable = False        # read-only, as decode_tensor's values
-            self._values[name] = cached
+        node.attr["dtype"].type = encode_tensor(value, dtype, into=node.attr["value"].tensor).dtype
+        return self.add_node(node).name
 
     def const_nbytes(self, name: str) -> int:
         """Size of a Const's value, from its shape and dtype (no decoding)."""
@@ -708,7 +686,7 @@ class Graph:
         order, indegree = self._kahn(skip=back)
         if len(order) == len(self.nodes):
             self._topo = dict(zip(order, itertools.count()))     # for the next checks
-            self._topo_base, self._lowest = False, 0
+            self._lowest = 0
             return None
         return min(name for name, d in indegree.items() if d > 0)
 
