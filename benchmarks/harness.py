@@ -264,9 +264,9 @@ def time_ratios(rows: dict, floor: float) -> dict:
 
 
 # ---------------------------------------------------------------- scaling
-def scaling_run(blocks: Sequence[int] = SCALING_BLOCKS) -> List[dict]:
+def scaling_run(blocks: Sequence[int] = SCALING_BLOCKS, repeats: int = 3) -> List[dict]:
     """Pipeline time (all transforms incl. fold-batch-norm, no verification) per graph size,
-    measured once per size, with the parse+serialize floor of the same graph."""
+    with the parse+serialize floor of the same graph: medians of ``repeats`` interleaved runs."""
     from tfsurgery.models.synthetic import repeated_blocks
     transforms = api.choose_transforms(bn_fold=True)
     rows = []
@@ -274,14 +274,13 @@ def scaling_run(blocks: Sequence[int] = SCALING_BLOCKS) -> List[dict]:
         built = repeated_blocks(n)
         options = pipeline.Options(inputs=list(built.inputs), outputs=list(built.outputs))
         data = built.graph_def.SerializeToString()
-        start = time.perf_counter()
-        parse_and_serialize(data)
-        floor = time.perf_counter() - start
-        start = time.perf_counter()
-        result, _ = pipeline.run(built.graph_def, transforms, options)
-        seconds = time.perf_counter() - start
+        timed = time_interleaved({
+            "floor": lambda: parse_and_serialize(data),
+            "pipeline": lambda: len(pipeline.run(built.graph_def, transforms, options)[0].node),
+        }, repeats)
+        seconds, floor = timed["pipeline"]["seconds"], timed["floor"]["seconds"]
         nodes = len(built.graph_def.node)
-        rows.append({"blocks": n, "nodes": nodes, "nodes_after": len(result.node),
+        rows.append({"blocks": n, "nodes": nodes, "nodes_after": timed["pipeline"]["result"],
                      "seconds": seconds, "us_per_node": seconds / nodes * 1e6,
                      "floor_seconds": floor, "floor_us_per_node": floor / nodes * 1e6})
     return rows
@@ -435,7 +434,7 @@ def run(models: Sequence[str] = MODELS, *, repeats: int = 3, input_size: Optiona
                                                 deploy_runs=deploy_runs))
     if scaling_blocks:
         log(f"scaling run: {', '.join(map(str, scaling_blocks))} blocks")
-        result["scaling"] = scaling_run(scaling_blocks)
+        result["scaling"] = scaling_run(scaling_blocks, repeats)
     if training_ops:
         log("training ops: adam_step_benchmark")
         result["training_ops"] = training_ops_section(training_repeats)
@@ -539,7 +538,8 @@ def render_scaling(rows: List[dict]) -> str:
           f"{r['floor_us_per_node']:.2f}"] for r in rows])
     return ("## Scaling\n\n`models.synthetic.repeated_blocks(n)` (conv + bias → FusedBatchNormV3 → "
             "Relu, about 10 nodes per block), `pipeline.run` with every transform including "
-            "fold-batch-norm, no verification, measured once per size.\n\n" + table)
+            "fold-batch-norm, no verification; per size the median of the interleaved repeats, "
+            "the floor timed in the same loop.\n\n" + table)
 
 
 def render_training(section) -> str:
