@@ -344,8 +344,9 @@ def _lean_graph_targets(models: dict, add) -> None:
                 ours["nodes"] <= LEAN_TF_NODES[name])
         if name in LEAN_ONNX_NODES and "onnx" in ours:
             exported = ours["onnx"].get("ort_basic_nodes")
+            ops = histogram_text(ours["onnx"].get("ort_basic_histogram", {}))
             add(f"{name}: ≤ {LEAN_ONNX_NODES[name]} ONNX nodes after onnxruntime's basic "
-                "rewrites", exported if exported is not None else "error",
+                "rewrites", f"{exported} ({ops})" if exported is not None else "error",
                 exported is not None and exported <= LEAN_ONNX_NODES[name])
 
 
