@@ -281,3 +281,21 @@ def test_identity_reshape_producing_a_graph_output_stays():
     model = reshape_model(["N", 3], [-1, 3], output_is_reshape=True)
     assert onnx_tidy.tidy(model) == {}
     assert [n.op_type for n in model.graph.node] == ["Reshape"]
+
+
+def test_identity_reshape_not_trusted_to_a_wrong_declared_shape():
+    """A converter's declared shape that contradicts the ops (Relu of [N,6] declared [N,3]) is
+    no proof: strict shape inference refuses it and every Reshape stays."""
+    from onnx import TensorProto, helper, numpy_helper
+    from tfsurgery import onnx_tidy
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"]),
+         helper.make_node("Reshape", ["a", "target"], ["r"]),
+         helper.make_node("Relu", ["r"], ["y"])], "wrong",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray([-1, 3], np.int64), "target")],
+        value_info=[helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    assert onnx_tidy.tidy(model) == {}
+    assert [n.op_type for n in model.graph.node] == ["Relu", "Reshape", "Relu"]

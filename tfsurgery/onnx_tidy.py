@@ -6,7 +6,9 @@ of them reshape ``[N, C, 1, 1]`` to ``[N, C, 1, 1]`` (EfficientNet: two per sque
 block, 32 in all) and onnxruntime keeps them. A Reshape is the identity when ONNX shape
 inference gives its input a shape the constant target matches dimension by dimension: equal
 static sizes, a 0 that copies (``allowzero=0``), and at most one -1, which then can only stand
-for the one size left. Graph outputs keep their names: a Reshape that produces one stays.
+for the one size left. Shape inference runs in strict mode: where the shapes tf2onnx declares
+contradict the ops, nothing is proven and every Reshape stays. Graph outputs keep their names: a
+Reshape that produces one stays.
 """
 from __future__ import annotations
 
@@ -25,8 +27,8 @@ def remove_identity_reshapes(model) -> int:
     import onnx
     graph = model.graph
     try:
-        shapes = _inferred_shapes(onnx.shape_inference.infer_shapes(model))
-    except Exception:    # shape inference gives up on some models (> 2 GB, unknown ops): no facts
+        shapes = _inferred_shapes(onnx.shape_inference.infer_shapes(model, strict_mode=True))
+    except Exception:    # declared and inferred shapes disagree, > 2 GB, unknown ops: no facts
         return 0
     constants = _int64_constants(graph)
     outputs = {o.name for o in graph.output}
