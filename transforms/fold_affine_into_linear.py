@@ -8,8 +8,9 @@ For a linear op y = sum_c W[.., c, ..] * x[c] over input channels c:
                                                   or a VALID conv read directly, no Pad between)
 A zero border in the model's space is not a zero border in the raw space, so an additive constant
 before a padded conv stays; a scale before it moves after it so that the scale still folds:
-    (x * s) + a        = (x + a / s) * s        (s nonzero; Keras Rescaling then Normalization) Multiplicative maps and channel reversal pass a constant zero Pad
-(0 * s = 0; the channel axis itself unpadded). Keras Rescaling/Normalization at the input, the
+    (x * s) + a        = (x + a / s) * s        (s nonzero; Keras Rescaling then Normalization)
+Multiplicative maps and channel reversal pass a constant zero Pad (0 * s = 0; the channel axis
+itself unpadded). Keras Rescaling/Normalization at the input, the
 preprocessing ``add-preprocessing`` emits, and a batch norm after a ReLU before a Dense layer
 (the Mul + Add that fold-batch-norm leaves) are the common cases.
 
