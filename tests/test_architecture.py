@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {"tfsurgery": "tfsurgery", "transforms": "tfsurgery.transforms",
            "models": "tfsurgery.models"}
 # Lower numbers are lower floors; a module may import its own floor or below, never above.
-GROUND = {"errors", "ops", "graph", "tfsession", "constants", "interface", "transform"}
+GROUND = {"errors", "ops", "graph", "tfsession", "constants", "interface", "transform",
+          "image_layout"}
 TOP = {"api": 3, "cli": 4}
 
 

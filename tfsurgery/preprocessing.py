@@ -17,7 +17,7 @@ from tfsurgery.errors import InputError
 from tfsurgery.graph import Graph
 from tfsurgery.ops import node_name
 from tfsurgery.transform import Preprocessing
-from tfsurgery.transforms.add_preprocessing import channel_axis, is_image
+from tfsurgery.image_layout import channel_axis, is_image
 
 Named = Tuple[Optional[str], object]       # (input name or None, value) as the options give it
 
@@ -197,6 +197,8 @@ def outcome(graph_def, specs: Mapping[str, Preprocessing], reports) -> List[str]
                 done.append(folded[node])
         if f"{name}/preprocess/cast" in present:
             left.insert(0, f"{name}/preprocess/cast (the new input dtype)")
-        lines.append(f"{name}: folded {'; '.join(done) or 'nothing'}; "
+        axis = specs[name].channel_axis
+        where = "" if axis is None else f" (channel axis {axis}, from the graph's data format)"
+        lines.append(f"{name}{where}: folded {'; '.join(done) or 'nothing'}; "
                      f"stays {'; '.join(left) or 'nothing'}")
     return lines

@@ -18,14 +18,8 @@ import numpy as np
 
 from tfsurgery.errors import TransformError
 from tfsurgery.graph import Graph, Ref
-from tfsurgery.ops import FORWARDING_OPS
+from tfsurgery.image_layout import channel_axis, first_format_reader
 from tfsurgery.transform import Options, Preprocessing, TransformReport, transform
-
-FORMAT_OPS = ("Conv2D", "DepthwiseConv2dNative", "BiasAdd", "MaxPool", "AvgPool",
-              "FusedBatchNorm", "FusedBatchNormV3", "Conv2DBackpropInput")
-PASS_THROUGH = tuple(FORWARDING_OPS) + ("Pad", "PadV2", "Mul", "Add", "AddV2", "Sub", "RealDiv",
-                                        "Relu", "Relu6", "Cast", "ReverseV2")
-
 
 @transform("add-preprocessing", default=False)
 def add_preprocessing(graph: Graph, options: Options) -> TransformReport:
@@ -38,40 +32,6 @@ def add_preprocessing(graph: Graph, options: Options) -> TransformReport:
         report.matched += 1
         report.rewritten.append(name)
     return report
-
-
-def channel_axis(graph: Graph, name: str) -> Optional[int]:
-    """The channel axis of input ``name``: from the data format of the first format-bearing op
-    reached through elementwise ops (rank 4), the last axis for a rank-2 input; None if unknown."""
-    shape = graph.attr(name, "shape")
-    rank = None if shape is None or shape.rank is None else shape.rank
-    if rank == 2:
-        return 1
-    reader = first_format_reader(graph, name)
-    if reader is None:
-        return None
-    fmt = graph.attr(reader, "data_format", "NHWC")
-    return 1 if fmt.startswith("NC") else (rank or len(fmt)) - 1
-
-
-def first_format_reader(graph: Graph, name: str) -> Optional[str]:
-    """The first op with a data format reached from ``name`` through elementwise ops."""
-    seen, frontier = set(), [name]
-    while frontier:
-        node = frontier.pop()
-        for reader in graph.consumer_nodes(node):
-            op = graph.op(reader)
-            if op in FORMAT_OPS:
-                return reader
-            if op in PASS_THROUGH and reader not in seen:
-                seen.add(reader)
-                frontier.append(reader)
-    return None
-
-
-def is_image(graph: Graph, name: str) -> bool:
-    shape = graph.attr(name, "shape")
-    return shape is not None and shape.rank == 4
 
 
 def _broadcast_shape(values, axis: Optional[int], rank: Optional[int]) -> tuple:
