@@ -7,24 +7,17 @@ import tensorflow as tf
 
 from tfsurgery.models import keras_models, synthetic, tf1
 
+import oracle
+
 
 # --- helpers ----------------------------------------------------------------------------------
 
 def run(model, training=None, batch=2, seed=1):
-    """Import the frozen graph and run its first output on seeded random inputs."""
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.compat.v1.import_graph_def(model.graph_def, name="")
-    r = np.random.default_rng(seed)
-    feed = {}
-    for name in model.inputs:
-        ph = graph.get_tensor_by_name(name + ":0")
-        shape = [batch if d is None else d for d in ph.shape.as_list()]
-        feed[ph] = r.standard_normal(shape).astype(ph.dtype.as_numpy_dtype)
+    """Run the frozen graph's first output on seeded random inputs (the tests' own oracle)."""
+    feeds = oracle.random_feeds(model.graph_def, model.inputs, seed, batch=batch)
     if training is not None:
-        feed[graph.get_tensor_by_name(model.training_flag + ":0")] = training
-    with tf.compat.v1.Session(graph=graph) as sess:
-        return sess.run(model.outputs[0] + ":0", feed)
+        feeds[model.training_flag] = training
+    return oracle.run(model.graph_def, feeds, model.outputs[:1])[0]
 
 
 def ops(model):
@@ -91,11 +84,9 @@ def assert_training_flag_works(model):
 
 
 def run_or_skip_nchw(model):
-    try:
-        return assert_runs(model)
-    except tf.errors.UnimplementedError:
-        pytest.skip("NCHW Conv2D/DepthwiseConv2dNative run on CPU only with oneDNN "
-                    "(TF_ENABLE_ONEDNN_OPTS=0 here)")
+    """NCHW models run on every CPU: the oracle wraps NCHW ops in transposes where oneDNN is
+    off (tests/oracle.py)."""
+    return assert_runs(model)
 
 
 # --- the article's model ----------------------------------------------------------------------

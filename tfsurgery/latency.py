@@ -69,6 +69,8 @@ def threads() -> int:
 
 def tf_runner(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str]):
     import tensorflow as tf
+    from tfsurgery.cpu_layout import runnable
+    graph_def = runnable(graph_def)           # NCHW ops on a CPU without oneDNN: as verified
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.import_graph_def(graph_def, name="")

@@ -19,7 +19,7 @@ from typing import Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import artefacts, verify
+from tfsurgery import artefacts, cpu_layout, verify
 from tfsurgery.artefacts import Artefact
 from tfsurgery.errors import ExportError
 from tfsurgery.ops import first_line, tensor_name
@@ -149,6 +149,8 @@ def check(directory: Path, signature: Signature, feeds: Mapping[str, np.ndarray]
 def run(directory: Path, signature: Signature,
         feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
     import tensorflow as tf
+    if not cpu_layout.channels_first_runs():
+        return _run_saved_graph(directory, signature, feeds)
     try:
         loaded = tf.saved_model.load(str(directory))
         function = loaded.signatures[signature.key]
@@ -157,6 +159,29 @@ def run(directory: Path, signature: Signature,
     except Exception as error:  # noqa: BLE001 - TF raises many types here
         raise ExportError(f"the SavedModel does not load and run: {first_line(error)}") from None
     return {key: value.numpy() for key, value in outputs.items()}
+
+
+def _run_saved_graph(directory: Path, signature: Signature,
+                     feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """Where this CPU cannot run NCHW ops as written (no oneDNN): the SavedModel's own graph and
+    signature, read back from disk, run in a session with those ops through transposes
+    (``cpu_layout``), as the verification ran the .pb."""
+    from tensorflow.python.saved_model import loader_impl
+    try:
+        meta_graph = loader_impl.parse_saved_model(str(directory)).meta_graphs[0]
+        definition = meta_graph.signature_def[signature.key]
+    except Exception as error:  # noqa: BLE001 - TF raises many types here
+        raise ExportError(f"the SavedModel does not load: {first_line(error)}") from None
+    by_key = artefacts.feeds_by_key(feeds, signature.inputs)
+    keys = list(definition.outputs)
+    try:
+        values = verify.run_graph(meta_graph.graph_def,
+                                  {definition.inputs[k].name: v for k, v in by_key.items()},
+                                  [definition.outputs[k].name for k in keys],
+                                  label="the SavedModel's graph")
+    except verify.VerificationError as error:
+        raise ExportError(f"the SavedModel does not run: {error}") from None
+    return dict(zip(keys, values))
 
 
 def check_target(path, force: bool, input_path=None) -> None:

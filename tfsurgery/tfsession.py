@@ -6,6 +6,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
+from tfsurgery.cpu_layout import runnable
 from tfsurgery.graph import Graph, gc_paused
 from tfsurgery.ops import tensor_name
 
@@ -31,6 +32,7 @@ def run_nodes(nodes, fetches: Sequence[str], feeds: Dict[str, np.ndarray] = None
     graph_def.node.extend(nodes)
     if library is not None:
         graph_def.library.CopyFrom(library)
+    graph_def = runnable(graph_def, label="a constant subgraph")
     with tf().Graph().as_default() as graph:
         with gc_paused():               # a Python object per op, all alive: nothing to collect
             tf().compat.v1.import_graph_def(graph_def, name="")

@@ -25,6 +25,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tfsurgery.cpu_layout import runnable
 from tfsurgery.errors import InputError, OriginalDoesNotRun, VerificationError
 from tfsurgery.graph import Graph, parse_ref
 from tfsurgery.ops import first_line, node_name, tensor_name
@@ -191,6 +192,7 @@ def run_graph(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str], *
               timeout: float = DEFAULT_TIMEOUT, label: str = "the graph") -> List[np.ndarray]:
     """Run a GraphDef once in a TF1 Session, within ``timeout`` seconds."""
     import tensorflow as tf
+    graph_def = runnable(graph_def, label=label)     # NCHW ops on a CPU without oneDNN
     with tf.Graph().as_default() as graph:
         try:
             tf.compat.v1.import_graph_def(graph_def, name="")
