@@ -30,6 +30,22 @@ def test_picture_refuses_unknown_formats_and_huge_graphs(article, tmp_path, monk
     assert list(tmp_path.iterdir()) == []
 
 
+def test_picture_too_big_to_draw_writes_nothing(article_pb, tmp_path, monkeypatch, capsys):
+    """All or nothing: a drawing refused as too big leaves no .pb, JSON or picture behind —
+    refused right after loading, and (should the optimized graph be the one too big) before
+    anything is published."""
+    args = [str(article_pb), "--bn-fold", "-o", str(tmp_path / "x.pb"), "--report-json",
+            str(tmp_path / "r.json"), "--picture", str(tmp_path / "x.svg")]
+    monkeypatch.setattr(picture, "MAX_NODES", 10)
+    assert main(args) == 2
+    assert "too many to draw" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(api, "check_drawable", lambda *a, **k: None)   # only the late check
+    assert main(args) == 2
+    assert "too many to draw" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bench_subcommand_reports_both_runtimes(article_pb, tmp_path, capsys):
     report = tmp_path / "bench.json"
     assert main(["bench", str(article_pb), "--bn-fold", "--runs", "3",

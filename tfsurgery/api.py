@@ -324,9 +324,20 @@ def export_reference(result: Result) -> Optional[Dict[str, object]]:
     return result.verification.expected
 
 
-def draw(source: Source, result: Result, path, *, scope: Optional[str] = None) -> Path:
-    """The graph before and after, side by side (needs the ``picture`` extra)."""
-    return picture.before_after(source.graph_def, result.graph_def, path, scope=scope)
+def draw(source: Source, result: Result, path, *, scope: Optional[str] = None,
+         batch: Optional[Batch] = None) -> Path:
+    """The graph before and after, side by side (needs the ``picture`` extra). Rendered now —
+    a graph too big to draw is refused before anything is written — and written now, or with a
+    ``batch`` when the whole run has passed."""
+    path = Path(path)
+    data = picture.drawing(source.graph_def, result.graph_def, path, scope=scope)
+    artefacts.publish(lambda: io.write_atomically(path, data), batch)
+    return path
+
+
+def check_drawable(source: Source, scope: Optional[str] = None) -> None:
+    """Right after loading: an original too big to draw (in ``scope``) is refused at once."""
+    picture.check_drawable(source.graph_def, "the input graph", scope)
 
 
 def bench(source: Source, result: Result, *, runs: int = 50, onnx: bool = True) -> list:

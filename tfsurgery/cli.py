@@ -325,6 +325,8 @@ def _run(args) -> int:
     if saved_model is not None:
         api.check_saved_model_target(saved_model, force=args.force, input_path=args.input)
     source = api.load(args.input, args.signature) if args.input else api.demo()
+    if getattr(args, "picture", None):
+        api.check_drawable(source, args.picture_scope)
     if args.command == "inspect":
         return _inspect(args, source, transforms)
     if args.command == "bench":
@@ -372,6 +374,8 @@ def _optimize(args, source, transforms) -> int:
     try:
         if code == 0:
             code = _exports(args, source, result, onnx_path, saved_model, data, batch)
+        if code == 0 and args.picture:       # drawn before anything is written: it may refuse
+            api.draw(source, result, args.picture, scope=args.picture_scope, batch=batch)
         if code == 0:
             batch.publish_all()
             if onnx_path is not None:
@@ -386,8 +390,8 @@ def _optimize(args, source, transforms) -> int:
         batch.discard()
     if args.report_json:           # last: it describes outputs that now exist (or a failed check)
         api.write_json(args.report_json, data, input_path=source.path)
-    if code == 0:
-        _draw(args, source, result)
+    if code == 0 and args.picture:
+        _say(args, f"wrote {args.picture}")
     return code
 
 
@@ -487,13 +491,6 @@ def _onnx_artefact(onnx: dict, weights: str) -> dict:
             "reference": onnx["reference"], "outputs": onnx.get("outputs", [])}
 
 
-def _draw(args, source, result) -> None:
-    if args.picture:
-        from tfsurgery import api
-        api.draw(source, result, args.picture, scope=args.picture_scope)
-        _say(args, f"wrote {args.picture}")
-
-
 def _check_verification(args, result) -> int:
     if result.verification is not None:
         v = result.verification
@@ -577,7 +574,9 @@ def _inspect(args, source, transforms) -> int:
     _interface_notes(args, result)
     if args.report_json:
         api.write_json(args.report_json, result.as_report(), input_path=source.path)
-    _draw(args, source, result)
+    if args.picture:
+        api.draw(source, result, args.picture, scope=args.picture_scope)
+        _say(args, f"wrote {args.picture}")
     return 0
 
 

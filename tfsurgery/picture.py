@@ -34,10 +34,7 @@ def dot_source(graph_def, title: str, scope: Optional[str] = None):
     """A graphviz cluster for one graph (prefixing node ids with the title keeps two apart)."""
     import graphviz
     graph = Graph(graph_def, check_inputs=False)
-    shown = [n for n in graph if n.op != "Const" and (not scope or n.name.startswith(scope))]
-    if len(shown) > MAX_NODES:
-        raise InputError(f"{title}: {len(shown)} nodes is too many to draw; pick a part with "
-                         "--picture-scope PREFIX")
+    shown = check_drawable(graph_def, title, scope)
     names = {n.name for n in shown}
     cluster = graphviz.Digraph(name=f"cluster_{title}")
     cluster.attr(label=f"{title} ({len(graph_def.node)} nodes)", fontsize="20")
@@ -58,6 +55,16 @@ def dot_source(graph_def, title: str, scope: Optional[str] = None):
 HOW_TO_GET = "pip install 'tfsurgery[picture]' (or install Graphviz's dot and pip install graphviz)"
 
 
+def check_drawable(graph_def, title: str, scope: Optional[str] = None) -> list:
+    """The nodes a drawing shows (Consts left out, ``scope`` only); too many is bad input."""
+    shown = [n for n in graph_def.node if n.op != "Const" and
+             (not scope or n.name.startswith(scope))]
+    if len(shown) > MAX_NODES:
+        raise InputError(f"{title}: {len(shown)} nodes is too many to draw; pick a part with "
+                         "--picture-scope PREFIX")
+    return shown
+
+
 def check_available() -> None:
     """Drawing needs the graphviz package (DOT text) and a dot program: an optional extra."""
     try:
@@ -74,17 +81,22 @@ def _dot_program() -> Optional[str]:
 
 def before_after(before, after, path, scope: Optional[str] = None) -> Path:
     """Draw both graphs side by side into ``path`` (.svg or .png), atomically."""
+    path = Path(path)
+    write_atomically(path, drawing(before, after, path, scope))
+    return path
+
+
+def drawing(before, after, path, scope: Optional[str] = None) -> bytes:
+    """Both graphs side by side, rendered in ``path``'s format (.svg or .png), not written."""
     check_available()
     import graphviz
-    path = Path(path)
-    fmt = path.suffix.lower().lstrip(".")
+    fmt = Path(path).suffix.lower().lstrip(".")
     if fmt not in FORMATS:
         raise InputError(f"{path}: --picture must end in .svg or .png")
-    drawing = graphviz.Digraph(graph_attr={"rankdir": "TB", "compound": "true"})
-    drawing.subgraph(dot_source(before, "before", scope))
-    drawing.subgraph(dot_source(after, "after", scope))
-    write_atomically(path, render(drawing.source, fmt))
-    return path
+    both = graphviz.Digraph(graph_attr={"rankdir": "TB", "compound": "true"})
+    both.subgraph(dot_source(before, "before", scope))
+    both.subgraph(dot_source(after, "after", scope))
+    return render(both.source, fmt)
 
 
 def render(source: str, fmt: str) -> bytes:
