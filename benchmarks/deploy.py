@@ -37,17 +37,16 @@ def artefacts(source: api.Source, work: Path) -> tuple:
     for weights in WEIGHTS:
         folder = work / weights
         folder.mkdir()
-        result = api.optimize(source, api.choose_transforms(bn_fold=True), weights=weights,
-                              tolerance=TOLERANCE[weights])
+        try:
+            result = api.optimize(source, api.choose_transforms(bn_fold=True), weights=weights,
+                                  tolerance=TOLERANCE[weights])
+        except api.VerificationFailed as failed:
+            table[weights] = {f: {"error": f"verification failed: {failed}"} for f in FORMATS}
+            continue
         row: Dict[str, dict] = {}
         if weights == "float32":
             feeds, outputs = api.check_feeds(result), result.outputs
-        if result.verification is None or not result.verification.passed:
-            why = (result.verification.failure() if result.verification
-                   else result.verification_error)
-            table[weights] = {f: {"error": f"verification failed: {why}"} for f in FORMATS}
-            continue
-        api.save(result.graph_def, folder / "model.pb")
+        api.save(result, folder / "model.pb")
         row["pb"] = _entry(api.pb_artefact(result, folder / "model.pb").as_dict())
         exports = {"saved_model": lambda: api.export_saved_model(source, result,
                                                                  folder / "saved_model"),

@@ -19,7 +19,7 @@ from tfsurgery import (io, latency, onnx_export, pipeline, picture, preprocessin
 from tfsurgery import artefacts, savedmodel_export, tflite_export
 from tfsurgery.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
 from tfsurgery.errors import (InputError, OriginalDoesNotRun, TransformError, UnknownTransform,
-                              VerificationError)
+                              Unverified, VerificationError, VerificationFailed)
 from tfsurgery.graph import Graph
 from tfsurgery.interface import (check_fed, find_dropout_knobs, find_training_flags,
                                  resolve_interface, unused_inputs, with_declared_inputs)
@@ -69,12 +69,19 @@ class Result:
     timeout: float = verify_mod.DEFAULT_TIMEOUT
     given: Dict[str, object] = dataclasses.field(default_factory=dict)   # the user's feeds
     verification: Optional[verify_mod.Verification] = None
-    verification_error: Optional[str] = None
+    verification_error: Optional[str] = None    # why the check could not compare (then raised)
+    verify_skipped: bool = False        # verify=False / --no-verify: the caller chose no check
     preprocess: Optional[preprocessing.Preprocessor] = None   # raw inputs → the original's
     weights: str = "float32"            # "float16": float16-weights ran (--weights float16)
     # inputs no output reads after optimization → the stand-in value the original was fed
     unused_inputs: Dict[str, object] = dataclasses.field(default_factory=dict)
     frozen_form: str = ""               # how the source was frozen (io.Loaded.frozen_form)
+
+    @property
+    def verified(self) -> bool:
+        """The check ran and passed: only then may the result be saved or exported without
+        ``allow_unverified=True``."""
+        return self.verification is not None and self.verification.passed
 
     def as_report(self) -> dict:
         extra = {"training_flags": self.training_flags,
@@ -83,6 +90,8 @@ class Result:
                  "unused_inputs": list(self.unused_inputs), "frozen_form": self.frozen_form}
         if self.verification_error:
             extra["verification_error"] = self.verification_error
+        if self.verify_skipped:
+            extra["verification_skipped"] = True
         return report.build_report(self.before, self.graph_def, self.reports, inputs=self.inputs,
                                    outputs=self.outputs, verification=self.verification,
                                    extra=extra)
@@ -199,13 +208,32 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
                     settings=settings, timeout=timeout, given=dict(feeds or {}),
                     preprocess=preprocessing.preprocessor(original, specs), weights=weights,
                     unused_inputs=unused, frozen_form=source.frozen_form)
-    if verify:
-        progress(original, "verifying: running the original and the optimized graph")
-        try:
-            result.verification = check(result, feeds=feeds, seed=seed)
-        except VerificationError as error:
-            result.verification_error = str(error)
+    if not verify:
+        result.verify_skipped = True
+        return result
+    progress(original, "verifying: running the original and the optimized graph")
+    try:
+        result.verification = check(result, feeds=feeds, seed=seed)
+    except VerificationError as error:
+        result.verification_error = str(error)
+        raise VerificationFailed(f"cannot compare: {error}", result=result) from None
+    if not result.verification.passed:
+        raise VerificationFailed(result.verification.failure(),
+                                 verification=result.verification, result=result)
     return result
+
+
+def require_verified(result: Result, *, allow_unverified: bool = False) -> None:
+    """Fail closed: a result is saved or exported only when its check passed, or when the
+    caller explicitly chose to skip the check (``allow_unverified=True``)."""
+    if result.verified:
+        return
+    if result.verification is not None or result.verification_error:
+        reason = result.verification_error or result.verification.failure()
+        raise Unverified(f"refusing to write a result that failed verification: {reason}")
+    if not allow_unverified:
+        raise Unverified("refusing to write a result that was not verified; verify it "
+                         "(verify=True) or pass allow_unverified=True (the CLI: --no-verify)")
 
 
 def _drop_unused_inputs(original, graph_def, inputs: List[str], outputs: List[str], *, given,
@@ -263,8 +291,14 @@ def _reference_note(settings: Mapping[str, object], preprocessed: bool = False) 
     return f"original graph{fed} with {shown}{more}"
 
 
-def save(graph_def, path, *, input_path=None) -> Path:
-    return io.save_graph_def(graph_def, path, input_path=input_path)
+def save(result: Result, path, *, input_path=None, allow_unverified: bool = False) -> Path:
+    """Write the optimized graph (atomically, never over ``input_path``) — only a verified
+    result, unless ``allow_unverified`` (see :func:`require_verified`)."""
+    if not isinstance(result, Result):
+        raise TypeError("api.save takes the Result of api.optimize (a verified graph); write a "
+                        "GraphDef of your own with tfsurgery.io.save_graph_def")
+    require_verified(result, allow_unverified=allow_unverified)
+    return io.save_graph_def(result.graph_def, path, input_path=input_path)
 
 
 def write_json(path, data: dict, *, input_path=None) -> None:
@@ -289,10 +323,12 @@ def _json_value(value):
 
 def export_onnx(result: Result, path, *, opset: Optional[int] = None,
                 inputs_as_nchw: Sequence[str] = (), ort_optimize: bool = True,
-                input_path=None, batch: Optional[Batch] = None) -> onnx_export.OnnxExport:
+                input_path=None, batch: Optional[Batch] = None,
+                allow_unverified: bool = False) -> onnx_export.OnnxExport:
     """Convert the optimized graph with tf2onnx and check it in onnxruntime against TensorFlow
     (``export_reference``), with the run's tolerance. Raises ``ExportError`` when that fails
     (nothing written); with a ``batch``, written when the whole run has passed."""
+    require_verified(result, allow_unverified=allow_unverified)
     progress(result.graph_def, f"exporting to ONNX with tf2onnx: {path}")
     return onnx_export.export(result.graph_def, result.inputs, result.outputs, path, opset=opset,
                               inputs_as_nchw=list(inputs_as_nchw), tolerance=result.tolerance,
@@ -383,10 +419,11 @@ def pb_artefact(result: Result, path) -> Artefact:
 
 
 def export_saved_model(source: Source, result: Result, path, *, force: bool = False,
-                       batch: Optional[Batch] = None) -> Artefact:
+                       batch: Optional[Batch] = None, allow_unverified: bool = False) -> Artefact:
     """Write the optimized graph as a SavedModel; loaded back and its signature called on the
     verification inputs; written only if it matches the reference (``export_reference``)
     within the run's tolerance (with a ``batch``: when the whole run has passed)."""
+    require_verified(result, allow_unverified=allow_unverified)
     progress(result.graph_def, f"writing the SavedModel {path}")
     return savedmodel_export.export(result.graph_def, signature_for(source, result), path,
                                     feeds=check_feeds(result), tolerance=result.tolerance,
@@ -395,11 +432,12 @@ def export_saved_model(source: Source, result: Result, path, *, force: bool = Fa
                                     batch=batch)
 
 
-def export_tflite(source: Source, result: Result, path,
-                  batch: Optional[Batch] = None) -> Artefact:
+def export_tflite(source: Source, result: Result, path, batch: Optional[Batch] = None, *,
+                  allow_unverified: bool = False) -> Artefact:
     """Convert with tf.lite.TFLiteConverter (float16 weights with --weights float16), run in the
     LiteRT interpreter on the verification inputs; written only if it matches the reference
     (``export_reference``; with a ``batch``: when the whole run has passed)."""
+    require_verified(result, allow_unverified=allow_unverified)
     progress(result.graph_def, f"converting to TensorFlow Lite: {path}")
     return tflite_export.export(result.graph_def, signature_for(source, result), path,
                                 feeds=check_feeds(result), tolerance=result.tolerance,

@@ -53,7 +53,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
                              "tensor named in --inputs (repeatable)")
     parser.add_argument("--feed", action="append", default=[], type=_feed,
                         metavar="NAME=VALUE",
-                        help="the value verification feeds an input: a number, true/false, or a "
+                        help="the value verification feeds an input: a number, true/false, a vector "
+                             "(0.6,0.7,0.7), or a "
                              ".npy file (repeatable)")
     parser.add_argument("--keep-asserts", action="store_true",
                         help="keep Assert, CheckNumerics and Print ops (strip-debug off)")
@@ -164,6 +165,8 @@ def _scalar(text: str):
 
 
 def _feed(text: str):
+    """NAME=VALUE: a number, true/false, a comma-separated vector (``0.6,0.7,0.7``, a 1-D
+    array) or an .npy file; cast to the input's dtype and checked against its shape later."""
     import numpy as np
     name, value = _named(text, "VALUE")
     if value.endswith(".npy"):
@@ -171,6 +174,15 @@ def _feed(text: str):
             return name, np.load(value, allow_pickle=False)
         except (OSError, ValueError) as error:
             raise argparse.ArgumentTypeError(f"cannot read {value}: {error}")
+    if "," in value:
+        items = [item.strip() for item in value.split(",")]
+        if not all(items):
+            raise argparse.ArgumentTypeError(f"an empty value in the vector {value!r}")
+        try:
+            return name, np.asarray([_scalar(item) for item in items])
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"{value!r}: a vector takes numbers or true/false "
+                                             "separated by commas") from None
     return name, _scalar(value)
 
 
@@ -359,8 +371,8 @@ def _optimize(args, source, transforms) -> int:
     output = None if exporting or _saved_model_from_output(args) else (
         Path(args.output) if args.output else api.default_output_path(source))
     onnx_path = _onnx_path(args, source)
-    result = api.optimize(source, transforms, verify=not args.no_verify,
-                          tolerance=args.tolerance, **_interface(args))
+    result = _optimized(api, source, transforms, args, verify=not args.no_verify,
+                        tolerance=args.tolerance)
     _say(args, f"{source.label}: {len(source.graph_def.node)} → "
                f"{len(result.graph_def.node)} nodes")
     _say(args, api.comparison_table(source.graph_def, result.graph_def))
@@ -381,7 +393,8 @@ def _optimize(args, source, transforms) -> int:
             if onnx_path is not None:
                 written.insert(0, _onnx_artefact(data["onnx"], result.weights))
             if output is not None:
-                api.save(result.graph_def, output, input_path=source.path)
+                api.save(result, output, input_path=source.path,
+                         allow_unverified=args.no_verify)
                 written.insert(0, api.pb_artefact(result, output).as_dict())
             _say_written(args, written)
         for entry in written:
@@ -406,12 +419,13 @@ def _exports(args, source, result, onnx_path, saved_model, data: dict, batch) ->
             return code
     if saved_model is not None:
         code = _export_artefact(args, "SavedModel", written, lambda: api.export_saved_model(
-            source, result, saved_model, force=args.force, batch=batch))
+            source, result, saved_model, force=args.force, batch=batch,
+            allow_unverified=args.no_verify))
         if code:
             return code
     if getattr(args, "tflite", None):
         return _export_artefact(args, "TFLite", written, lambda: api.export_tflite(
-            source, result, args.tflite, batch=batch))
+            source, result, args.tflite, batch=batch, allow_unverified=args.no_verify))
     return 0
 
 
@@ -491,6 +505,17 @@ def _onnx_artefact(onnx: dict, weights: str) -> dict:
             "reference": onnx["reference"], "outputs": onnx.get("outputs", [])}
 
 
+def _optimized(api, source, transforms, args, **options):
+    """The optimized result — also when its check failed (``VerificationFailed`` carries it):
+    the CLI still prints what changed and why the check failed, then writes nothing."""
+    try:
+        return api.optimize(source, transforms, **options, **_interface(args))
+    except api.VerificationFailed as failed:
+        if failed.result is None:
+            raise
+        return failed.result
+
+
 def _check_verification(args, result) -> int:
     if result.verification is not None:
         v = result.verification
@@ -523,7 +548,7 @@ def _export_onnx(args, source, result, path: Path, data: dict, batch=None) -> in
         exported = api.export_onnx(result, path, opset=args.opset,
                                    inputs_as_nchw=_split(args.inputs_as_nchw),
                                    ort_optimize=not args.raw_onnx, input_path=source.path,
-                                   batch=batch)
+                                   batch=batch, allow_unverified=args.no_verify)
     except ExportError as error:
         data["onnx"] = {"path": str(path), "passed": False, "error": str(error)}
         print(f"tfsurgery: ONNX export FAILED: {error}; nothing written", file=sys.stderr)
@@ -584,7 +609,7 @@ def _bench(args, source, transforms) -> int:
     from tfsurgery import api
     if args.runs < 1:
         raise api.InputError("--runs must be at least 1")
-    result = api.optimize(source, transforms, **_interface(args))
+    result = _optimized(api, source, transforms, args)
     code = _check_verification(args, result)
     if code:
         return code

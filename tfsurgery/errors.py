@@ -37,3 +37,28 @@ class OriginalDoesNotRun(VerificationError):
 
 class ExportError(Exception):
     """An export (ONNX, ...) failed or did not match TensorFlow."""
+
+
+class VerificationFailed(Exception):
+    """The optimized graph did not compute what the original computes — or the two could not be
+    compared, which proves nothing either. Raised by ``tfsurgery.api.optimize`` (the CLI: exit 1,
+    nothing written). ``verification`` holds the numbers (None when nothing could be compared);
+    ``result`` the optimized graph and its report, for inspection — never for saving."""
+
+    def __init__(self, message: str, *, verification=None, result=None):
+        super().__init__(message)
+        self.verification = verification
+        self.result = result
+
+    @property
+    def max_error(self) -> float:
+        return float("nan") if self.verification is None else self.verification.max_error
+
+    @property
+    def allowed(self) -> float:
+        return float("nan") if self.verification is None else self.verification.allowed
+
+
+class Unverified(InputError):
+    """Saving or exporting a result whose check failed, or that was never checked, without the
+    caller saying so (``allow_unverified=True``, the CLI's ``--no-verify``)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
 from tensorflow.core.framework import tensor_shape_pb2, types_pb2
 
 from tfsurgery.errors import InputError
@@ -225,13 +226,66 @@ def _remove_orphans(graph: Graph, names) -> None:
 
 
 def _output_signature(graph: Graph, node, port: int):
-    """(dtype enum, TensorShapeProto or None) of a node's output, from its attributes."""
+    """(dtype enum, TensorShapeProto or None) of a node's output, as TensorFlow defines it: the
+    dtype from the op's definition (its output arg's type or type attribute — ``DecodeWav`` has
+    no ``dtype`` attribute at all), the shape from TensorFlow's shape inference of the node and
+    what it reads (a dequeue's constant ``n`` included). Attributes are the fallback only where
+    the graph cannot be imported (an op this TensorFlow does not know)."""
+    inferred = _inferred_signature(graph, node.name, port)
+    if inferred is not None and inferred[1] is not None:
+        return inferred
+    dtype, shape = _attribute_signature(graph, node, port, inferred is None)
+    return (dtype if inferred is None else inferred[0]), _with_dequeue_batch(graph, node, shape)
+
+
+def _with_dequeue_batch(graph: Graph, node, shape):
+    """A dequeue of a constant ``n`` rows has batch ``n`` (shape inference loses a queue's
+    component shapes through its resource handle; the queue's ``shapes`` attribute has them)."""
+    if shape is None or not shape.dim or shape.dim[0].size >= 0 or \
+            not node.op.startswith("QueueDequeueMany"):
+        return shape
+    n = graph.const_value(graph.inputs(node.name)[1])
+    if n is None or np.ndim(n) != 0 or int(n) <= 0:
+        return shape
+    batched = tensor_shape_pb2.TensorShapeProto()
+    batched.CopyFrom(shape)                # never edit the (shared) node's own attribute
+    batched.dim[0].size = int(n)
+    return batched
+
+
+def _inferred_signature(graph: Graph, name: str, port: int):
+    import tensorflow as tf
+    from tfsurgery.tfsession import shape_stand_ins
+    needed = graph.ancestors([name])
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.node.extend(shape_stand_ins(graph.node(n) for n in needed))
+    if graph.library() is not None:
+        graph_def.library.CopyFrom(graph.library())
+    try:
+        with tf.Graph().as_default() as imported:
+            tf.compat.v1.import_graph_def(graph_def, name="")
+            tensor = imported.get_tensor_by_name(f"{name}:{port}")
+    except (ValueError, TypeError, KeyError, tf.errors.OpError):
+        return None
+    shape = tensor.shape.as_proto() if tensor.shape.rank is not None else None
+    return tensor.dtype.as_datatype_enum, shape
+
+
+def _attribute_signature(graph: Graph, node, port: int, need_dtype: bool = True):
     for key in ("component_types", "output_types", "Tout"):
         if key in node.attr and len(node.attr[key].list.type) > port:
             dtype = node.attr[key].list.type[port]
             break
     else:
-        dtype = node.attr["dtype"].type if "dtype" in node.attr else node.attr["T"].type
+        key = next((k for k in ("dtype", "T", "out_type") if k in node.attr), None)
+        if key is None and not need_dtype:
+            dtype = None
+        elif key is None:
+            raise InputError(f"input '{node.name}:{port}': the dtype of {node.op}'s output "
+                             "cannot be known (TensorFlow cannot import this part of the "
+                             "graph, and the op has no dtype attribute)")
+        else:
+            dtype = node.attr[key].type
     shapes = list(node.attr["_output_shapes"].list.shape) if "_output_shapes" in node.attr else []
     if len(shapes) > port:
         return dtype, shapes[port]

@@ -165,8 +165,14 @@ def make_feeds(graph_def, inputs: Sequence[str], seed: int = 0, *,
         node = graph.node(node_name(name))
         dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
         if node.name in given:
-            feeds[name] = np.asarray(given[node.name]).astype(dtype.as_numpy_dtype)
+            feeds[name] = _given_value(node, given[node.name], dtype)
             continue
+        if dtype == tf.string:
+            raise InputError(
+                f"input '{node.name}' is a string tensor (encoded bytes: a file, a WAV, a JPEG): "
+                f"random values cannot stand in for it; feed a real one with --feed "
+                f"{node.name}=VALUES.npy, or make a decoded tensor the input with --inputs "
+                "NODE:PORT (e.g. the decoder's output)")
         unknown_rank = "shape" not in node.attr or node.attr["shape"].shape.unknown_rank
         shape = [] if scalar_if_unknown_rank and unknown_rank else \
             placeholder_shape(node, unknown_dim)
@@ -178,6 +184,26 @@ def make_feeds(graph_def, inputs: Sequence[str], seed: int = 0, *,
             value = rng.standard_normal(shape)
         feeds[name] = np.asarray(value).astype(dtype.as_numpy_dtype)
     return feeds
+
+
+def _given_value(node, value, dtype) -> np.ndarray:
+    """A --feed value cast to the input's dtype and checked against its declared shape."""
+    import tensorflow as tf
+    value = np.asarray(value)
+    try:
+        cast = value.astype(dtype.as_numpy_dtype)
+    except (TypeError, ValueError):
+        raise InputError(f"--feed {node.name}: {value.dtype} values cannot be fed to a "
+                         f"{dtype.name} input") from None
+    if value.dtype.kind == "f" and dtype.is_integer and not np.array_equal(cast, value):
+        raise InputError(f"--feed {node.name}: {value.ravel()[:3].tolist()}... are not "
+                         f"integers, and the input is {dtype.name}")
+    declared = tf.TensorShape(node.attr["shape"].shape) if "shape" in node.attr else \
+        tf.TensorShape(None)
+    if not declared.is_compatible_with(cast.shape):
+        raise InputError(f"--feed {node.name}: a value of shape {list(cast.shape)} does not fit "
+                         f"the input's shape {declared}")
+    return cast
 
 
 def nudge(feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:

@@ -1,0 +1,104 @@
+"""The Python API fails closed, like the CLI: a failed or impossible check raises
+VerificationFailed, and nothing unverified is saved or exported unless the caller says so. The
+README's Python example runs here as written."""
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfsurgery import api
+from tfsurgery.transforms import fold_batch_norm
+
+import oracle
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_example() -> str:
+    text = README.read_text()
+    marker = text.index("<!-- python-example:")
+    return re.search(r"```python\n(.*?)```", text[marker:], re.S).group(1)
+
+
+@pytest.fixture
+def broken_fold(monkeypatch):
+    """fold-batch-norm with its scale shifted by 0.1: the folded weights are wrong."""
+    real = fold_batch_norm.batch_norm_step
+
+    def off_by_a_tenth(graph, name, lin):
+        step = real(graph, name, lin)
+        return step if isinstance(step, str) else (step[0] + 0.1, step[1])
+    monkeypatch.setattr(fold_batch_norm, "batch_norm_step", off_by_a_tenth)
+
+
+def test_readme_example_runs_and_saves_a_checked_graph(article, tmp_path, monkeypatch):
+    (tmp_path / "frozen.pb").write_bytes(article.graph_def.SerializeToString())
+    monkeypatch.chdir(tmp_path)
+    exec(compile(readme_example(), "README.md", "exec"), {})
+    lean = tf.compat.v1.GraphDef.FromString((tmp_path / "lean.pb").read_bytes())
+    assert "FusedBatchNormV3" not in {n.op for n in lean.node}
+    oracle.assert_same_outputs(article.graph_def, lean, article.inputs, article.outputs,
+                               original_feeds={"training": False})
+
+
+def test_readme_example_refuses_a_broken_fold(article, tmp_path, monkeypatch, broken_fold):
+    (tmp_path / "frozen.pb").write_bytes(article.graph_def.SerializeToString())
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match="not saved: max error"):
+        exec(compile(readme_example(), "README.md", "exec"), {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["frozen.pb"]
+
+
+def test_a_failed_check_raises_with_the_numbers(article, broken_fold, tmp_path):
+    source = api.Source(article.graph_def, "article", inputs=article.inputs,
+                        outputs=article.outputs, training_flags=["training"])
+    with pytest.raises(api.VerificationFailed) as failed:
+        api.optimize(source, api.choose_transforms(bn_fold=True))
+    assert failed.value.max_error > failed.value.allowed > 0
+    assert failed.value.verification is not None and not failed.value.verification.passed
+    # The oracle agrees that the result really differs from the original.
+    feeds = oracle.random_feeds(article.graph_def, article.inputs, seed=3)
+    expected = oracle.run(article.graph_def, {**feeds, "training": False}, article.outputs)[0]
+    actual = oracle.run(failed.value.result.graph_def, feeds, article.outputs)[0]
+    assert oracle.relative_error(expected, actual) > 1e-3
+    # The failed result is there to look at, never to write.
+    for allow in (False, True):
+        with pytest.raises(api.Unverified, match="failed verification"):
+            api.save(failed.value.result, tmp_path / "x.pb", allow_unverified=allow)
+        with pytest.raises(api.Unverified):
+            api.export_onnx(failed.value.result, tmp_path / "x.onnx", allow_unverified=allow)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_nothing_to_compare_raises_too():
+    """Every output value NaN in the original: nothing real can be compared — not a pass."""
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="input")
+        tf.math.sqrt(-tf.math.square(tf.identity(x)) - 1.0, name="output")
+    source = api.Source(graph.as_graph_def(), "nan", inputs=["input"], outputs=["output"])
+    with pytest.raises(api.VerificationFailed, match="NaN/Inf") as failed:
+        api.optimize(source, api.choose_transforms())
+    assert failed.value.verification.uncomparable == ["output"]
+
+
+def test_skipping_the_check_is_explicit_and_visible(article, tmp_path):
+    source = api.Source(article.graph_def, "article", inputs=article.inputs,
+                        outputs=article.outputs, training_flags=["training"])
+    result = api.optimize(source, api.choose_transforms(bn_fold=True), verify=False)
+    assert result.verification is None and result.verify_skipped and not result.verified
+    assert result.as_report()["verification_skipped"] is True
+    with pytest.raises(api.Unverified, match="not verified"):
+        api.save(result, tmp_path / "x.pb")
+    assert not (tmp_path / "x.pb").exists()
+    api.save(result, tmp_path / "x.pb", allow_unverified=True)
+    written = tf.compat.v1.GraphDef.FromString((tmp_path / "x.pb").read_bytes())
+    oracle.assert_same_outputs(article.graph_def, written, article.inputs, article.outputs,
+                               original_feeds={"training": False})
+
+
+def test_save_takes_a_result_not_a_bare_graph(article, tmp_path):
+    with pytest.raises(TypeError, match="Result"):
+        api.save(article.graph_def, tmp_path / "x.pb")
+    assert np.size(list(tmp_path.iterdir())) == 0
