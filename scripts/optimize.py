@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Optimize a frozen TensorFlow graph: ``python scripts/optimize.py [INPUT] [--bn-fold] ...``.
-
-The same as ``tfsurgery optimize``; see ``--help``.
+"""The ``tfsurgery`` command without installing: ``python scripts/optimize.py [INPUT] [--bn-fold]
+...`` optimizes (the default subcommand); ``python scripts/optimize.py inspect|export|bench ...``
+runs the others. See ``--help``.
 """
 import os
 import sys
@@ -11,4 +11,4 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tfsurgery.cli import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(["optimize"] + sys.argv[1:]))
+    sys.exit(main(sys.argv[1:]))

@@ -19,9 +19,30 @@ def source_of(built, label="test graph"):
 
 
 def optimize(built, transforms=(), *, bn_fold=True, verify=True, **kwargs):
-    """Run tfsurgery on a BuiltModel; verification on by default."""
+    """Run tfsurgery on a BuiltModel; verification on by default (a failed check raises
+    VerificationFailed). The result remembers the model it came from, for the oracle."""
     chosen = api.choose_transforms(list(transforms), bn_fold=bn_fold)
-    return api.optimize(source_of(built), chosen, verify=verify, **kwargs)
+    result = api.optimize(source_of(built), chosen, verify=verify, **kwargs)
+    result.test_model = built
+    return result
+
+
+def assert_same_numbers(result, *, tolerance=1e-5, built=None, original_feeds=None, seed=0,
+                        feeds=None):
+    """The tests' own oracle (tests/oracle.py, no tfsurgery code): the original model and the
+    result run on the same seeded inputs agree within ``tolerance`` of each output's magnitude.
+    The original is fed ``original_feeds``, and False for every bool placeholder the result no
+    longer has as an input (training switches). Returns the worst relative error."""
+    import oracle
+    built = built or result.test_model
+    given = dict(original_feeds or {})
+    for node in built.graph_def.node:
+        if node.op == "Placeholder" and node.name not in result.inputs and \
+                node.name not in given and node.attr["dtype"].type == 10:   # DT_BOOL
+            given[node.name] = False
+    return oracle.assert_same_outputs(built.graph_def, result.graph_def, result.inputs,
+                                      result.outputs, seed=seed, feeds=feeds,
+                                      original_feeds=given, rtol=tolerance)
 
 
 def ops(graph_def):

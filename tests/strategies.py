@@ -105,6 +105,9 @@ class Built:
     fold_bn: List[str]                # batch-norm op names that must not survive as batch norms
     may_keep_bn: List[str]            # the only batch norms allowed to survive (unsafe to fold)
     spec: GraphSpec
+    # unconditional dropouts: output tensor → input tensor (dropout off: the output IS the
+    # input, in expectation) — how the oracle builds its own reference
+    no_dropout: dict = dataclasses.field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- strategies
@@ -200,6 +203,7 @@ class _Builder:
         self.fold_linear: List[str] = []
         self.fold_bn: List[str] = []
         self.may_keep_bn: List[str] = []
+        self.no_dropout: dict = {}
         self.outputs: List[str] = []
         self.inputs: List[str] = ["input"]
         self.also_read: list = []
@@ -313,7 +317,9 @@ class _Builder:
             return x
         rate = float(self.r.uniform(0.1, 0.6))
         if kind == "plain":
-            return tf.compat.v1.nn.dropout(x, rate=rate)
+            y = tf.compat.v1.nn.dropout(x, rate=rate)
+            self.no_dropout[y.name] = x.name
+            return y
         return self.cond(training, lambda: tf.compat.v1.nn.dropout(x, rate=rate),
                          lambda: tf.identity(x))
 
@@ -443,4 +449,5 @@ class _Builder:
             outputs = [x.op.name] + [o for o in self.outputs if o != x.op.name]
             graph_def = graph.as_graph_def()
         model = BuiltModel(graph_def, self.inputs, outputs, "training")
-        return Built(model, self.fold_linear, self.fold_bn, self.may_keep_bn, spec)
+        return Built(model, self.fold_linear, self.fold_bn, self.may_keep_bn, spec,
+                     self.no_dropout)

@@ -102,3 +102,18 @@ def test_save_takes_a_result_not_a_bare_graph(article, tmp_path):
     with pytest.raises(TypeError, match="Result"):
         api.save(article.graph_def, tmp_path / "x.pb")
     assert np.size(list(tmp_path.iterdir())) == 0
+
+
+def test_one_rule_for_what_was_compared():
+    """Verification, ONNX and the other artefacts share one rule: nothing compared, or an output
+    NaN/Inf everywhere in the reference, is never a pass (review H5)."""
+    from tfsurgery import artefacts, verify
+    assert not verify.compared_real_numbers([])
+    assert verify.worst_error([]) == float("inf")
+    _, worst, compared = artefacts.compare({}, {})
+    assert not compared and worst == float("inf")
+    all_nan = verify.output_error("y", np.full(3, np.nan), np.full(3, np.nan))
+    some_nan = verify.output_error("y", np.array([np.nan, 1.0]), np.array([np.nan, 1.0]))
+    assert not verify.compared_real_numbers([all_nan])
+    assert verify.compared_real_numbers([some_nan])
+    assert not verify.Verification([], 1e-4).passed

@@ -83,3 +83,26 @@ def test_verbose_logs_progress(article_pb, tmp_path, caplog):
         assert main([str(article_pb), "-v", "-o", str(tmp_path / "x.pb")]) == 0
     messages = " ".join(r.getMessage() for r in caplog.records)
     assert "verifying" in messages and "remove-switch-merge" in messages
+
+
+def test_entry_points_reach_every_subcommand(article_pb, tmp_path):
+    """scripts/optimize.py passes subcommands through, python -m tfsurgery works, --version works
+    after the subcommand too, and a usage error has one prefix."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+
+    def run(*args):
+        return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=300)
+    inspected = run(root / "scripts" / "optimize.py", "inspect", article_pb, "--bn-fold")
+    assert inspected.returncode == 0 and "dry run" in inspected.stdout, inspected.stderr
+    assert "usage: tfsurgery export" in run(root / "scripts" / "optimize.py", "export",
+                                            "--help").stdout
+    for version in (run("-m", "tfsurgery", "--version"),
+                    run("-m", "tfsurgery", "optimize", "--version")):
+        assert version.returncode == 0 and __version__ in version.stdout
+    bad = run("-m", "tfsurgery", "bench", "--runs", "x")
+    assert bad.returncode == 2 and bad.stderr.count("error:") == 1
+    assert bad.stderr.startswith("tfsurgery: error: bench: "), bad.stderr

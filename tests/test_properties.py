@@ -3,9 +3,10 @@ pipeline with --bn-fold.
 
 For every generated graph:
   1. the optimized graph computes what the original computes (training flag False) within 1e-4,
-     relative to each output's magnitude — tfsurgery's own verification result (for the rare deep,
-     ill-conditioned graph: within 4x the float32 noise floor verify measures) — and the caller's
-     GraphDef is not mutated;
+     relative to each output's magnitude — measured by the tests' own oracle (tests/oracle.py; for
+     the rare deep, ill-conditioned graph: within 4x the float32 noise floor the oracle measures),
+     tfsurgery's verification agreeing — and the caller's GraphDef is not mutated; examples too
+     ill-conditioned to compare at all are counted and reported, and must stay rare;
   2. every batch norm that was safe to fold (right after a constant-weight conv / depthwise /
      matmul, possibly behind its bias, whose output nothing else reads) is gone: the linear op is
      read by exactly one BiasAdd (or, when two such branches are summed, by the Add whose other
@@ -17,14 +18,18 @@ The run is reproducible: derandomized, no example database. 200 examples by defa
 2 cores); `pytest --long` draws 5000 (6 min here);
 TFSURGERY_PROPERTY_EXAMPLES=N overrides both.
 """
+import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 
 from conftest import optimize, property_examples
 from tfsurgery.models.common import BuiltModel
 from strategies import BN_OPS, build, graph_specs
 from tfsurgery import verify
+from tfsurgery.errors import VerificationFailed
 from tfsurgery.graph import Graph
+
+import oracle
 
 TOLERANCE = 1e-4
 
@@ -54,32 +59,71 @@ def _bias_in_sibling(out, linear) -> bool:
     return len(others) == 1 and out.op(others[0]) == "BiasAdd"
 
 
+# Examples whose original is too ill-conditioned for a float32 comparison to mean anything (its
+# outputs move by more than 1e-3 for a one-ulp change of its inputs, by the oracle's own
+# measure): counted and reported, never silently dropped.
+ILL_CONDITIONED = []
+
+
+def original_outputs(built, feeds):
+    """The original's outputs with the training flag False and every unconditional dropout off
+    (its output fed its own input: the mask at its expected value), computed here."""
+    model = built.model
+    fixed = {**feeds, **({model.training_flag: False} if model.training_flag else {})}
+    for _ in built.no_dropout:           # dropouts in a chain: each pass settles one more
+        inputs = oracle.run(model.graph_def, fixed, list(built.no_dropout.values()))
+        fixed.update(zip(built.no_dropout, inputs))
+    return oracle.run(model.graph_def, fixed, model.outputs)
+
+
+def oracle_error(built, result):
+    """(relative error of the result against the original, the original's own float32 noise
+    floor), both measured by the tests' oracle on its own seeded inputs."""
+    model = built.model
+    feeds = oracle.random_feeds(model.graph_def, model.inputs, seed=11)
+    expected = original_outputs(built, feeds)
+    actual = oracle.run(result.graph_def, {k: v for k, v in feeds.items()
+                                           if k in result.inputs}, result.outputs)
+    step = np.float32(2.0 ** -23)
+    nudged = original_outputs(built, {k: (v * (1 + step)).astype(v.dtype)
+                                      for k, v in feeds.items()})
+    error = max(oracle.relative_error(e, a) for e, a in zip(expected, actual))
+    floor = max(oracle.relative_error(e, n) for e, n in zip(expected, nudged))
+    return error, floor
+
+
 def check_optimized(built):
     model = built.model
     before = serialized(model.graph_def)
-    result = optimize(model)
+    try:
+        result = optimize(model)
+    except VerificationFailed as failed:
+        if failed.result is not None and oracle_error(built, failed.result)[1] > 1e-3:
+            ILL_CONDITIONED.append(failed.max_error)
+            return None
+        raise
 
-    # 1. same numbers, input untouched. The bar is 1e-4 relative; a graph whose own outputs move by
-    # more than that for a 1-ulp change of its input (verify's noise floor) gets NOISE_FACTOR x
-    # its floor instead, as tfsurgery itself allows. Graphs too ill-conditioned for any float32
-    # comparison to mean something (floor > 1e-3) are discarded.
-    check = result.verification
-    assert result.verification_error is None, result.verification_error
-    assume(check.noise_floor <= 1e-3)
-    assert check.passed, check.as_dict()
-    assert check.max_error <= max(TOLERANCE, verify.NOISE_FACTOR * check.noise_floor), \
-        check.as_dict()
+    # 1. same numbers, input untouched, by the oracle. The bar is 1e-4 relative; a graph whose own
+    # outputs move by more than that for a 1-ulp change of its input (its noise floor) gets
+    # NOISE_FACTOR x its floor instead, as tfsurgery itself allows.
+    error, floor = oracle_error(built, result)
+    if floor > 1e-3:                   # no float32 comparison means anything here: counted
+        ILL_CONDITIONED.append(floor)
+        return None
+    assert error <= max(TOLERANCE, verify.NOISE_FACTOR * floor), (error, floor)
+    assert result.verification.passed, result.verification.as_dict()
     assert serialized(model.graph_def) == before, "the input GraphDef was mutated"
 
     # 2. lean: every safe batch norm folded, only unsafe ones left, no control flow left
     out = Graph(result.graph_def)
     for linear in built.fold_linear:
         readers = [c.node for c in out.consumers(linear, control=True)]
-        # a scale-only chain folds to a zero bias, which simplify-arithmetic removes; an output
-        # then keeps its name as an Identity of the linear op
-        zero_bias_output = [out.op(r) for r in readers] == ["Identity"] and \
-            readers[0] in result.outputs
-        assert [out.op(r) for r in readers] == ["BiasAdd"] or zero_bias_output or \
+        # a scale-only chain folds to a zero bias, which simplify-arithmetic removes: the linear
+        # op is then read by one op that is no affine step at all (an activation, an output's
+        # Identity) — nothing is left to fold
+        affine = {"BiasAdd", "Mul", "Add", "AddV2", "Sub", "RealDiv", *BN_OPS}
+        zero_bias = len(readers) == 1 and out.op(readers[0]) not in affine
+        assert [out.op(r) for r in readers] == ["BiasAdd"] or zero_bias or \
             _bias_in_sibling(out, linear), \
             (linear, readers, _skips(result))
     for bn in built.fold_bn:
@@ -100,8 +144,16 @@ def check_optimized(built):
 
 @_settings(property_examples())
 @given(graph_specs())
-def test_optimized_graph_is_exact_lean_and_a_fixed_point(spec):
+def _exact_lean_and_a_fixed_point(spec):
     check_optimized(build(spec))
+
+
+def test_optimized_graph_is_exact_lean_and_a_fixed_point():
+    ILL_CONDITIONED.clear()
+    _exact_lean_and_a_fixed_point()
+    examples = property_examples()
+    print(f"{len(ILL_CONDITIONED)} of {examples} examples too ill-conditioned to compare")
+    assert len(ILL_CONDITIONED) <= max(2, examples // 20), ILL_CONDITIONED
 
 
 @_settings(max(20, property_examples() // 10), phases=[Phase.generate])   # known: no shrinking

@@ -216,7 +216,9 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
         result.verification = check(result, feeds=feeds, seed=seed)
     except VerificationError as error:
         result.verification_error = str(error)
-        raise VerificationFailed(f"cannot compare: {error}", result=result) from None
+        message = str(error) if str(error).startswith("cannot compare") else \
+            f"cannot compare: {error}"
+        raise VerificationFailed(message, result=result) from None
     if not result.verification.passed:
         raise VerificationFailed(result.verification.failure(),
                                  verification=result.verification, result=result)
@@ -285,10 +287,10 @@ def check(result: Result, *, feeds: Optional[Mapping[str, object]] = None,
 def _reference_note(settings: Mapping[str, object], preprocessed: bool = False) -> str:
     fed = " fed the verifier's NumPy preprocessing of the raw inputs" if preprocessed else ""
     if not settings:
-        return f"original graph{fed}"
+        return f"the original graph{fed}"
     shown = ", ".join(f"{name}={value}" for name, value in list(settings.items())[:4])
     more = f" and {len(settings) - 4} more" if len(settings) > 4 else ""
-    return f"original graph{fed} with {shown}{more}"
+    return f"the original graph{fed} with {shown}{more}"
 
 
 def save(result: Result, path, *, input_path=None, allow_unverified: bool = False) -> Path:

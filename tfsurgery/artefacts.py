@@ -89,10 +89,7 @@ def compare(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray]
     NaN/Inf in TensorFlow, i.e. nothing real was compared there."""
     errors = [verify.output_error(name, expected[name], np.asarray(actual[name]))
               for name in expected]
-    max_error = max((e.max_rel for e in errors), default=float("inf"))
-    compared = bool(errors) and all(not e.shape or e.nonfinite < np.prod(e.shape)
-                                    for e in errors)
-    return errors, max_error, compared
+    return errors, verify.worst_error(errors), verify.compared_real_numbers(errors)
 
 
 def size_of(path: Path) -> int:

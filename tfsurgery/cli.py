@@ -124,7 +124,9 @@ class OneLineParser(argparse.ArgumentParser):
     """Usage mistakes get one line and exit status 2, like every other bad input."""
 
     def error(self, message):
-        raise UsageError(f"{self.prog}: {message} (see --help)")
+        command = self.prog.split()[1:]          # "tfsurgery optimize" → the subcommand
+        where = f"{command[0]}: " if command else ""
+        raise UsageError(f"{where}{message} (see {self.prog} --help)")
 
 
 def _positive(text: str) -> float:
@@ -271,6 +273,8 @@ SUBCOMMANDS = ("optimize", "inspect", "export", "bench")
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--version" in argv[:argv.index("--")] if "--" in argv else "--version" in argv:
+        argv = ["--version"]                      # anywhere: before or after the subcommand
     if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["optimize"] + argv
     try:

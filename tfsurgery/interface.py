@@ -13,7 +13,8 @@ from tensorflow.core.framework import tensor_shape_pb2, types_pb2
 
 from tfsurgery.errors import InputError
 from tfsurgery.graph import Graph, num_outputs, parse_ref
-from tfsurgery.ops import FEEDABLE_PLACEHOLDER_OPS, NOT_OUTPUT_OPS, PLACEHOLDER_OPS, node_name
+from tfsurgery.ops import (FEEDABLE_PLACEHOLDER_OPS, NOT_OUTPUT_OPS, PLACEHOLDER_OPS,
+                           RANDOM_OPS, node_name)
 
 COMMON_FLAG_NAMES = frozenset({
     "training", "is_training", "istraining", "train", "is_train", "phase_train", "phase",
@@ -96,8 +97,6 @@ def resolve_interface(graph_def, inputs: Sequence[str] = (), outputs: Sequence[s
 
 
 # ---------------------------------------------------------------- inference knobs
-RANDOM_OPS = frozenset({"RandomUniform", "RandomStandardNormal", "TruncatedNormal",
-                        "StatelessRandomUniform", "StatelessRandomUniformV2"})
 KEEP, RATE = 1.0, 0.0          # a dropout knob's inference value: keep everything / drop nothing
 
 

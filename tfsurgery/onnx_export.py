@@ -117,9 +117,9 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         for label, more in (more_feeds or {}).items():
             errors += _errors_at(graph_def, staged, more, nchw, outputs, timeout, label)
         hist = op_histogram(staged)
-        max_error = max((e.max_rel for e in errors), default=0.0)
+        max_error = verify.worst_error(errors)
         external = staged.with_name(path.name + ".data").exists()
-        compared = all(not e.shape or e.nonfinite < np.prod(e.shape) for e in errors)
+        compared = verify.compared_real_numbers(errors)
         result = OnnxExport(path, opset, sum(hist.values()), hist, max_error,
                             compared and max_error <= tolerance, external, tolerance,
                             converted_nodes, errors, reference, tidied)

@@ -27,6 +27,24 @@ CONTROL_FLOW_V1_OPS = frozenset({
 FRAME_OPS = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "NextIteration",
                        "RefNextIteration", "LoopCond"})
 
+# Random ops — one vocabulary for interface detection (dropout knobs), remove-dropout and the
+# verifier's reference, so what one removes the other can neutralise.
+UNIFORM_RANDOM_OPS = frozenset({"RandomUniform", "StatelessRandomUniform",
+                                "StatelessRandomUniformV2", "RandomUniformInt",
+                                "StatelessRandomUniformInt", "StatelessRandomUniformIntV2"})
+INTEGER_UNIFORM_RANDOM_OPS = frozenset({"RandomUniformInt", "StatelessRandomUniformInt",
+                                        "StatelessRandomUniformIntV2"})
+NORMAL_RANDOM_OPS = frozenset({"RandomStandardNormal", "TruncatedNormal",
+                               "StatelessRandomNormal", "StatelessRandomNormalV2",
+                               "StatelessTruncatedNormal", "StatelessTruncatedNormalV2"})
+# Stateful random ops whose ``seed``/``seed2`` attributes decide their values.
+SEEDED_RANDOM_OPS = frozenset({"RandomUniform", "RandomStandardNormal", "TruncatedNormal",
+                               "RandomUniformInt", "RandomGamma", "RandomPoisson",
+                               "RandomPoissonV2", "RandomShuffle", "Multinomial"})
+RANDOM_OPS = UNIFORM_RANDOM_OPS | NORMAL_RANDOM_OPS | SEEDED_RANDOM_OPS | frozenset({
+    "StatelessMultinomial", "StatelessRandomGammaV2", "StatelessRandomPoisson",
+    "StatelessRandomBinomial", "RandomGammaGrad"})
+
 # Nodes that compute nothing an output could be: not detected as outputs.
 NOT_OUTPUT_OPS = frozenset({"Const", "NoOp", "Placeholder", "PlaceholderWithDefault", "Assert",
                             "SaveV2", "RestoreV2"})

@@ -18,14 +18,10 @@ import numpy as np
 
 from tfsurgery.errors import VerificationError
 from tfsurgery.graph import Graph, Ref
+from tfsurgery.ops import (INTEGER_UNIFORM_RANDOM_OPS, NORMAL_RANDOM_OPS, SEEDED_RANDOM_OPS,
+                           UNIFORM_RANDOM_OPS)
 
-UNIFORM_OPS = frozenset({"RandomUniform", "StatelessRandomUniform", "StatelessRandomUniformV2"})
-NORMAL_OPS = frozenset({"RandomStandardNormal", "TruncatedNormal", "StatelessRandomNormal",
-                        "StatelessRandomNormalV2", "StatelessTruncatedNormal",
-                        "StatelessTruncatedNormalV2"})
-SEEDED_OPS = frozenset({"RandomUniform", "RandomStandardNormal", "TruncatedNormal",
-                        "RandomUniformInt", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
-                        "RandomShuffle", "Multinomial"})
+UNIFORM_OPS, NORMAL_OPS, SEEDED_OPS = UNIFORM_RANDOM_OPS, NORMAL_RANDOM_OPS, SEEDED_RANDOM_OPS
 FIXED_SEED = 87654321
 MASK_SCALE_OPS = ("Mul", "Add", "AddV2", "Sub")      # u·(max − min) + min on its way to the mask
 
@@ -46,7 +42,11 @@ def comparable_reference(original, optimized,
             _fix_seed(reference, node.name)
             _fix_seed(seeded, node.name)
         elif node.op in UNIFORM_OPS | NORMAL_OPS:
-            if not (node.op in UNIFORM_OPS and _expect_mask(reference, node.name, settings or {})):
+            masked = node.op in UNIFORM_OPS and _expect_mask(reference, node.name, settings or {})
+            if not masked and node.op in INTEGER_UNIFORM_RANDOM_OPS:
+                raise VerificationError(f"cannot compare: random op '{node.name}' ({node.op}) "
+                                        "was removed and feeds no dropout mask of a known form")
+            if not masked:
                 _neutralize(reference, node.name)
             neutral.append(node.name)
         else:
@@ -55,8 +55,8 @@ def comparable_reference(original, optimized,
     for node in optimized.node:
         if node.op in SEEDED_OPS and node.name not in kept.keys() & {n.name for n in random_nodes}:
             _fix_seed(seeded, node.name)
-    note = (f"original graph with its {len(neutral)} random op(s) at their expected or neutral "
-            "value (dropout off, noise 0)") if neutral else None
+    note = (f"its {len(neutral)} random op(s) at their expected or neutral value (dropout "
+            "off, noise 0)") if neutral else None
     return reference.to_graph_def(), seeded.to_graph_def(), note
 
 
@@ -100,6 +100,12 @@ def _expect_mask(graph: Graph, uniform: str, settings: Dict[str, object]) -> boo
     """Replace the dropout mask a uniform ``u`` feeds by its expected value (module doc). False,
     with nothing changed, when ``u`` feeds no mask of a known form."""
     low, high, current = 0.0, 1.0, uniform          # u' = current is uniform on [low, high)
+    discrete = graph.op(uniform) in INTEGER_UNIFORM_RANDOM_OPS   # integers in [minval, maxval)
+    if discrete:
+        bounds = [_scalar(graph, ref, settings) for ref in graph.inputs(uniform)[1:3]]
+        if None in bounds or bounds[1] <= bounds[0]:
+            return False
+        low, high = bounds
     while True:
         readers = graph.consumers(current)
         if len(readers) != 1:
@@ -115,9 +121,16 @@ def _expect_mask(graph: Graph, uniform: str, settings: Dict[str, object]) -> boo
             floor = graph.consumers(node.name)[0].node
             return _replace_by_probability(graph, floor, Ref(node.name), keep)
         if node.op in ("GreaterEqual", "Greater", "Less", "LessEqual") and mine_first:
-            keep = _probability(low, high, at_least=value)
+            if discrete:          # u >= t ⇔ u >= ceil(t); u > t ⇔ u >= floor(t) + 1
+                at_least = np.ceil(value) if node.op in ("GreaterEqual", "Less") \
+                    else np.floor(value) + 1
+                keep = _probability(low, high, at_least=at_least)
+            else:
+                keep = _probability(low, high, at_least=value)
             keep = keep if node.op.startswith("Greater") else 1.0 - keep
             return _apply_expected(graph, node.name, keep)
+        if discrete:              # integer arithmetic on the way: not a form we know
+            return False
         if node.op == "Mul" and value > 0:
             low, high = low * value, high * value
         elif node.op in ("Add", "AddV2") or (node.op == "Sub" and mine_first):

@@ -63,7 +63,7 @@ class OutputError:
 class Verification:
     outputs: List[OutputError]
     tolerance: float
-    reference: str = "original graph, training flags False"
+    reference: str = "the original graph"   # verify() says what it was fed
     noise_floor: float = 0.0        # the original's own output change for a 1-ulp input change
     deterministic: bool = True      # two runs of the reference agree bit for bit
     feeds: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
@@ -90,7 +90,7 @@ class Verification:
 
     @property
     def passed(self) -> bool:
-        return bool(self.outputs) and not self.uncomparable and self.max_error <= self.allowed
+        return compared_real_numbers(self.outputs) and self.max_error <= self.allowed
 
     def failure(self) -> str:
         """Why it did not pass, in one line."""
@@ -124,6 +124,17 @@ class Verification:
                 "allowed": float(self.allowed), "deterministic": self.deterministic,
                 "nonfinite_outputs": self.nonfinite, "reference": self.reference,
                 "outputs": [o.as_dict() for o in self.outputs]}
+
+
+def compared_real_numbers(errors: Sequence["OutputError"]) -> bool:
+    """The one rule for every check (verification, ONNX, SavedModel, TFLite): something was
+    compared, and no output was NaN/Inf everywhere in the reference (nothing real there)."""
+    return bool(errors) and all(not e.shape or e.nonfinite < np.prod(e.shape) for e in errors)
+
+
+def worst_error(errors: Sequence["OutputError"]) -> float:
+    """The largest relative error; infinite when nothing was compared (never a pass)."""
+    return max((e.max_rel for e in errors), default=float("inf"))
 
 
 # ---------------------------------------------------------------- feeds
@@ -350,9 +361,7 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
         errors += more_errors
     verification = Verification(errors, tolerance, feeds=feeds if raw is None else raw,
                                 more_feeds=more_feeds, expected=dict(zip(outputs, expected)))
-    notes = [note for note in (reference_note, random_note) if note]
-    if notes:
-        verification.reference = "; ".join(notes)
+    verification.reference = _reference_text(reference_note, settings, random_note)
     if verification.max_error > tolerance:      # only then is the floor worth two more runs
         again = run_graph(reference, {**feeds, **settings}, outputs, timeout=timeout,
                           label="the original graph")
@@ -363,6 +372,21 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
             verification.noise_floor = max(output_error(n, e, a).max_rel
                                            for n, e, a in zip(outputs, expected, nudged))
     return verification
+
+
+def _reference_text(note: Optional[str], settings: Mapping[str, np.ndarray],
+                    random_note: Optional[str]) -> str:
+    """What the optimized graph was compared with, from what was actually fed: the caller's
+    note, else the original with the settings it was given; plus its random ops' treatment."""
+    if note:
+        text = note
+    elif settings:
+        shown = ", ".join(f"{node_name(k)}={np.asarray(v).tolist()}"
+                          for k, v in list(settings.items())[:4])
+        text = f"the original graph with {shown}{' and more' if len(settings) > 4 else ''}"
+    else:
+        text = "the original graph"
+    return f"{text}, {random_note}" if random_note else text
 
 
 def _second_size(reference, optimized, inputs, outputs, settings, first: int, **run):

@@ -10,12 +10,14 @@ folded. A fold is kept only when it does not grow the serialized graph (think ``
 """
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Set
 
 import numpy as np
 
 from tfsurgery.constants import constant_nodes, evaluate
 from tfsurgery.graph import Graph, Ref, parse_ref
+from tfsurgery.ops import first_line
 from tfsurgery.tfsession import tf_errors
 from tfsurgery.transform import Options, TransformReport, transform
 
@@ -51,17 +53,12 @@ def fold_constants(graph: Graph, options: Options) -> TransformReport:
     wanted = frontier(graph, constant, options)
     if not wanted:
         return report
-    tensors = [str(Ref(name, port)) for name, ports in wanted.items() for port in ports]
-    try:
-        values = dict(zip(tensors, evaluate(graph, tensors)))
-    except (ValueError, TypeError, KeyError, tf_errors().OpError) as error:
-        # TensorFlow rejects the constant part (a malformed graph): fold nothing, say why; the
-        # verification run of the original then reports the input as broken.
-        report.notes.append("TensorFlow could not evaluate the constant subgraphs, nothing "
-                            f"folded: {str(error).strip().splitlines()[0][:200]}")
-        return report
+    values, refused = evaluate_what_runs(graph, wanted)
     for name, ports in wanted.items():
         report.matched += 1
+        if name in refused:
+            report.skip(name, f"TensorFlow refused to evaluate it: {refused[name]}")
+            continue
         results = {port: values[str(Ref(name, port))] for port in ports}
         size = sum(np.asarray(v).nbytes + NODE_BYTES for v in results.values())
         before = _subgraph_bytes(graph, name, constant)
@@ -75,6 +72,35 @@ def fold_constants(graph: Graph, options: Options) -> TransformReport:
         replace_by_constants(graph, name, results)
         report.rewritten.append(name)
     return report
+
+
+def evaluate_what_runs(graph: Graph, wanted: Dict[str, List[int]]):
+    """The values TensorFlow computes for the ``wanted`` constant tensors, in one run when it can.
+    One subgraph TensorFlow refuses (an index out of range, a malformed constant) must not stop
+    the others from folding: on an error the frontier is halved until each refusal is pinned to
+    its node. Returns ({tensor: value}, {node: TensorFlow's reason})."""
+    names = list(wanted)
+    tensors = [str(Ref(name, port)) for name in names for port in wanted[name]]
+    try:
+        return dict(zip(tensors, evaluate(graph, tensors))), {}
+    except (ValueError, TypeError, KeyError, tf_errors().OpError) as error:
+        if len(names) == 1:
+            return {}, {names[0]: _reason(error)}
+    middle = len(names) // 2
+    values, refused = {}, {}
+    for half in (names[:middle], names[middle:]):
+        more_values, more_refused = evaluate_what_runs(graph, {n: wanted[n] for n in half})
+        values.update(more_values)
+        refused.update(more_refused)
+    return values, refused
+
+
+def _reason(error) -> str:
+    """TensorFlow's own words: an OpError's message (its str() may be only "Graph execution
+    error:"), else the exception's text."""
+    text = first_line(getattr(error, "message", None) or error, limit=400)
+    return re.sub(r"Detected at node '[^']*' defined at \(most recent call last\):.*?"
+                  r"Node: '[^']*' ", "", text)
 
 
 def replace_by_constants(graph: Graph, name: str, results: Dict[int, np.ndarray]) -> None:

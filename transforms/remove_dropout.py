@@ -16,11 +16,9 @@ from typing import Optional, Set
 
 from tfsurgery.constants import constant_valued_nodes
 from tfsurgery.graph import Graph, Ref
-from tfsurgery.ops import PLACEHOLDER_OPS
+from tfsurgery.ops import PLACEHOLDER_OPS, UNIFORM_RANDOM_OPS
 from tfsurgery.transform import Options, TransformReport, transform
 
-RANDOM_OPS = frozenset({"RandomUniform", "StatelessRandomUniform", "StatelessRandomUniformV2",
-                        "RandomUniformInt"})
 # Ops a dropout mask passes through on its way from RandomUniform to the data.
 MASK_OPS = frozenset({"Add", "AddV2", "Sub", "Mul", "Floor", "GreaterEqual", "Greater", "Less",
                       "LessEqual", "Cast", "Identity", "Sign"})
@@ -84,7 +82,7 @@ def dropout_applications(graph: Graph, cone: Set[str], constant: Set[str]):
 @transform("remove-dropout")
 def remove_dropout(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("remove-dropout")
-    random = graph.nodes_with_ops(RANDOM_OPS)
+    random = graph.nodes_with_ops(UNIFORM_RANDOM_OPS)
     if not random:
         return report
     constant = constant_valued_nodes(graph)     # a rate inside a v1 loop comes through Enter
