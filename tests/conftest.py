@@ -27,6 +27,15 @@ def optimize(built, transforms=(), *, bn_fold=True, verify=True, **kwargs):
     return result
 
 
+def assert_matches(result, tolerance=1e-5, **oracle_args):
+    """The tests' oracle agrees within ``tolerance`` — and so does the verifier's verdict."""
+    worst = assert_same_numbers(result, tolerance=tolerance, **oracle_args)
+    assert result.verification is not None and result.verification.passed, \
+        result.verification and result.verification.as_dict()
+    assert result.verification.max_error <= tolerance, result.verification.as_dict()
+    return worst
+
+
 def assert_same_numbers(result, *, tolerance=1e-5, built=None, original_feeds=None, seed=0,
                         feeds=None):
     """The tests' own oracle (tests/oracle.py, no tfsurgery code): the original model and the

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ops, optimize, report_of
+from conftest import assert_matches, ops, optimize, report_of
 from tfsurgery.models.common import BuiltModel
 from tfsurgery.models.tf1 import v1_graph
 
@@ -87,7 +87,7 @@ def test_batch_norm_after_concat_folds_into_every_conv(folded_concat):
     assert left.count("ConcatV2") == 1
     assert any("(split by concat)" in line
                for line in report_of(result, "fold-batch-norm").rewritten)
-    assert result.verification.passed and result.verification.max_error < 1e-4
+    assert_matches(result, 1e-4)
 
 
 def test_folded_concat_exports_to_onnx_as_convs_and_a_concat(tmp_path):
@@ -115,7 +115,7 @@ def test_concat_along_a_spatial_axis_gives_every_conv_the_whole_batch_norm():
     result = optimize(BuiltModel(graph.as_graph_def(), ["input"], ["output"]))
     assert "FusedBatchNormV3" not in ops(result.graph_def)
     assert ops(result.graph_def).count("BiasAdd") == 2
-    assert result.verification.passed and result.verification.max_error < 1e-4
+    assert_matches(result, 1e-4)
 
 
 @pytest.mark.parametrize("with_bias", [False, True])
@@ -131,7 +131,7 @@ def test_decomposed_batch_norm_after_concat_of_matmuls(with_bias):
     result = optimize(BuiltModel(graph.as_graph_def(), ["input"], ["output"]))
     left = ops(result.graph_def)
     assert "Mul" not in left and "AddV2" not in left and left.count("BiasAdd") == 2
-    assert result.verification.passed and result.verification.max_error < 1e-4
+    assert_matches(result, 1e-4)
 
 
 def test_concat_v1_op_and_a_scale_only_map():
@@ -145,7 +145,7 @@ def test_concat_v1_op_and_a_scale_only_map():
     result = optimize(BuiltModel(graph.as_graph_def(), ["input"], ["output"]))
     left = ops(result.graph_def)
     assert "Mul" not in left and "BiasAdd" not in left and left.count("Concat") == 1
-    assert result.verification.passed and result.verification.max_error < 1e-4
+    assert_matches(result, 1e-4)
 
 
 def test_keras3_concatenate_then_batch_normalization():
@@ -168,7 +168,7 @@ def test_keras3_concatenate_then_batch_normalization():
     assert not {"Mul", "AddV2", "Sub", "Rsqrt"} & set(left)
     assert left.count("BiasAdd") == 5                    # one per conv/dense, none after concats
     assert len(report_of(result, "fold-batch-norm").rewritten) == 2
-    assert result.verification.passed and result.verification.max_error < 1e-4
+    assert_matches(result, 1e-4)
 
 
 # ---------------------------------------------------------------- refusals: graph left alone
@@ -212,4 +212,4 @@ def test_unsafe_concat_folds_are_refused_with_the_reason(case, reason):
     assert "FusedBatchNormV3" not in ops(result.graph_def) and "Mul" in ops(result.graph_def)
     assert [r for n, r in report.skipped if n == "concat" and reason in r], report.skipped
     assert not [line for line in report.rewritten if "split by" in line]
-    assert result.verification.passed and result.verification.max_error < 1e-4
+    assert_matches(result, 1e-4)

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = 20_000                       # x 10 nodes per block = 200k nodes
 HARD_BOUND = 12.0                     # x the wire size; measured ~7-8x
 ISSUE_TARGET = 3.5                    # x the parsed graph in memory: the issue's ~3x, measured ~2.9x
+LINEAR_BOUND = 60                     # x the parse+serialize floor; measured ~13x (benchmark)
 GiB = 2 ** 30
 PROTOBUF_LIMIT = 2 ** 31
 
@@ -38,14 +39,18 @@ _MEASURE = textwrap.dedent("""
                 if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
 
-    blocks = int(sys.argv[2])
     options = pipeline.Options(inputs=["input"], outputs=["output"])
     # every transform but float16-weights (a storage format, not a simplification: it turns each
     # weight into two nodes, which the node count and memory bounds below do not describe)
     order = [name for name in pipeline.ORDER if name != "float16-weights"]
     pipeline.run(synthetic.repeated_blocks(2).graph_def, order, options)      # warm up imports
-    wire = synthetic.repeated_blocks(blocks).graph_def.SerializeToString()
+    with open(sys.argv[2], "rb") as f:        # built by the test: this process never held more
+        wire = f.read()
     size = len(wire)
+    start = time.perf_counter()                # the floor: what parsing and writing it costs
+    type(synthetic.repeated_blocks(1).graph_def).FromString(wire).SerializeToString()
+    floor = time.perf_counter() - start
+    gc.collect()
     gc.collect()
     unparsed = status("VmRSS")
     graph_def = type(synthetic.repeated_blocks(1).graph_def).FromString(wire)
@@ -67,7 +72,7 @@ _MEASURE = textwrap.dedent("""
     peak = status("VmHWM")
     print(json.dumps({
         "nodes": len(graph_def.node), "bytes": size, "out_nodes": len(out.node),
-        "out_ops": sorted({n.op for n in out.node}), "seconds": seconds,
+        "out_ops": sorted({n.op for n in out.node}), "seconds": seconds, "floor": floor,
         "out_non_const": sum(n.op != "Const" for n in out.node),
         "peak_delta": peak - before, "peak_reset": reset, "parsed": parsed,
         "reports": {r.name: [len(r.rewritten), r.removed_nodes, round(r.seconds, 2)]
@@ -77,15 +82,23 @@ _MEASURE = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def big_run(tmp_path_factory):
-    script = tmp_path_factory.mktemp("limits") / "measure.py"
+    from tfsurgery.models import synthetic
+    folder = tmp_path_factory.mktemp("limits")
+    script, graph = folder / "measure.py", folder / "blocks.pb"
     script.write_text(_MEASURE)
+    graph.write_bytes(synthetic.repeated_blocks(BLOCKS).graph_def.SerializeToString())
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run([sys.executable, str(script), str(ROOT), str(BLOCKS)],
+    done = subprocess.run([sys.executable, str(script), str(ROOT), str(graph)],
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(done.stdout.strip().splitlines()[-1])
-    data["ratio"] = data["peak_delta"] / data["bytes"]
-    data["in_memory_ratio"] = data["peak_delta"] / data["parsed"]
+    # Without /proc/self/clear_refs the peak cannot be reset before the run; then VmHWM is the
+    # larger of the run's peak and what came before it in this fresh process (reading the file:
+    # at most one more copy of the wire bytes). peak − before is then an upper bound, tighter by
+    # at most those bytes: the bounds below get that much slack, never a skip.
+    slack = 0 if data["peak_reset"] else data["bytes"]
+    data["ratio"] = (data["peak_delta"] - slack) / data["bytes"]
+    data["in_memory_ratio"] = (data["peak_delta"] - slack) / data["parsed"]
     print(f"\n200k nodes: {data['bytes'] / 2 ** 20:.0f} MiB serialized, pipeline "
           f"{data['seconds']:.1f} s, peak +{data['peak_delta'] / 2 ** 20:.0f} MiB = "
           f"{data['ratio']:.1f}x the serialized size, {data['in_memory_ratio']:.1f}x the parsed "
@@ -101,18 +114,17 @@ def test_200k_nodes_go_through_every_transform(big_run):
     assert big_run["out_nodes"] <= 5 * BLOCKS + 2, big_run["reports"]
     assert not [op for op in big_run["out_ops"] if op.startswith("FusedBatchNorm")]
     assert big_run["reports"]["fold-batch-norm"][0] == BLOCKS
-    assert big_run["seconds"] < 300, big_run        # linear passes: ~15 s here
+    # No quadratic pass: the pipeline against parsing + writing the same graph, timed in the
+    # same process (a ratio, not seconds; scripts/benchmark.py measures it: ~13x). A per-node
+    # scan of the graph anywhere would make it hundreds of times the floor.
+    assert big_run["seconds"] <= LINEAR_BOUND * big_run["floor"], big_run
 
 
 def test_200k_nodes_peak_memory_is_bounded(big_run):
-    if not big_run["peak_reset"]:
-        pytest.skip("cannot reset the peak RSS (/proc/self/clear_refs) on this system")
     assert big_run["ratio"] <= HARD_BOUND, big_run
 
 
 def test_200k_nodes_peak_memory_meets_the_issue_target(big_run):
-    if not big_run["peak_reset"]:
-        pytest.skip("cannot reset the peak RSS (/proc/self/clear_refs) on this system")
     assert big_run["in_memory_ratio"] <= ISSUE_TARGET, big_run
 
 

@@ -1,0 +1,133 @@
+"""Mutation tests aimed at the verifier itself: wrong results it must catch (one weight moved,
+two outputs swapped, NaN in a new place), and a verifier bug — the result compared with itself —
+that the tests' own oracle catches where the verifier cannot. Each mutation is confirmed real by
+the oracle before the verifier is judged."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfsurgery import api, pipeline, verify
+from tfsurgery.errors import VerificationFailed
+from tfsurgery.graph import Graph
+from tfsurgery.transform import TransformReport, transform
+
+import oracle
+
+TOLERANCE = 1e-4
+
+
+def two_heads(seed: int = 0):
+    """input [N, 8] → dense → relu → two dense heads 'out_a', 'out_b' (same shape), and a
+    'root' = sqrt of the first head (NaN where it is negative)."""
+    r = np.random.default_rng(seed)
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8], name="input")
+        h = tf.nn.relu(tf.matmul(tf.identity(x), tf.constant(r.standard_normal((8, 8)),
+                                                              tf.float32, name="w1")))
+        a = tf.matmul(h, tf.constant(r.standard_normal((8, 4)), tf.float32, name="wa"))
+        b = tf.matmul(h, tf.constant(r.standard_normal((8, 4)), tf.float32, name="wb"))
+        tf.identity(a, name="out_a")
+        tf.identity(b, name="out_b")
+        tf.math.sqrt(a, name="root")
+    return graph.as_graph_def()
+
+
+@transform("nudge-one-weight")
+def _nudge_one_weight(graph: Graph, options) -> TransformReport:
+    """wa[0, 0] moved by 1e-3 of the largest weight: a fold that is almost right."""
+    value = graph.const_value("wa").copy()
+    value[0, 0] += 1e-3 * np.abs(value).max()
+    graph.set_const_value("wa", value)
+    return TransformReport("nudge-one-weight", rewritten=["wa"])
+
+
+@transform("swap-outputs")
+def _swap_outputs(graph: Graph, options) -> TransformReport:
+    a, b = graph.inputs("out_a")[0], graph.inputs("out_b")[0]
+    graph.set_input("out_a", 0, str(b))
+    graph.set_input("out_b", 0, str(a))
+    return TransformReport("swap-outputs", rewritten=["out_a", "out_b"])
+
+
+@transform("move-the-nan")
+def _move_the_nan(graph: Graph, options) -> TransformReport:
+    """root = sqrt(a) + 0·log(a − 50): the same finite values, NaN also where 0 ≤ a < 50."""
+    a = graph.inputs("root")[0]
+    half = graph.add_const("half", np.float32(50.0))
+    zero = graph.add_const("zero", np.float32(0.0))
+    shifted = graph.new_node("Sub", "shifted", [a, half], {"T": tf.float32})
+    log = graph.new_node("Log", "log", [shifted.name], {"T": tf.float32})
+    nothing = graph.new_node("Mul", "nothing", [log.name, zero], {"T": tf.float32})
+    sqrt = graph.new_node("Sqrt", "sqrt_of_a", [a], {"T": tf.float32})
+    graph.remove(["root"])
+    graph.new_node("AddV2", "root", [sqrt.name, nothing.name], {"T": tf.float32})
+    return TransformReport("move-the-nan", rewritten=["root"])
+
+
+def run_mutation(monkeypatch, name, fn, outputs):
+    monkeypatch.setitem(pipeline.REGISTRY, name, fn)
+    original = two_heads()
+    source = api.Source(original, "heads", inputs=["input"], outputs=outputs)
+    with pytest.raises(VerificationFailed) as failed:
+        api.optimize(source, [name])
+    return original, failed.value
+
+
+def test_one_weight_moved_by_1e_3_is_caught(monkeypatch):
+    original, failed = run_mutation(monkeypatch, "nudge-one-weight", _nudge_one_weight,
+                                    ["out_a", "out_b"])
+    feeds = oracle.random_feeds(original, ["input"], seed=0)
+    before = oracle.run(original, feeds, ["out_a"])[0]
+    after = oracle.run(failed.result.graph_def, feeds, ["out_a"])[0]
+    assert oracle.relative_error(before, after) > TOLERANCE        # the mutation is real
+    errors = {o.name: o.max_rel for o in failed.verification.outputs}
+    assert errors["out_a"] > TOLERANCE and errors["out_b"] == 0     # named where it moved
+
+
+def test_two_outputs_swapped_are_caught(monkeypatch):
+    original, failed = run_mutation(monkeypatch, "swap-outputs", _swap_outputs,
+                                    ["out_a", "out_b"])
+    feeds = oracle.random_feeds(original, ["input"], seed=0)
+    a, b = oracle.run(failed.result.graph_def, feeds, ["out_a", "out_b"])
+    expected_a, expected_b = oracle.run(original, feeds, ["out_a", "out_b"])
+    np.testing.assert_array_equal(a, expected_b)                   # really swapped
+    errors = {o.name: o.max_rel for o in failed.verification.outputs}
+    assert errors["out_a"] > 0.1 and errors["out_b"] > 0.1
+
+
+def test_nan_in_a_different_place_is_caught(monkeypatch):
+    original, failed = run_mutation(monkeypatch, "move-the-nan", _move_the_nan, ["root"])
+    feeds = oracle.random_feeds(original, ["input"], seed=0)
+    before = oracle.run(original, feeds, ["root"])[0]
+    after = oracle.run(failed.result.graph_def, feeds, ["root"])[0]
+    both = np.isfinite(before) & np.isfinite(after)
+    np.testing.assert_allclose(before[both], after[both], rtol=1e-6)   # same finite values...
+    assert not np.array_equal(np.isnan(before), np.isnan(after))     # ...NaN moved
+    assert failed.max_error == float("inf")
+
+
+def test_a_verifier_comparing_the_result_with_itself_is_caught_by_the_oracle(monkeypatch):
+    """The bug class a verifier-only suite cannot see: with the reference taken from the result,
+    a wrong fold passes the verifier — and fails the oracle. And the real API never does it: the
+    original it verifies against is the user's graph, not the result."""
+    monkeypatch.setitem(pipeline.REGISTRY, "nudge-one-weight", _nudge_one_weight)
+    original = two_heads()
+    source = api.Source(original, "heads", inputs=["input"], outputs=["out_a"])
+    seen = []
+    real_verify = verify.verify
+
+    def recording(reference, optimized, *args, **kwargs):
+        seen.append(reference.SerializeToString(deterministic=True))
+        return real_verify(reference, optimized, *args, **kwargs)
+    monkeypatch.setattr(verify, "verify", recording)
+    with pytest.raises(VerificationFailed) as failed:
+        api.optimize(source, ["nudge-one-weight"])
+    assert seen == [original.SerializeToString(deterministic=True)]
+    # The mutated verifier: the result as its own reference passes...
+    result = failed.value.result
+    itself = real_verify(result.graph_def, result.graph_def, ["input"], ["out_a"])
+    assert itself.passed and itself.max_error == 0
+    # ...and the oracle, comparing with the user's original, does not.
+    with pytest.raises(AssertionError, match="relative error"):
+        oracle.assert_same_outputs(original, result.graph_def, ["input"], ["out_a"],
+                                   rtol=TOLERANCE)
