@@ -5,6 +5,8 @@ import pytest
 import tensorflow as tf
 
 from tfsurgery import api
+
+import oracle
 from tfsurgery.graph import Graph
 from tfsurgery.transform import Options
 from tfsurgery.transforms.fold_affine_into_linear import fold_affine_into_linear
@@ -23,8 +25,11 @@ def tf1_source(build):
 
 
 def optimized(source, bn_fold=True):
+    """Optimized, verified — and checked by the tests' own oracle against the source."""
     result = api.optimize(source, api.choose_transforms(bn_fold=bn_fold))
-    assert result.verification.passed, result.verification_error or result.verification.failure()
+    oracle.assert_same_outputs(source.graph_def, result.graph_def, source.inputs,
+                               source.outputs, rtol=1e-4)
+    assert result.verification.passed, result.verification.failure()
     return result
 
 

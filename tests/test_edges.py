@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ops, optimize, report_of
+from conftest import assert_matches, ops, optimize, report_of
 from test_recurrent_forms import (onnx_error_at_lengths, optimize_with_onnx, random_ops_left,
                                   tf2onnx_command_gets_no_runnable_model)
 from tfsurgery import onnx_export, verify
@@ -179,7 +179,7 @@ def test_batch_norm_after_concat_folds_into_every_conv(case, convs, kept):
     assert left.count("BiasAdd") == convs and left.count(kept[0]) == kept[1]
     assert any("split by concat" in line
                for line in report_of(result, "fold-batch-norm").rewritten)
-    assert result.verification.passed and result.verification.max_error < 1e-4
+    assert_matches(result, 1e-4)
 
 
 def test_batch_norm_after_nested_concat_read_elsewhere_stays_with_the_reason():
@@ -190,7 +190,7 @@ def test_batch_norm_after_nested_concat_read_elsewhere_stays_with_the_reason():
             if n == "concat" and "inner is itself a concat" in r], report.skipped
     assert not [line for line in report.rewritten if "split by" in line]
     assert "Mul" in ops(result.graph_def)             # the BN as Mul + BiasAdd after the concat
-    assert result.verification.passed and result.verification.max_error < 1e-4
+    assert_matches(result, 1e-4)
 
 
 @pytest.mark.parametrize("shape, folds", [((64, 32), False), ((2, 1), True)])
@@ -211,4 +211,4 @@ def test_dequantize_of_uint8_weights_folds_only_when_it_saves_bytes(shape, folds
     if not folds:
         assert [r for n, r in report.skipped if n == "dequantize" and "grow" in r]
         assert result.graph_def.ByteSize() < values.nbytes * 4
-    assert result.verification.passed and result.verification.max_error < 1e-6
+    assert_matches(result, 1e-6)

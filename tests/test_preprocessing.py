@@ -10,6 +10,8 @@ from tfsurgery.preprocessing import Requested
 from tfsurgery.transform import Preprocessing
 from tfsurgery.preprocessing import model_values
 
+import oracle
+
 RNG = np.random.default_rng(7)
 
 
@@ -56,7 +58,34 @@ def run(source, **kwargs):
     result = api.optimize(source, api.choose_transforms(), preprocess=requested(**kwargs))
     assert result.verification is not None and result.verification.passed, \
         result.verification_error or result.verification.failure()
+    if kwargs.get("name") is None:
+        assert_preprocessing_oracle(source, result, **kwargs)
     return result
+
+
+def assert_preprocessing_oracle(source, result, dtype=None, reverse=False, mean=None,
+                                scale=None, name=None):
+    """The tests' own oracle: raw values into the result; into the original, the same values
+    preprocessed here in NumPy — m = (reverse(x) − mean) / scale along the channel axis, which
+    the test knows from how it built the graph (NCHW: 1, else last)."""
+    placeholder = next(n for n in source.graph_def.node if n.name == "x")
+    dims = [d.size if d.size > 0 else 2 for d in placeholder.attr["shape"].shape.dim]
+    rng = np.random.default_rng(9)
+    raw = (rng.integers(0, 256, dims).astype(dtype) if dtype and "int" in dtype
+           else rng.standard_normal(dims).astype(np.float32))
+    axis = 1 if source.label.startswith("nchw") else len(dims) - 1
+    model = raw.astype(np.float64)
+    if reverse:
+        model = np.flip(model, axis=axis)
+    per_channel = [1] * len(dims)
+    per_channel[axis] = -1
+    if mean:
+        model = model - np.reshape(mean, per_channel if len(mean) > 1 else [1])
+    if scale:
+        model = model / np.reshape(scale, per_channel if len(scale) > 1 else [1])
+    expected = oracle.run(source.graph_def, {"x": model.astype(np.float32)}, ["out"])[0]
+    actual = oracle.run(result.graph_def, {"x": raw}, ["out"])[0]
+    assert oracle.relative_error(expected, actual) <= 1e-4
 
 
 def ops(graph_def):

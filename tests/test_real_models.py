@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import optimize, ops, report_of, source_of
+from conftest import assert_matches, optimize, ops, report_of, source_of
 from tfsurgery.models import keras_models, tf1
 from tfsurgery.models.common import BuiltModel
 from tfsurgery import api, io, pipeline
@@ -82,7 +82,7 @@ def test_matmul_folds_any_order_of_mul_add_sub_div(transpose_b):
     result = optimize(_dense_graph(transpose_b))
     assert sorted(ops(result.graph_def)) == ["BiasAdd", "Const", "Const", "MatMul",
                                               "Placeholder", "Relu"]
-    assert result.verification.max_error < 1e-5
+    assert_matches(result, 1e-5)
 
 
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
@@ -97,7 +97,7 @@ def test_batch_norm_after_nothing_foldable_becomes_mul_and_bias_add(data_format)
     result = optimize(BuiltModel(graph.as_graph_def(), ["input"], ["output"]))
     assert sorted(set(ops(result.graph_def)) - {"Const"}) == ["BiasAdd", "Identity", "Mul",
                                                              "Placeholder", "Relu"]
-    assert result.verification.max_error < 1e-5
+    assert_matches(result, 1e-5)
 
 
 def test_constant_folding_never_folds_random_ops_or_blows_up():
@@ -189,4 +189,4 @@ def test_conv3d_with_fused_batch_norm_folds_in_both_layouts(data_format):
     result = optimize(BuiltModel(graph.as_graph_def(), ["input"], ["output"]))
     assert sorted(set(ops(result.graph_def))) == ["BiasAdd", "Const", "Conv3D", "Placeholder",
                                                   "Relu"]
-    assert result.verification.max_error < 1e-5
+    assert_matches(result, 1e-5)
