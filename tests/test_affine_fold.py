@@ -8,7 +8,7 @@ from tfsurgery import api
 
 import oracle
 from tfsurgery.graph import Graph
-from tfsurgery.transform import Options
+from tfsurgery.contract import Options
 from tfsurgery.transforms.fold_affine_into_linear import fold_affine_into_linear
 
 RNG = np.random.default_rng(11)

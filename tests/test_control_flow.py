@@ -212,7 +212,7 @@ def test_partitioned_call_with_bn_and_dropout_folds(call_with_bn_and_dropout):
 def test_call_keeps_control_edges_and_colocation():
     """Control inputs of a call reach the inlined sources; a control consumer of the call gets a
     stand-in of the same name; colocation inside the body is renamed with its nodes."""
-    from tfsurgery.transform import Options
+    from tfsurgery.contract import Options
     from tfsurgery.transforms import inline_functions
     w = const([4, 4])
     with tf.Graph().as_default() as graph:
@@ -342,7 +342,7 @@ def test_cond_in_while_loop_keeps_the_loop_valid(cond_in_while):
 def test_merge_fed_by_dead_enter_is_dead_and_dead_control_keeps_merge():
     """By hand, as TF's executor decides: a loop Merge whose Enter is dead is dead (the whole
     frame goes); a Merge with one live data input and a dead *control* input stays alive."""
-    from tfsurgery.transform import Options
+    from tfsurgery.contract import Options
     from tfsurgery.transforms import remove_switch_merge
     step, w = const([4, 4], -0.5, 0.5), const([4, 4])
     with v1_graph() as graph:

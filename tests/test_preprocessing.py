@@ -7,7 +7,7 @@ import tensorflow as tf
 from tfsurgery import api
 from tfsurgery.cli import main
 from tfsurgery.preprocessing import Requested
-from tfsurgery.transform import Preprocessing
+from tfsurgery.contract import Preprocessing
 from tfsurgery.preprocessing import model_values
 
 import oracle

@@ -198,7 +198,7 @@ def test_a_pad_that_is_not_same_padding_stays_before_a_depthwise_conv():
 
 def test_string_constants_merge_by_content_only():
     from tfsurgery.graph import Graph
-    from tfsurgery.transform import Options
+    from tfsurgery.contract import Options
     from tfsurgery.transforms.merge_duplicates import merge_duplicates
     with tf.Graph().as_default() as graph:
         a, b, c = tf.constant(["x", "y"]), tf.constant(["x", "y"]), tf.constant(["x", "z"])
@@ -231,7 +231,7 @@ def test_the_fixpoint_is_bounded(monkeypatch):
     """Two passes that keep changing the graph for each other stop at MAX_ROUNDS, and the
     report says so."""
     from tfsurgery import pipeline
-    from tfsurgery.transform import TransformReport
+    from tfsurgery.contract import TransformReport
     calls = []
 
     def restless(name):

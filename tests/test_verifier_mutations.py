@@ -9,7 +9,7 @@ import tensorflow as tf
 from tfsurgery import api, pipeline, verify
 from tfsurgery.errors import VerificationFailed
 from tfsurgery.graph import Graph
-from tfsurgery.transform import TransformReport, transform
+from tfsurgery.contract import TransformReport, transform
 
 import oracle
 

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
@@ -18,14 +19,15 @@ from tfsurgery import (io, latency, onnx_export, pipeline, picture, preprocessin
                        verify as verify_mod)
 from tfsurgery import artefacts, savedmodel_export, tflite_export
 from tfsurgery.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
-from tfsurgery.errors import (InputError, OriginalDoesNotRun, TransformError, UnknownTransform,
-                              Unverified, VerificationError, VerificationFailed)
+from tfsurgery.errors import (ExportError, InputError, OriginalDoesNotRun,  # noqa: F401
+                              StructureError, TransformError, UnknownTransform, Unverified,
+                              VerificationError, VerificationFailed)
 from tfsurgery.graph import Graph
 from tfsurgery.interface import (check_fed, find_dropout_knobs, find_training_flags,
                                  resolve_interface, unused_inputs, with_declared_inputs)
 from tfsurgery.ops import PLACEHOLDER_OPS, node_name
 from tfsurgery.report import format_table, op_histogram, summary, transform_lines  # noqa: F401
-from tfsurgery.transform import Options, TransformReport
+from tfsurgery.contract import Options, TransformReport
 
 DEMO_NAME = "article_cnn"
 LARGE_GRAPH = 20_000          # above this many nodes, long steps say what they are doing
@@ -106,6 +108,19 @@ def load(path, signature: str = "serving_default") -> Source:
                   frozen_form=loaded.frozen_form)
 
 
+def as_source(model) -> Source:
+    """A Source from what a user has: a Source, a path (.pb/.pbtxt, SavedModel, .keras/.h5)
+    or a GraphDef (inputs and outputs detected)."""
+    if isinstance(model, Source):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        return load(model)
+    if isinstance(model, graph_pb2.GraphDef):
+        return Source(model, label="graph")
+    raise TypeError(f"optimize takes a path, a GraphDef or an api.Source, not "
+                    f"{type(model).__name__}")
+
+
 def demo() -> Source:
     """The embedded demo: the article's CNN (TF1 style, conds on a training flag)."""
     from tfsurgery.models.tf1 import article_cnn      # the demo is built on demand only
@@ -134,12 +149,59 @@ def _stem(source: Source) -> str:
     return source.path.name if source.path.is_dir() else source.path.stem
 
 
-def choose_transforms(names: Sequence[str] = (), *, bn_fold: bool = False) -> List[str]:
-    """The transforms to run (checked names; exit-2 material when unknown)."""
+def choose_transforms(names: Sequence = (), *, bn_fold: bool = False, enable: Sequence[str] = (),
+                      disable: Sequence[str] = ()) -> List[str]:
+    """The transforms to run, by name: ``names`` in order (``"default"`` stands for the default
+    pipeline; a function marked ``@tfsurgery.transform("name")`` is registered and named), else
+    the defaults (+ BN folding), with ``enable``/``disable`` applied. Unknown: ``InputError``."""
+    names = [name if isinstance(name, str) else pipeline.register(name, "python")
+             for name in names]
     try:
-        return pipeline.resolve_transforms(list(names), bn_fold=bn_fold)
+        return pipeline.resolve_transforms(names, bn_fold=bn_fold, enable=enable,
+                                           disable=disable)
     except UnknownTransform as error:
         raise InputError(str(error)) from None
+
+
+def requested_preprocessing(dtype: Optional[str] = None, reverse=None, mean: Optional[str] = None,
+                            scale: Optional[str] = None) -> preprocessing.Requested:
+    """The CLI's preprocessing options (``[NAME=]VALUE`` texts) as a request; bad text:
+    ``InputError`` naming the option."""
+    def parsed(flag, text, parse):
+        if text is None:
+            return None
+        try:
+            return parse(text)
+        except InputError as error:
+            raise InputError(f"{flag}: {error}" if flag not in str(error) else str(error)) \
+                from None
+    return preprocessing.Requested(parsed("--input-dtype", dtype, preprocessing.parse_dtype),
+                                   reverse,
+                                   parsed("--mean-values", mean, preprocessing.parse_values),
+                                   parsed("--scale-values", scale, preprocessing.parse_values))
+
+
+def load_plugins(specs: Sequence[str]) -> List[str]:
+    """``--plugin PATH.py|module.name``: register the transforms each defines (their names)."""
+    return [name for spec in specs for name in pipeline.load_plugin(spec)]
+
+
+def list_transforms() -> List[tuple]:
+    """(name, when it runs, where it comes from, what it does) for ours and every plugin known
+    (installed entry points included)."""
+    pipeline.load_entry_points()
+    rows = []
+    for name in list(pipeline.ORDER) + list(pipeline.USER):
+        fn = pipeline.lookup(name)
+        plugin = getattr(fn, "plugin", None)
+        when = ("when named" if plugin else "default" if fn.default
+                else "--bn-fold" if name == "fold-batch-norm" else "opt-in")
+        doc = (sys.modules[fn.__module__].__doc__ if not plugin else fn.__doc__) or \
+            fn.__doc__ or ""
+        doc = doc.strip()
+        summary = doc.split("\n")[0].split(": ", 1)[-1] if doc else ""
+        rows.append((name, when, plugin or "tfsurgery", summary[:70]))
+    return rows
 
 
 def check_outputs(paths: Sequence, *, opset: Optional[int] = None,
@@ -156,7 +218,7 @@ def check_outputs(paths: Sequence, *, opset: Optional[int] = None,
             io.check_writable(path)
 
 
-def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str] = (),
+def optimize(source, transforms: Sequence = (), *, inputs: Sequence[str] = (),
              outputs: Sequence[str] = (), training_flags: Sequence[str] = (),
              inference_values: Optional[Mapping[str, object]] = None,
              input_shapes: Optional[Mapping[str, Sequence[Optional[int]]]] = None,
@@ -174,6 +236,9 @@ def optimize(source: Source, transforms: Sequence[str], *, inputs: Sequence[str]
     mean/scale) bakes the input pipeline into the graph (add-preprocessing, run first).
     ``weights="float16"`` stores large float32 weights as float16 (float16-weights, run last)
     and verifies with ``FLOAT16_TOLERANCE`` unless a tolerance is given."""
+    source = as_source(source)
+    transforms = list(transforms) if transforms and all(isinstance(t, str) for t in transforms) \
+        and pipeline.DEFAULT_WORD not in transforms else choose_transforms(transforms)
     transforms, default_tolerance = _with_weights(transforms, weights)
     tolerance = default_tolerance if tolerance is None else tolerance
     timeout = verify_mod.DEFAULT_TIMEOUT if verify_timeout is None else verify_timeout

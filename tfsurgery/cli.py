@@ -42,7 +42,17 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="fold batch norm into the preceding conv/matmul")
     parser.add_argument("--inputs", help="comma-separated input node names (default: detected)")
     parser.add_argument("--outputs", help="comma-separated output node names (default: detected)")
-    parser.add_argument("--transforms", help="comma-separated transform names to run, in order")
+    parser.add_argument("--transforms", help="comma-separated transform names to run, in order; "
+                        "'default' stands for the default pipeline (default,my-fix)")
+    parser.add_argument("--enable", action="append", default=[], metavar="NAME",
+                        help="add a transform to the default pipeline (repeatable)")
+    parser.add_argument("--disable", action="append", default=[], metavar="NAME",
+                        help="leave a transform out (repeatable)")
+    parser.add_argument("--plugin", action="append", default=[], metavar="PATH.py|MODULE",
+                        help="load users' transforms (@tfsurgery.transform) from a file or "
+                             "module; name them in --transforms (repeatable)")
+    parser.add_argument("--list-transforms", action="store_true",
+                        help="list every transform (ours, --plugin's, installed) and exit")
     parser.add_argument("--training-flag", action="append", default=[], type=_setting,
                         metavar="NAME[=VALUE]",
                         help="a placeholder to freeze for inference: a bool training switch "
@@ -97,23 +107,9 @@ def _preprocessing_options(parser: argparse.ArgumentParser) -> None:
 def _preprocess(args):
     """The preprocessing options, parsed after logging is set up (parsing imports TensorFlow,
     whose start-up chatter would otherwise reach stderr); bad text: InputError, exit 2."""
-    from tfsurgery import preprocessing
-
-    def parsed(text, parse):
-        return None if text is None else parse(text)
-    return preprocessing.Requested(
-        parsed(args.input_dtype, preprocessing.parse_dtype), args.reverse_input_channels,
-        parsed(args.mean_values, lambda t: _option("--mean-values", t)),
-        parsed(args.scale_values, lambda t: _option("--scale-values", t)))
-
-
-def _option(flag: str, text: str):
-    from tfsurgery import preprocessing
-    from tfsurgery.errors import InputError
-    try:
-        return preprocessing.parse_values(text)
-    except InputError as error:
-        raise InputError(f"{flag}: {error}") from None
+    from tfsurgery import api
+    return api.requested_preprocessing(args.input_dtype, args.reverse_input_channels,
+                                       args.mean_values, args.scale_values)
 
 
 class UsageError(Exception):
@@ -283,7 +279,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"tfsurgery: error: {error}", file=sys.stderr)
         return 2
     _setup_logging(args)
-    from tfsurgery.errors import InputError, StructureError
+    from tfsurgery.api import InputError, StructureError
     try:
         return _run(args)
     except InputError as error:
@@ -331,7 +327,13 @@ def _silence_native_stderr() -> None:
 
 def _run(args) -> int:
     from tfsurgery import api
-    transforms = api.choose_transforms(_split(args.transforms), bn_fold=args.bn_fold)
+    api.load_plugins(args.plugin)
+    if args.list_transforms:
+        _say(args, api.format_table(api.list_transforms(),
+                                    headers=("transform", "runs", "from", "what it does")))
+        return 0
+    transforms = api.choose_transforms(_split(args.transforms), bn_fold=args.bn_fold,
+                                       enable=args.enable, disable=args.disable)
     args.preprocess = _preprocess(args)       # bad values: exit 2 before loading the model
     saved_model = _saved_model_path(args)
     api.check_outputs([getattr(args, option, None)              # before minutes of work
@@ -477,7 +479,7 @@ def _size(nbytes: int) -> str:
 
 def _export_artefact(args, kind: str, written: list, export) -> int:
     """Run one checked export; on success record it, else one line on stderr and exit 1."""
-    from tfsurgery.errors import ExportError
+    from tfsurgery.api import ExportError
     try:
         artefact = export()
     except ExportError as error:
@@ -547,7 +549,7 @@ def _export_onnx(args, source, result, path: Path, data: dict, batch=None) -> in
     A conversion failure exits 1, not 2: the graph ran in TensorFlow, the conversion is what
     failed (as with a failed verification)."""
     from tfsurgery import api
-    from tfsurgery.errors import ExportError
+    from tfsurgery.api import ExportError
     try:
         exported = api.export_onnx(result, path, opset=args.opset,
                                    inputs_as_nchw=_split(args.inputs_as_nchw),
@@ -617,7 +619,7 @@ def _bench(args, source, transforms) -> int:
     code = _check_verification(args, result)
     if code:
         return code
-    from tfsurgery.errors import ExportError, VerificationError
+    from tfsurgery.api import ExportError, VerificationError
     try:
         timings = api.bench(source, result, runs=args.runs, onnx=not args.no_onnx)
     except (ExportError, VerificationError) as error:   # e.g. an op tf2onnx cannot convert

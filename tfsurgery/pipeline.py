@@ -12,41 +12,147 @@ report: later rounds add their rewrites, removed nodes and time to it (and a not
 """
 from __future__ import annotations
 
+import hashlib
+import importlib
+import importlib.util
 import logging
+import os
+import sys
 import time
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorflow.core.framework import graph_pb2
 
-from tfsurgery.errors import StructureError, UnknownTransform
+from tfsurgery.contract import Options, Transform, TransformReport
+from tfsurgery.errors import InputError, StructureError, UnknownTransform
 from tfsurgery.graph import Graph, gc_paused
-from tfsurgery.transform import Options, TransformReport
+from tfsurgery.ops import first_line
 from tfsurgery.transforms import DEFAULT_TRANSFORMS, ORDER, REGISTRY
 
 log = logging.getLogger("tfsurgery")
 MAX_ROUNDS = 4      # the first pass over every transform, then up to 3 rounds of re-runs
 
 
-def resolve_transforms(names: Optional[Sequence[str]] = None, *, bn_fold: bool = False) -> List[str]:
-    """The transform names to run: the user's list (checked), or the defaults (+ BN folding)."""
-    if names:
-        unknown = [n for n in names if n not in REGISTRY]
-        if unknown:
-            raise UnknownTransform(f"unknown transform {', '.join(map(repr, unknown))}; "
-                                   f"known: {', '.join(ORDER)}")
-        chosen = list(names)
-        if bn_fold and "fold-batch-norm" not in chosen:
-            chosen.insert(chosen.index("prune") if "prune" in chosen else len(chosen),
-                          "fold-batch-norm")
-        return chosen
-    return [name for name in ORDER if name in DEFAULT_TRANSFORMS or
-            (bn_fold and name == "fold-batch-norm")]
+# ---------------------------------------------------------------- users' transforms
+# Users' transforms: from --plugin files or modules, the ``tfsurgery.transforms`` entry-point
+# group, or callables handed to api.optimize. They run, are structure-checked, verified and
+# reported exactly like ours; they run only when named (``--transforms default,their-name``).
+USER: Dict[str, Transform] = {}
+ENTRY_POINT_GROUP = "tfsurgery.transforms"
+DEFAULT_WORD = "default"            # in --transforms: the default pipeline, in its order
+
+
+class PluginFailed(InputError):
+    """A user's transform raised, or returned something that is not a TransformReport."""
+
+
+def lookup(name: str) -> Optional[Transform]:
+    return REGISTRY.get(name) or USER.get(name)
+
+
+def register(fn, origin: str) -> str:
+    """Make ``fn`` (marked with ``@tfsurgery.transform("name")``) runnable by name; returns it."""
+    name = getattr(fn, "transform_name", None)
+    if not callable(fn) or not name:
+        raise InputError(f"{origin}: {fn!r} is not a transform; mark a function "
+                         "fn(graph, options) -> TransformReport with @tfsurgery.transform('name')")
+    if name in REGISTRY:
+        if REGISTRY[name] is fn:
+            return name
+        raise InputError(f"{origin}: transform '{name}' has the name of one of tfsurgery's own; "
+                         "choose another name")
+    known = USER.get(name)
+    if known is not None and known is not fn:
+        raise InputError(f"{origin}: transform '{name}' is already registered by "
+                         f"{getattr(known, 'plugin', 'another plugin')}")
+    fn.plugin = origin
+    USER[name] = fn
+    return name
+
+
+def load_plugin(spec: str) -> List[str]:
+    """``--plugin PATH.py|module.name``: import it and register every transform it defines."""
+    path = Path(spec)
+    try:
+        if spec.endswith(".py") or os.sep in spec:
+            if not path.is_file():
+                raise InputError(f"--plugin {spec}: no such file")
+            module_name = "tfsurgery_plugin_" + hashlib.sha1(
+                str(path.resolve()).encode()).hexdigest()[:12]
+            module = sys.modules.get(module_name)       # loaded before in this process
+            if module is None:
+                module_spec = importlib.util.spec_from_file_location(module_name, path)
+                module = importlib.util.module_from_spec(module_spec)
+                sys.modules[module_name] = module
+                try:
+                    module_spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[module_name]
+                    raise
+        else:
+            module = importlib.import_module(spec)
+    except InputError:
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever the user's code raises at import
+        raise InputError(f"--plugin {spec}: cannot load it: {first_line(error)}") from None
+    found = [value for value in vars(module).values() if callable(value) and
+             getattr(value, "transform_name", None) and
+             getattr(value, "__module__", None) == module.__name__]
+    if not found:
+        raise InputError(f"--plugin {spec}: it defines no transform (mark a function with "
+                         "@tfsurgery.transform('name'))")
+    return [register(fn, spec) for fn in found]
+
+
+def load_entry_points() -> List[str]:
+    """Every transform installed under the ``tfsurgery.transforms`` entry-point group."""
+    from importlib.metadata import entry_points
+    names = []
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            fn = point.load()
+        except Exception as error:  # noqa: BLE001 - whatever the user's code raises
+            raise InputError(f"entry point '{point.name} = {point.value}' ({ENTRY_POINT_GROUP}) "
+                             f"does not load: {first_line(error)}") from None
+        names.append(register(fn, f"entry point {point.value}"))
+    return names
+
+
+def resolve_transforms(names: Optional[Sequence[str]] = None, *, bn_fold: bool = False,
+                       enable: Sequence[str] = (), disable: Sequence[str] = ()) -> List[str]:
+    """The transform names to run: the user's list (checked; ``default`` stands for the default
+    pipeline), or the defaults (+ BN folding), with ``enable``/``disable`` applied."""
+    names = list(names or ())
+    asked = names + list(enable) + list(disable)
+    if any(name != DEFAULT_WORD and lookup(name) is None for name in asked):
+        load_entry_points()                     # installed plugins, only when asked for
+    unknown = [name for name in asked if name != DEFAULT_WORD and lookup(name) is None]
+    if unknown:
+        raise UnknownTransform(f"unknown transform {', '.join(map(repr, unknown))}; "
+                               f"known: {', '.join(list(ORDER) + list(USER))}")
+    defaults = [name for name in ORDER if name in DEFAULT_TRANSFORMS or
+                (bn_fold and name == "fold-batch-norm")]
+    chosen = [n for name in names for n in (defaults if name == DEFAULT_WORD else [name])] \
+        if names else list(defaults)
+    if names and bn_fold and "fold-batch-norm" not in chosen:
+        chosen.insert(chosen.index("prune") if "prune" in chosen else len(chosen),
+                      "fold-batch-norm")
+    for name in enable:                         # ours at their place in the order, users' last
+        if name in chosen:
+            continue
+        if name in ORDER:
+            later = [n for n in chosen if n in ORDER and ORDER.index(n) > ORDER.index(name)]
+            chosen.insert(chosen.index(later[0]) if later else len(chosen), name)
+        else:
+            chosen.append(name)
+    return [name for name in chosen if name not in disable]
 
 
 def run(graph_def: graph_pb2.GraphDef, transforms: Sequence[str],
         options: Options) -> Tuple[graph_pb2.GraphDef, List[TransformReport]]:
     """Apply ``transforms`` in order to a copy of ``graph_def``."""
-    unknown = [name for name in transforms if name not in REGISTRY]
+    unknown = [name for name in transforms if lookup(name) is None]
     if unknown:
         raise UnknownTransform(f"unknown transform '{unknown[0]}'")
     # The index and the transforms' bookkeeping are millions of small objects that live until
@@ -64,7 +170,7 @@ def _run(graph_def: graph_pb2.GraphDef, transforms: Sequence[str],
     rounds = 0
     for round_ in range(1, MAX_ROUNDS + 1):
         for name in transforms:
-            if round_ > 1 and not (REGISTRY[name].repeat and changes > seen_changes[name]):
+            if round_ > 1 and not (lookup(name).repeat and changes > seen_changes[name]):
                 continue                   # no other pass changed the graph since it last ran
             rounds = round_
             report = _run_pass(graph, name, options)
@@ -75,7 +181,7 @@ def _run(graph_def: graph_pb2.GraphDef, transforms: Sequence[str],
         if rounds < round_:
             break                          # a fixpoint: no pass had anything new to look at
     _book_pruning(reports)
-    unsettled = any(REGISTRY[name].repeat and changes > seen_changes[name] for name in transforms)
+    unsettled = any(lookup(name).repeat and changes > seen_changes[name] for name in transforms)
     if reports:
         last = reports[transforms[-1]]
         last.notes.append(f"pipeline: {rounds} round(s), " + (
@@ -88,7 +194,10 @@ def _run_pass(graph: Graph, name: str, options: Options) -> TransformReport:
     """One transform over the graph, timed, with the structure checked after it."""
     before = len(graph)
     start = time.perf_counter()
-    report = REGISTRY[name](graph, options)
+    fn = lookup(name)
+    plugin = getattr(fn, "plugin", None)
+    report = fn(graph, options) if plugin is None else \
+        _run_users(fn, name, plugin, graph, options)
     report.seconds = time.perf_counter() - start
     report.removed_nodes = before - len(graph) - len(report.pruned)
     # Until a pass changes something the graph is the input, which no pass is to blame for
@@ -98,6 +207,20 @@ def _run_pass(graph: Graph, name: str, options: Options) -> TransformReport:
         raise StructureError(f"transform '{name}' left a broken graph: {problem}")
     log.debug("%s: %d rewritten, %d skipped, %d nodes left (%.3f s)", name,
               len(report.rewritten), len(report.skipped), len(graph), report.seconds)
+    return report
+
+
+def _run_users(fn, name: str, plugin: str, graph: Graph, options: Options) -> TransformReport:
+    """A user's transform: whatever it raises is one line naming it (exit 2, nothing written)."""
+    try:
+        report = fn(graph, options)
+    except Exception as error:  # noqa: BLE001 - the user's code
+        raise PluginFailed(f"transform '{name}' (plugin {plugin}) failed: "
+                           f"{type(error).__name__}: {first_line(error)}") from None
+    if not isinstance(report, TransformReport):
+        raise PluginFailed(f"transform '{name}' (plugin {plugin}) returned "
+                           f"{type(report).__name__}, not a TransformReport")
+    report.notes.append(f"a user's transform, from {plugin}")
     return report
 
 

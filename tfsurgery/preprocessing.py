@@ -16,7 +16,7 @@ import numpy as np
 from tfsurgery.errors import InputError
 from tfsurgery.graph import Graph
 from tfsurgery.ops import node_name
-from tfsurgery.transform import Preprocessing
+from tfsurgery.contract import Preprocessing
 from tfsurgery.image_layout import channel_axis, is_image
 
 Named = Tuple[Optional[str], object]       # (input name or None, value) as the options give it

@@ -4,7 +4,7 @@ from __future__ import annotations
 import collections
 from typing import Dict, List, Optional, Sequence
 
-from tfsurgery.transform import TransformReport
+from tfsurgery.contract import TransformReport
 
 
 def op_histogram(graph_def) -> Dict[str, int]:
@@ -30,8 +30,9 @@ def format_table(rows: Sequence[tuple], headers=("", "before", "after")) -> str:
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
     out = [line]
-    for k, row in enumerate(cells):
-        out.append("| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+    numeric = [all(_is_number(row[i]) for row in cells[1:]) for i in range(len(headers))]
+    for k, row in enumerate(cells):     # numbers right-aligned, text left-aligned
+        out.append("| " + " | ".join(c.rjust(w) if numeric[i] and i else c.ljust(w)
                                      for i, (c, w) in enumerate(zip(row, widths))) + " |")
         if k == 0:
             out.append(line)
@@ -39,13 +40,25 @@ def format_table(rows: Sequence[tuple], headers=("", "before", "after")) -> str:
     return "\n".join(out)
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text.replace("±", "").split()[0] if text.strip() else "x")
+        return True
+    except ValueError:
+        return False
+
+
 def transform_lines(reports: Sequence[TransformReport], verbose: bool = False) -> List[str]:
+    """One line per transform — what it changed, skipped and removed (added), in columns
+    whatever the names; timings with ``verbose`` — then its skips and notes."""
     lines = []
+    width = max((len(r.name) for r in reports), default=0)
     for r in reports:
         change = (f"removed {r.removed_nodes:>5}" if r.removed_nodes >= 0
                   else f"added   {-r.removed_nodes:>5}")      # add-preprocessing adds nodes
-        lines.append(f"{r.name:<22} rewrote {len(r.rewritten):>4}, skipped {len(r.skipped):>3}, "
-                     f"{change} nodes  ({r.seconds * 1000:.0f} ms)")
+        timing = f"  ({r.seconds * 1000:.0f} ms)" if verbose else ""
+        lines.append(f"{r.name:<{width}}  changed {len(r.rewritten):>4}, skipped "
+                     f"{len(r.skipped):>3}, {change} nodes{timing}")
         for node, reason in r.skipped[: None if verbose else 10]:
             lines.append(f"    skipped {node}: {reason}")
         if not verbose and len(r.skipped) > 10:

@@ -19,7 +19,7 @@ import numpy as np
 from tfsurgery.errors import TransformError
 from tfsurgery.graph import Graph, Ref
 from tfsurgery.image_layout import channel_axis, first_format_reader
-from tfsurgery.transform import Options, Preprocessing, TransformReport, transform
+from tfsurgery.contract import Options, Preprocessing, TransformReport, transform
 
 @transform("add-preprocessing", default=False)
 def add_preprocessing(graph: Graph, options: Options) -> TransformReport:

@@ -18,7 +18,7 @@ from tensorflow.core.framework import attr_value_pb2, types_pb2
 
 from tfsurgery.errors import TransformError
 from tfsurgery.graph import Graph
-from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.contract import Options, TransformReport, transform
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 

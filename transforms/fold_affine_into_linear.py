@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 
 from tfsurgery.graph import Graph, Ref
-from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.contract import Options, TransformReport, transform
 
 LINEAR_OPS = ("Conv2D", "DepthwiseConv2dNative", "MatMul")
 SCALE_OPS = ("Mul", "RealDiv")

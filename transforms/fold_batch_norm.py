@@ -31,7 +31,7 @@ import numpy as np
 
 from tfsurgery.graph import Graph, Ref
 from tfsurgery.ops import FUSED_BATCH_NORM_OPS
-from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.contract import Options, TransformReport, transform
 
 GLOBAL_NORM = "BatchNormWithGlobalNormalization"     # the pre-fused op of old frozen graphs
 BATCH_NORM_OPS = tuple(FUSED_BATCH_NORM_OPS) + (GLOBAL_NORM,)

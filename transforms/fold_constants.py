@@ -19,7 +19,7 @@ from tfsurgery.constants import constant_nodes, evaluate
 from tfsurgery.graph import Graph, Ref, parse_ref
 from tfsurgery.ops import first_line
 from tfsurgery.tfsession import tf_errors
-from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.contract import Options, TransformReport, transform
 
 NODE_BYTES = 64           # what a NodeDef costs besides its tensor (name, op, attrs), roughly
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from tfsurgery.graph import Graph
 from tfsurgery.tfsession import StaticShapes
-from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.contract import Options, TransformReport, transform
 
 CONVS = ("Conv2D", "DepthwiseConv2dNative")
 DEPTHWISE_REFUSAL = ("the pad is not what SAME padding adds, and a depthwise conv with EXPLICIT "

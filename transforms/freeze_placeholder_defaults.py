@@ -8,7 +8,7 @@ tf2onnx refuses). One that is a graph output keeps its name as an Identity.
 from __future__ import annotations
 
 from tfsurgery.graph import Graph
-from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.contract import Options, TransformReport, transform
 
 
 @transform("freeze-placeholder-defaults")

@@ -14,7 +14,7 @@ import numpy as np
 from tfsurgery.graph import Graph
 from tfsurgery.interface import is_training_flag
 from tfsurgery.ops import PLACEHOLDER_OPS
-from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.contract import Options, TransformReport, transform
 
 
 @transform("freeze-training-flags")

@@ -28,7 +28,7 @@ from tensorflow.core.framework import node_def_pb2
 
 from tfsurgery.constants import constant_values
 from tfsurgery.graph import COLOCATION_ATTR, COLOCATION_PREFIX, Graph, Ref, parse_ref
-from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.contract import Options, TransformReport, transform
 
 CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 IF_OPS = frozenset({"If", "StatelessIf"})

@@ -14,7 +14,7 @@ from typing import Dict, Hashable, Optional, Tuple
 
 from tfsurgery.graph import Graph, Ref, op_def, parse_ref
 from tfsurgery.ops import CONTROL_FLOW_V1_OPS, PLACEHOLDER_OPS
-from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.contract import Options, TransformReport, transform
 
 MAX_ROUNDS = 5
 

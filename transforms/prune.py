@@ -9,7 +9,7 @@ cond branch waits on a Switch, say — carry meaning and stay.
 from __future__ import annotations
 
 from tfsurgery.graph import Graph
-from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.contract import Options, TransformReport, transform
 from tfsurgery.constants import constant_nodes
 
 

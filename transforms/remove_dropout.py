@@ -17,7 +17,7 @@ from typing import Optional, Set
 from tfsurgery.constants import constant_valued_nodes
 from tfsurgery.graph import Graph, Ref
 from tfsurgery.ops import PLACEHOLDER_OPS, UNIFORM_RANDOM_OPS
-from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.contract import Options, TransformReport, transform
 
 # Ops a dropout mask passes through on its way from RandomUniform to the data.
 MASK_OPS = frozenset({"Add", "AddV2", "Sub", "Mul", "Floor", "GreaterEqual", "Greater", "Less",

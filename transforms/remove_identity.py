@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tfsurgery.graph import Graph, Ref
 from tfsurgery.ops import IDENTITY_OPS
-from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.contract import Options, TransformReport, transform
 
 @transform("remove-identity", repeat=True)
 def remove_identity(graph: Graph, options: Options) -> TransformReport:

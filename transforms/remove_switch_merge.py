@@ -18,7 +18,7 @@ import numpy as np
 
 from tfsurgery.graph import Graph, Ref
 from tfsurgery.errors import TransformError
-from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.contract import Options, TransformReport, transform
 from tfsurgery.constants import constant_values
 
 SWITCH_OPS = ("Switch", "RefSwitch")

@@ -23,7 +23,7 @@ import numpy as np
 
 from tfsurgery.graph import Graph, Ref
 from tfsurgery.tfsession import StaticShapes
-from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.contract import Options, TransformReport, transform
 
 NEUTRAL = {"Mul": 1, "Add": 0, "AddV2": 0, "BiasAdd": 0, "Sub": 0, "RealDiv": 1, "Div": 1}
 COMMUTATIVE = ("Mul", "Add", "AddV2")

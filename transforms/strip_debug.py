@@ -10,7 +10,7 @@ then an ordinary Identity for remove-identity. ``--keep-asserts`` turns this tra
 from __future__ import annotations
 
 from tfsurgery.graph import Graph
-from tfsurgery.transform import Options, TransformReport, transform
+from tfsurgery.contract import Options, TransformReport, transform
 
 PASS_THROUGH = frozenset({"CheckNumerics", "CheckNumericsV2", "Print"})
 CHECK_ONLY = frozenset({"Assert", "PrintV2"})

@@ -1,0 +1,156 @@
+"""Users' own transforms: the README's plugin (the article's fold(), found by pattern) through
+--plugin, through an installed entry point and through the Python API — structure-checked,
+verified and reported like ours; one that changes the numbers or raises writes nothing."""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfsurgery import api, pipeline
+from tfsurgery.cli import main
+
+import oracle
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_plugin() -> str:
+    text = (ROOT / "README.md").read_text()
+    marker = text.index("<!-- plugin-example -->")
+    return re.search(r"```python\n(.*?)```", text[marker:], re.S).group(1)
+
+
+@pytest.fixture
+def users(monkeypatch):
+    """A clean registry of users' transforms for each test."""
+    monkeypatch.setattr(pipeline, "USER", {})
+
+
+@pytest.fixture
+def plugin_file(tmp_path):
+    path = tmp_path / "article_fold.py"
+    path.write_text(readme_plugin())
+    return path
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err.strip()
+
+
+def test_the_readme_plugin_folds_the_article_by_pattern(users, article, article_pb, plugin_file,
+                                                       tmp_path, capsys):
+    out, report = tmp_path / "lean.pb", tmp_path / "r.json"
+    code, stdout, err = run_cli(capsys, article_pb, "--plugin", plugin_file, "--transforms",
+                                "default,article-fold", "-o", out, "--report-json", report)
+    assert code == 0, err
+    data = json.loads(report.read_text())
+    mine = next(t for t in data["transforms"] if t["name"] == "article-fold")
+    assert len(mine["rewritten"]) == 3 and any("user's transform" in n for n in mine["notes"])
+    assert "article-fold" in stdout
+    lean = tf.compat.v1.GraphDef.FromString(out.read_bytes())
+    assert not [n for n in lean.node if n.op.startswith("FusedBatchNorm")]
+    oracle.assert_same_outputs(article.graph_def, lean, article.inputs, article.outputs,
+                               original_feeds={"training": False}, rtol=1e-5)
+    code, stdout, _ = run_cli(capsys, "--plugin", plugin_file, "--list-transforms")
+    assert code == 0 and re.search(r"article-fold\s*\|\s*when named\s*\|.*article_fold\.py",
+                                   stdout)
+
+
+def test_the_python_api_takes_the_function_itself(users, article, plugin_file):
+    namespace = {}
+    exec(compile(plugin_file.read_text(), str(plugin_file), "exec"), namespace)
+    source = api.Source(article.graph_def, "article", inputs=article.inputs,
+                        outputs=article.outputs, training_flags=["training"])
+    result = api.optimize(source, ["default", namespace["article_fold"]])
+    assert [r for r in result.reports if r.name == "article-fold"][0].rewritten
+    oracle.assert_same_outputs(article.graph_def, result.graph_def, article.inputs,
+                               article.outputs, original_feeds={"training": False}, rtol=1e-5)
+
+
+def test_an_installed_entry_point_runs_by_name(article_pb, plugin_file, tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "article_plugin.py").write_text(plugin_file.read_text())
+    info = site / "article_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: article-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[tfsurgery.transforms]\narticle-fold = article_plugin:article_fold\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+    done = subprocess.run([sys.executable, "-m", "tfsurgery", "optimize", str(article_pb),
+                           "--transforms", "default,article-fold", "-o", str(tmp_path / "x.pb"),
+                           "--report-json", str(tmp_path / "r.json")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads((tmp_path / "r.json").read_text())
+    mine = next(t for t in data["transforms"] if t["name"] == "article-fold")
+    assert len(mine["rewritten"]) == 3
+    assert any("entry point article_plugin:article_fold" in n for n in mine["notes"])
+
+
+WRONG = '''
+import tfsurgery
+
+@tfsurgery.transform("scale-a-weight")
+def scale_a_weight(graph, options):
+    """Multiplies the first conv kernel by 1.1: the numbers move."""
+    report = tfsurgery.TransformReport("scale-a-weight")
+    conv = graph.nodes_with_ops({"Conv2D"})[0]
+    kernel = graph.inputs(conv.name)[1]
+    graph.set_input(conv.name, 1, graph.add_const("scaled", graph.const_value(kernel) * 1.1))
+    report.rewritten.append(conv.name)
+    return report
+'''
+
+RAISES = '''
+import tfsurgery
+
+@tfsurgery.transform("broken-fix")
+def broken_fix(graph, options):
+    raise KeyError("no_such_node")
+'''
+
+
+@pytest.mark.parametrize("code, name, status, message", [
+    (WRONG, "scale-a-weight", 1, "verification FAILED"),
+    (RAISES, "broken-fix", 2, "transform 'broken-fix' (plugin "),
+])
+def test_a_plugin_that_breaks_things_writes_nothing(users, article_pb, tmp_path, capsys, code,
+                                                    name, status, message):
+    plugin = tmp_path / "mine.py"
+    plugin.write_text(code)
+    out = tmp_path / "out"
+    out.mkdir()
+    result, _, err = run_cli(capsys, article_pb, "--plugin", plugin, "--transforms",
+                             f"default,{name}", "-o", out / "x.pb", "--onnx", out / "x.onnx")
+    assert result == status and message in err and len(err.splitlines()) == 1, err
+    assert list(out.iterdir()) == []
+
+
+def test_bad_plugins_are_one_line(users, tmp_path, capsys):
+    (tmp_path / "empty.py").write_text("x = 1\n")
+    (tmp_path / "syntax.py").write_text("def (:\n")
+    for path, message in ((tmp_path / "empty.py", "defines no transform"),
+                          (tmp_path / "syntax.py", "cannot load it"),
+                          (tmp_path / "missing.py", "no such file")):
+        code, _, err = run_cli(capsys, "--plugin", path, "--list-transforms")
+        assert code == 2 and message in err and len(err.splitlines()) == 1
+    code, _, err = run_cli(capsys, "--transforms", "default,nobody-knows", "-o",
+                           tmp_path / "x.pb")
+    assert code == 2 and "unknown transform 'nobody-knows'" in err
+
+
+def test_enable_and_disable_edit_the_default_pipeline():
+    chosen = api.choose_transforms(enable=["merge-duplicates"], disable=["prune"])
+    assert "merge-duplicates" in chosen and "prune" not in chosen
+    assert chosen.index("merge-duplicates") < chosen.index("fold-affine-into-linear")
+    assert api.choose_transforms(["default"], bn_fold=True) == \
+        api.choose_transforms(bn_fold=True)
