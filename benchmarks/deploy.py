@@ -16,6 +16,7 @@ from typing import Dict, List
 
 import numpy as np
 
+from benchmarks.common import markdown_table, source_of
 from tfsurgery import api, latency
 from tfsurgery.errors import ExportError
 from tfsurgery.ops import first_line
@@ -95,7 +96,6 @@ def latencies(work: Path, feeds: Dict[str, np.ndarray], outputs: List[str], *,
 
 def deployment(built, *, runs: int = 20) -> dict:
     """Artefact sizes/errors (float32, float16) and per-runtime latency of one model."""
-    from benchmarks.harness import source_of
     source = source_of(built)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -130,7 +130,6 @@ def _worker(runtime: str, work: Path, runs: int) -> dict:
 
 def render(name: str, section: dict) -> str:
     """Markdown: sizes and errors per format and weights; latency per runtime."""
-    from benchmarks.harness import markdown_table
     rows = []
     for weights, row in section["artefacts"].items():
         for fmt in FORMATS:

@@ -25,6 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from benchmarks.common import markdown_table, source_of  # noqa: F401
 from tfsurgery import api, onnx_export, onnx_tidy, pipeline, verify
 from tfsurgery.constants import constant_nodes
 from tfsurgery.ops import FUSED_BATCH_NORM_OPS, first_line
@@ -56,12 +57,6 @@ def build_model(name: str, input_size: Optional[int] = None):
     if name == "tf_keras":
         return keras_models.tf_keras_model()
     return keras_models.keras_application(name, input_size=input_size)
-
-
-def source_of(built) -> api.Source:
-    flags = [built.training_flag] if built.training_flag else []
-    return api.Source(built.graph_def, "benchmark", inputs=list(built.inputs),
-                      outputs=list(built.outputs), training_flags=flags)
 
 
 # ---------------------------------------------------------------- the four variants
@@ -473,14 +468,6 @@ def fmt_onnx(onnx: dict) -> List[str]:
     if "error" in onnx:
         return ["error", "–", "–"]
     return [str(onnx["nodes"]), str(onnx.get("ort_basic_nodes", "error")), str(onnx["if"])]
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence], align: str = "") -> str:
-    align = align or "l" + "r" * (len(header) - 1)
-    marks = ["---:" if a == "r" else "---" for a in align]
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(marks) + " |"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def model_rows(model: dict) -> List[list]:

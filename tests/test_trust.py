@@ -8,7 +8,7 @@ import pytest
 from conftest import ops, report_of
 from tfsurgery import api, verify
 from tfsurgery.cli import main
-from tfsurgery.models import realworld
+import realworld
 from tfsurgery.ops import first_line
 
 

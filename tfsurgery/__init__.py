@@ -19,21 +19,21 @@ if _os.path.isfile(_os.path.join(_checkout, "setup.py")) and \
         _os.path.isfile(_os.path.join(_checkout, "transforms", "__init__.py")):
     __path__.append(_checkout)
 
-_PUBLIC = {"transform": ("tfsurgery.contract", "transform"),
-           "TransformReport": ("tfsurgery.contract", "TransformReport"),
-           "Options": ("tfsurgery.contract", "Options"),
-           "Graph": ("tfsurgery.graph", "Graph"),
-           "VerificationFailed": ("tfsurgery.errors", "VerificationFailed"),
-           "Unverified": ("tfsurgery.errors", "Unverified"),
-           "InputError": ("tfsurgery.errors", "InputError")}
+_PUBLIC = {"transform": "contract", "TransformReport": "contract", "Options": "contract",
+           "Graph": "graph", "VerificationFailed": "errors", "Unverified": "errors",
+           "InputError": "errors"}
 
 
 def __getattr__(name):
-    if name in _PUBLIC:
-        import importlib
-        module, attribute = _PUBLIC[name]
-        return getattr(importlib.import_module(module), attribute)
+    """The public names, imported on first use (``import tfsurgery`` stays cheap). Submodules
+    are imported with plain import statements, which never ask this function again."""
+    import sys
     if name == "api":
-        import importlib
-        return importlib.import_module("tfsurgery.api")
+        import tfsurgery.api  # noqa: F401
+        return sys.modules["tfsurgery.api"]
+    if name in _PUBLIC:
+        import tfsurgery.contract  # noqa: F401
+        import tfsurgery.errors  # noqa: F401
+        import tfsurgery.graph  # noqa: F401
+        return getattr(sys.modules["tfsurgery." + _PUBLIC[name]], name)
     raise AttributeError(f"module 'tfsurgery' has no attribute {name!r}")

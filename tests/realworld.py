@@ -1,4 +1,5 @@
-"""Small graphs with the shapes real published graphs have (see ../shared/corpus/PROVENANCE.md).
+"""Test-only fixtures, not installed (some hang or give NaN on purpose): small graphs with the
+shapes real published graphs have (see ../shared/corpus/PROVENANCE.md).
 
 Each reproduces one pattern that broke the tool on a real graph: a TF1 ``keep_prob`` of unknown
 rank, an ``Assert``-guarded scalar input, inputs fed by a FIFOQueue, a loop that random inputs never
