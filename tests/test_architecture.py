@@ -24,7 +24,7 @@ FOLDERS = {"tfsurgery": "tfsurgery", "transforms": "tfsurgery.transforms",
 # placed here: an unknown one fails the test.
 FLOORS = {
     0: {"tfsurgery", "errors", "ops", "graph", "tfsession", "constants", "interface", "contract",
-        "image_layout", "cpu_layout", "samples", "tensor_list_loops", "onnx_tidy"},
+        "image_layout", "cpu_layout", "samples", "tensor_list_loops", "onnx_tidy", "progress"},
     1: {"transforms"},
     2: {"pipeline", "verify", "reference", "report", "io", "artefacts", "onnx_export",
         "savedmodel_export", "tflite_export", "latency", "picture", "preprocessing",

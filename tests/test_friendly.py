@@ -106,3 +106,45 @@ def test_entry_points_reach_every_subcommand(article_pb, tmp_path):
     bad = run("-m", "tfsurgery", "bench", "--runs", "x")
     assert bad.returncode == 2 and bad.stderr.count("error:") == 1
     assert bad.stderr.startswith("tfsurgery: error: bench: "), bad.stderr
+
+
+def test_long_runs_say_each_phase_and_q_silences_them(article_pb, tmp_path, caplog, monkeypatch):
+    """Progress is by time, not graph size: past AFTER_SECONDS every phase gets a line (at INFO,
+    shown by default); -q silences it. Here the threshold is 0 so the tiny demo counts as long."""
+    import logging
+    from tfsurgery import progress
+    monkeypatch.setattr(progress, "AFTER_SECONDS", 0.0)
+    with caplog.at_level(logging.INFO, logger="tfsurgery"):
+        assert main([str(article_pb), "-o", str(tmp_path / "x.pb"), "--onnx",
+                     str(tmp_path / "x.onnx")]) == 0
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    for phase in ("loading", "remove-switch-merge", "prune", "verifying", "exporting to ONNX"):
+        assert any(phase in line for line in lines), (phase, lines)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tfsurgery"):
+        assert main([str(article_pb), "-q", "-o", str(tmp_path / "y.pb")]) == 0
+    assert not [r for r in caplog.records if r.levelno == logging.INFO and "[" in r.getMessage()]
+
+
+def test_bench_says_when_the_spread_dwarfs_the_ratio():
+    from tfsurgery.cli import _speedup
+    from tfsurgery.latency import Timing
+    steady = Timing("tensorflow", "original", 1.00, 0.02, 2), \
+        Timing("tensorflow", "optimized", 0.50, 0.02, 2)
+    noisy = Timing("tensorflow", "original", 0.397, 0.025, 2), \
+        Timing("tensorflow", "optimized", 0.322, 1.896, 2)
+    assert _speedup(*steady) == "2.00x"
+    assert _speedup(*noisy) == "≈ 1.23x (n.s.)"
+
+
+def test_picture_finds_the_dot_beside_this_python(monkeypatch, tmp_path):
+    """A virtualenv not activated: dot is not on PATH, but next to sys.executable."""
+    import os
+    import sys
+    fake = tmp_path / "dot"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    assert picture._dot_program() == str(fake)
+    assert os.path.dirname(picture._dot_program()) == str(tmp_path)

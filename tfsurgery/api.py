@@ -17,7 +17,7 @@ from tensorflow.core.framework import graph_pb2
 
 from tfsurgery import (io, latency, onnx_export, pipeline, picture, preprocessing, report,
                        verify as verify_mod)
-from tfsurgery import artefacts, savedmodel_export, tflite_export
+from tfsurgery import artefacts, progress, savedmodel_export, tflite_export
 from tfsurgery.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
 from tfsurgery.errors import (ExportError, InputError, OriginalDoesNotRun,  # noqa: F401
                               StructureError, TransformError, UnknownTransform, Unverified,
@@ -30,18 +30,11 @@ from tfsurgery.report import format_table, op_histogram, summary, transform_line
 from tfsurgery.contract import Options, TransformReport
 
 DEMO_NAME = "article_cnn"
-LARGE_GRAPH = 20_000          # above this many nodes, long steps say what they are doing
 # --weights float16: each weight is rounded to float16 (relative error up to 2^-11); through a
 # few layers the outputs move by up to ~1e-3 of their magnitude, so verification allows 1e-2.
 FLOAT16_TOLERANCE = 1e-2
 WEIGHTS = ("float32", "float16")
 log = logging.getLogger("tfsurgery")
-
-
-def progress(graph_def, message: str) -> None:
-    """Progress for long steps: shown by default on large graphs, with -v always."""
-    large = len(graph_def.node) > LARGE_GRAPH
-    log.log(logging.INFO if large else logging.DEBUG, message)
 
 
 @dataclasses.dataclass
@@ -102,6 +95,7 @@ class Result:
 def load(path, signature: str = "serving_default") -> Source:
     """A frozen .pb/.pbtxt, a SavedModel directory (``signature``) or a .keras/.h5 file."""
     path = Path(path)
+    progress.say(f"loading {path}")
     loaded = io.load_model(path, signature)
     return Source(loaded.graph_def, label=path.name, path=path, inputs=loaded.inputs,
                   outputs=loaded.outputs, signature=loaded.signature,
@@ -256,7 +250,7 @@ def optimize(source, transforms: Sequence = (), *, inputs: Sequence[str] = (),
         transforms = ["add-preprocessing"] + list(transforms)
     options = Options(inputs=inputs, outputs=outputs, training_flags=flags,
                       inference_values=values, keep_asserts=keep_asserts, preprocessing=specs)
-    progress(original, f"optimizing {len(original.node)} nodes: {', '.join(transforms)}")
+    progress.say(f"optimizing {len(original.node)} nodes: {', '.join(transforms)}")
     try:
         graph_def, reports = pipeline.run(original, transforms, options)
     except TransformError as error:
@@ -276,7 +270,7 @@ def optimize(source, transforms: Sequence = (), *, inputs: Sequence[str] = (),
     if not verify:
         result.verify_skipped = True
         return result
-    progress(original, "verifying: running the original and the optimized graph")
+    progress.say("verifying: running the original and the optimized graph")
     try:
         result.verification = check(result, feeds=feeds, seed=seed)
     except VerificationError as error:
@@ -396,7 +390,7 @@ def export_onnx(result: Result, path, *, opset: Optional[int] = None,
     (``export_reference``), with the run's tolerance. Raises ``ExportError`` when that fails
     (nothing written); with a ``batch``, written when the whole run has passed."""
     require_verified(result, allow_unverified=allow_unverified)
-    progress(result.graph_def, f"exporting to ONNX with tf2onnx: {path}")
+    progress.say(f"exporting to ONNX with tf2onnx: {path}")
     return onnx_export.export(result.graph_def, result.inputs, result.outputs, path, opset=opset,
                               inputs_as_nchw=list(inputs_as_nchw), tolerance=result.tolerance,
                               feeds=check_feeds(result), timeout=result.timeout,
@@ -491,7 +485,7 @@ def export_saved_model(source: Source, result: Result, path, *, force: bool = Fa
     verification inputs; written only if it matches the reference (``export_reference``)
     within the run's tolerance (with a ``batch``: when the whole run has passed)."""
     require_verified(result, allow_unverified=allow_unverified)
-    progress(result.graph_def, f"writing the SavedModel {path}")
+    progress.say(f"writing the SavedModel {path}")
     return savedmodel_export.export(result.graph_def, signature_for(source, result), path,
                                     feeds=check_feeds(result), tolerance=result.tolerance,
                                     timeout=result.timeout, force=force, input_path=source.path,
@@ -505,7 +499,7 @@ def export_tflite(source: Source, result: Result, path, batch: Optional[Batch] =
     LiteRT interpreter on the verification inputs; written only if it matches the reference
     (``export_reference``; with a ``batch``: when the whole run has passed)."""
     require_verified(result, allow_unverified=allow_unverified)
-    progress(result.graph_def, f"converting to TensorFlow Lite: {path}")
+    progress.say(f"converting to TensorFlow Lite: {path}")
     return tflite_export.export(result.graph_def, signature_for(source, result), path,
                                 feeds=check_feeds(result), tolerance=result.tolerance,
                                 float16=result.weights == "float16", timeout=result.timeout,

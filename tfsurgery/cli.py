@@ -279,7 +279,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"tfsurgery: error: {error}", file=sys.stderr)
         return 2
     _setup_logging(args)
+    from tfsurgery import api
     from tfsurgery.api import InputError, StructureError
+    api.progress.start()
     try:
         return _run(args)
     except InputError as error:
@@ -298,6 +300,7 @@ def _setup_logging(args) -> None:
         _silence_native_stderr()
     level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
     logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("tfsurgery").setLevel(level)     # also where logging was set up before
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")      # before TensorFlow is imported
     import tensorflow as tf
     tf.get_logger().setLevel(logging.DEBUG if args.verbose else logging.ERROR)
@@ -629,9 +632,7 @@ def _bench(args, source, transforms) -> int:
     for t in timings:
         by_runtime.setdefault(t.runtime, {})[t.variant] = t
     rows = [(runtime, _timing_cell(v["original"]), _timing_cell(v["optimized"]),
-             "-" if v["original"].skipped else
-             f"{v['original'].median_ms / v['optimized'].median_ms:.2f}x")
-            for runtime, v in by_runtime.items()]
+             _speedup(v["original"], v["optimized"])) for runtime, v in by_runtime.items()]
     _say(args, f"{source.label}: {len(source.graph_def.node)} → {len(result.graph_def.node)} "
                f"nodes; median ± interquartile range over {args.runs} interleaved runs, ms; "
                f"each runtime in its own process, {timings[0].threads} intra-op threads")
@@ -645,6 +646,20 @@ def _bench(args, source, transforms) -> int:
                                           "timings": [t.as_dict() for t in timings]},
                        input_path=source.path)
     return 0
+
+
+def _speedup(original, optimized) -> str:
+    """The ratio of medians — or "≈ (n.s.)" when the interquartile ranges overlap: then the
+    spread says more than the ratio."""
+    if original.skipped or optimized.skipped:
+        return "-"
+    ratio = original.median_ms / optimized.median_ms
+    low_a, high_a = original.median_ms - original.spread_ms / 2, \
+        original.median_ms + original.spread_ms / 2
+    low_b, high_b = optimized.median_ms - optimized.spread_ms / 2, \
+        optimized.median_ms + optimized.spread_ms / 2
+    overlap = low_a <= high_b and low_b <= high_a
+    return f"≈ {ratio:.2f}x (n.s.)" if overlap else f"{ratio:.2f}x"
 
 
 def _timing_cell(timing) -> str:

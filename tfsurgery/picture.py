@@ -7,7 +7,9 @@ for graphs too big to read whole.
 """
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import subprocess
 import tempfile
 from pathlib import Path
@@ -76,7 +78,11 @@ def check_available() -> None:
 
 
 def _dot_program() -> Optional[str]:
-    return shutil.which("dot") or shutil.which("graphviz-pure")
+    """Graphviz's dot on PATH, else the one the picture extra installed beside this Python
+    (``venv/bin/python scripts/optimize.py`` without activating the virtualenv)."""
+    here = os.path.dirname(sys.executable)
+    return (shutil.which("dot") or shutil.which("graphviz-pure") or
+            shutil.which("dot", path=here) or shutil.which("graphviz-pure", path=here))
 
 
 def before_after(before, after, path, scope: Optional[str] = None) -> Path:

@@ -24,6 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorflow.core.framework import graph_pb2
 
+from tfsurgery import progress
 from tfsurgery.contract import Options, Transform, TransformReport
 from tfsurgery.errors import InputError, StructureError, UnknownTransform
 from tfsurgery.graph import Graph, gc_paused
@@ -193,6 +194,7 @@ def _run(graph_def: graph_pb2.GraphDef, transforms: Sequence[str],
 def _run_pass(graph: Graph, name: str, options: Options) -> TransformReport:
     """One transform over the graph, timed, with the structure checked after it."""
     before = len(graph)
+    progress.say(f"{name}")
     start = time.perf_counter()
     fn = lookup(name)
     plugin = getattr(fn, "plugin", None)
