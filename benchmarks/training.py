@@ -26,7 +26,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tfsurgery import training_ops
+from tfsurgery.training import ops as training_ops
 
 ALPHA, BETA, EPSILON, LR = 0.9, 0.999, 1e-6, 1e-3
 

@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 from onnx.reference import ReferenceEvaluator
 
-from tfsurgery.keras_optimizers import OnnxAdagrad, OnnxAdam, OnnxMomentum
-from tfsurgery.training_ops import native_onnx_model
+from tfsurgery.training import OnnxAdagrad, OnnxAdam, OnnxMomentum
+from tfsurgery.training import native_onnx_model
 
 BATCH, SAMPLES = 16, 40  # 3 steps per epoch, the last one a partial batch
 

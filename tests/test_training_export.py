@@ -9,8 +9,8 @@ import tensorflow as tf
 import tf2onnx
 from onnx.reference import ReferenceEvaluator
 
-from tfsurgery import training_ops
-from tfsurgery.training_ops import native_onnx_model
+from tfsurgery.training import ops as training_ops
+from tfsurgery.training import native_onnx_model
 
 OPSET = 17
 STATES = {"Momentum": 1, "Adagrad": 1, "Adam": 2}

@@ -12,8 +12,8 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 from benchmarks import training as training_bench
-from tfsurgery import training_ops
-from tfsurgery.training_ops import adagrad, adam, momentum, native_onnx_model
+from tfsurgery.training import ops as training_ops
+from tfsurgery.training import adagrad, adam, momentum, native_onnx_model
 
 GROUPS = {"Momentum": 3, "Adagrad": 3, "Adam": 4}
 TOLERANCE = {np.float32: dict(rtol=1e-5, atol=1e-6), np.float64: dict(rtol=1e-12, atol=1e-12)}
