@@ -16,10 +16,9 @@ import oracle
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def readme_example() -> str:
+def readme_example(marker: str = "<!-- python-example:") -> str:
     text = README.read_text()
-    marker = text.index("<!-- python-example:")
-    return re.search(r"```python\n(.*?)```", text[marker:], re.S).group(1)
+    return re.search(r"```python\n(.*?)```", text[text.index(marker):], re.S).group(1)
 
 
 @pytest.fixture
@@ -41,6 +40,22 @@ def test_readme_example_runs_and_saves_a_checked_graph(article, tmp_path, monkey
     assert "FusedBatchNormV3" not in {n.op for n in lean.node}
     oracle.assert_same_outputs(article.graph_def, lean, article.inputs, article.outputs,
                                original_feeds={"training": False})
+
+
+def test_readme_grouped_example_runs_as_written(article, tmp_path, monkeypatch):
+    (tmp_path / "frozen.pb").write_bytes(article.graph_def.SerializeToString())
+    monkeypatch.chdir(tmp_path)
+    exec(compile(readme_example("<!-- python-example-grouped:"), "README.md", "exec"), {})
+    lean = tf.compat.v1.GraphDef.FromString((tmp_path / "lean.pb").read_bytes())
+    oracle.assert_same_outputs(article.graph_def, lean, article.inputs, article.outputs,
+                               original_feeds={"training": False})
+    import onnxruntime as ort
+    feeds = oracle.random_feeds(article.graph_def, article.inputs, seed=2)
+    expected = oracle.run(article.graph_def, {**feeds, "training": False}, article.outputs)[0]
+    session = ort.InferenceSession(str(tmp_path / "lean.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    actual = session.run(None, {session.get_inputs()[0].name: feeds["input"]})[0]
+    assert oracle.relative_error(expected, actual) < 1e-4
 
 
 def test_readme_example_refuses_a_broken_fold(article, tmp_path, monkeypatch, broken_fold):

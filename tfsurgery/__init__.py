@@ -2,7 +2,10 @@
 
 The public names, importable from here (loaded on first use: ``import tfsurgery`` stays cheap):
 
-- ``tfsurgery.api`` — load, optimize (raises ``VerificationFailed``), save, export, bench;
+- ``tfsurgery.optimize(model, transforms, interface=Interface(...), checks=Checks(...))`` — a
+  path, GraphDef or Source in, a checked ``Result`` out (``VerificationFailed`` otherwise), with
+  ``result.save(path)`` and ``result.export_onnx(path)``; ``tfsurgery.api`` has the rest (load,
+  SavedModel/TFLite export, bench, inspect);
 - ``tfsurgery.transform("name")`` — the decorator that makes a function a transform, and
   ``tfsurgery.TransformReport``, what it returns; ``tfsurgery.Graph``, what it edits;
 - ``tfsurgery.VerificationFailed``, ``tfsurgery.Unverified``, ``tfsurgery.InputError``.
@@ -24,6 +27,9 @@ _PUBLIC = {"transform": "contract", "TransformReport": "contract", "Options": "c
            "InputError": "errors"}
 
 
+_API = ("optimize", "load", "save", "export_onnx", "Interface", "Checks", "Result")
+
+
 def __getattr__(name):
     """The public names, imported on first use (``import tfsurgery`` stays cheap). Submodules
     are imported with plain import statements, which never ask this function again."""
@@ -31,6 +37,9 @@ def __getattr__(name):
     if name == "api":
         import tfsurgery.api  # noqa: F401
         return sys.modules["tfsurgery.api"]
+    if name in _API:
+        import tfsurgery.api  # noqa: F401
+        return getattr(sys.modules["tfsurgery.api"], name)
     if name in _PUBLIC:
         import tfsurgery.contract  # noqa: F401
         import tfsurgery.errors  # noqa: F401

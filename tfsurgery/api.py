@@ -72,6 +72,14 @@ class Result:
     unused_inputs: Dict[str, object] = dataclasses.field(default_factory=dict)
     frozen_form: str = ""               # how the source was frozen (io.Loaded.frozen_form)
 
+    def save(self, path, *, allow_unverified: bool = False) -> Path:
+        """Write the optimized graph (see :func:`save`)."""
+        return save(self, path, allow_unverified=allow_unverified)
+
+    def export_onnx(self, path, **options):
+        """Convert and check in onnxruntime (see :func:`export_onnx`)."""
+        return export_onnx(self, path, **options)
+
     @property
     def verified(self) -> bool:
         """The check ran and passed: only then may the result be saved or exported without
@@ -212,7 +220,36 @@ def check_outputs(paths: Sequence, *, opset: Optional[int] = None,
             io.check_writable(path)
 
 
-def optimize(source, transforms: Sequence = (), *, inputs: Sequence[str] = (),
+@dataclasses.dataclass
+class Interface:
+    """What the graph's interface is and what its inputs take: ``inputs`` (any tensor; a
+    dequeue output becomes a placeholder), ``outputs``, ``training_flags`` (bool switches to
+    freeze False), ``inference_values`` (``{"keep_prob": 1.0}``), ``input_shapes`` (None for a
+    free dimension), ``feeds`` (the values checks feed, instead of random ones)."""
+
+    inputs: Sequence[str] = ()
+    outputs: Sequence[str] = ()
+    training_flags: Sequence[str] = ()
+    inference_values: Optional[Mapping[str, object]] = None
+    input_shapes: Optional[Mapping[str, Sequence[Optional[int]]]] = None
+    feeds: Optional[Mapping[str, object]] = None
+
+
+@dataclasses.dataclass
+class Checks:
+    """How the result is checked: ``verify=False`` skips it (explicitly: the result cannot then
+    be saved without ``allow_unverified``); ``tolerance`` relative to each output's magnitude
+    (default 1e-4; 1e-2 with float16 weights); ``timeout`` per graph run in seconds; ``seed``
+    of the random inputs."""
+
+    verify: bool = True
+    tolerance: Optional[float] = None
+    timeout: Optional[float] = None
+    seed: int = 0
+
+
+def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface] = None,
+             checks: Optional[Checks] = None, inputs: Sequence[str] = (),
              outputs: Sequence[str] = (), training_flags: Sequence[str] = (),
              inference_values: Optional[Mapping[str, object]] = None,
              input_shapes: Optional[Mapping[str, Sequence[Optional[int]]]] = None,
@@ -221,7 +258,13 @@ def optimize(source, transforms: Sequence = (), *, inputs: Sequence[str] = (),
              keep_asserts: bool = False, seed: int = 0,
              preprocess: Optional[preprocessing.Requested] = None,
              weights: str = "float32") -> Result:
-    """Run ``transforms`` on the source graph, then (optionally) check the numbers.
+    """Run ``transforms`` on the source graph, then check the numbers (``VerificationFailed``
+    when they moved or could not be compared).
+
+    ``source``: a path (.pb/.pbtxt, SavedModel directory, .keras/.h5), a GraphDef or a Source.
+    ``transforms``: names and/or functions marked ``@tfsurgery.transform`` (``"default"``: our
+    pipeline); empty: the default pipeline. ``interface`` and ``checks`` group the options
+    below (the single keywords remain for the CLI and older callers).
 
     ``inputs`` may name any tensor (a dequeue output becomes a placeholder); ``input_shapes`` give
     inputs their shape (None for a free dimension); ``feeds`` give inputs the values verification
@@ -230,6 +273,14 @@ def optimize(source, transforms: Sequence = (), *, inputs: Sequence[str] = (),
     mean/scale) bakes the input pipeline into the graph (add-preprocessing, run first).
     ``weights="float16"`` stores large float32 weights as float16 (float16-weights, run last)
     and verifies with ``FLOAT16_TOLERANCE`` unless a tolerance is given."""
+    if interface is not None:
+        inputs, outputs, training_flags = interface.inputs, interface.outputs, \
+            interface.training_flags
+        inference_values, input_shapes, feeds = interface.inference_values, \
+            interface.input_shapes, interface.feeds
+    if checks is not None:
+        verify, tolerance, verify_timeout, seed = checks.verify, checks.tolerance, \
+            checks.timeout, checks.seed
     source = as_source(source)
     transforms = list(transforms) if transforms and all(isinstance(t, str) for t in transforms) \
         and pipeline.DEFAULT_WORD not in transforms else choose_transforms(transforms)
