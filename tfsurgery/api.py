@@ -18,6 +18,7 @@ from tensorflow.core.framework import graph_pb2
 from tfsurgery import (io, latency, onnx_export, pipeline, picture, preprocessing, report,
                        verify as verify_mod)
 from tfsurgery import artefacts, progress, savedmodel_export, tflite_export
+from tfsurgery import samples as samples_mod
 from tfsurgery.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
 from tfsurgery.errors import (ExportError, InputError, OriginalDoesNotRun,  # noqa: F401
                               StructureError, TransformError, UnknownTransform, Unverified,
@@ -71,6 +72,8 @@ class Result:
     # inputs no output reads after optimization → the stand-in value the original was fed
     unused_inputs: Dict[str, object] = dataclasses.field(default_factory=dict)
     frozen_form: str = ""               # how the source was frozen (io.Loaded.frozen_form)
+    samples: Optional[samples_mod.Samples] = None   # the user's input values (--samples)
+    check_n: int = 1                    # seeded random batches compared (--check-n)
 
     def save(self, path, *, allow_unverified: bool = False) -> Path:
         """Write the optimized graph (see :func:`save`)."""
@@ -257,7 +260,7 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
              tolerance: Optional[float] = None, verify_timeout: Optional[float] = None,
              keep_asserts: bool = False, seed: int = 0,
              preprocess: Optional[preprocessing.Requested] = None,
-             weights: str = "float32") -> Result:
+             weights: str = "float32", samples=None, check_n: int = 1) -> Result:
     """Run ``transforms`` on the source graph, then check the numbers (``VerificationFailed``
     when they moved or could not be compared).
 
@@ -296,6 +299,10 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
                                         list(outputs) or source.outputs, flags)
     inputs = [name for name in inputs if name.split(":")[0] not in values]
     check_fed(original, inputs, outputs)
+    if check_n < 1:
+        raise InputError(f"--check-n must be at least 1, not {check_n}")
+    if samples is not None and not isinstance(samples, samples_mod.Samples):
+        samples = samples_mod.load(samples, samples_mod.input_specs(original, inputs))
     specs = preprocessing.resolve(original, inputs, preprocess or preprocessing.Requested())
     if specs and "add-preprocessing" not in transforms:
         transforms = ["add-preprocessing"] + list(transforms)
@@ -317,7 +324,8 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
     result = Result(graph_def, reports, inputs, outputs, switches, original, tolerance,
                     settings=settings, timeout=timeout, given=dict(feeds or {}),
                     preprocess=preprocessing.preprocessor(original, specs), weights=weights,
-                    unused_inputs=unused, frozen_form=source.frozen_form)
+                    unused_inputs=unused, frozen_form=source.frozen_form, samples=samples,
+                    check_n=check_n)
     if not verify:
         result.verify_skipped = True
         return result
@@ -384,14 +392,55 @@ def check(result: Result, *, feeds: Optional[Mapping[str, object]] = None,
     """Verify ``result`` against its original: same inputs (``feeds`` where given), the
     original's switches at their inference values."""
     try:
-        return verify_mod.verify(result.before, result.graph_def, result.inputs, result.outputs,
-                                 result.settings, tolerance=result.tolerance, seed=seed,
-                                 given=feeds, timeout=result.timeout,
-                                 reference_note=_reference_note(result.settings,
-                                                                bool(result.preprocess)),
-                                 preprocess=result.preprocess)
+        return verify_mod.verify_batches(
+            result.before, result.graph_def, result.inputs, result.outputs, result.settings,
+            batches=check_batches(result, feeds, seed), tolerance=result.tolerance,
+            class_outputs=class_score_outputs(result.before, result.outputs),
+            timeout=result.timeout, preprocess=result.preprocess,
+            reference_note=_reference_note(result.settings, bool(result.preprocess)))
     except OriginalDoesNotRun as error:
         raise InputError(str(error)) from None
+
+
+SAMPLE_BATCH_ROWS = 32      # single samples stacked into one run where the batch is free
+
+
+def check_batches(result: Result, feeds: Optional[Mapping[str, object]], seed: int) -> list:
+    """(label, given values, seed) per batch to compare: the rows of ``--samples`` (single
+    samples stacked up to SAMPLE_BATCH_ROWS where the batch dimension is free), then seeded
+    random batches up to ``--check-n`` in all (the first of them the only one without
+    samples). ``feeds`` (--feed) win over samples for the inputs they name."""
+    user = dict(feeds or {})
+    if result.samples is None:
+        return [(f"batch {k + 1} (seed {seed + k})", user, seed + k)
+                for k in range(result.check_n)]
+    stacked = _stackable(result)
+    batches = []
+    for k, (first, given) in enumerate(result.samples.batches(SAMPLE_BATCH_ROWS if stacked
+                                                              else 1)):
+        batches.append((f"sample row {first}", {**given, **user}, seed + k))
+    batches += [(f"random batch {k + 1} (seed {seed + len(batches) + k})", user,
+                 seed + len(batches) + k) for k in range(result.check_n - 1)]
+    return batches
+
+
+def _stackable(result: Result) -> bool:
+    """Single-sample rows can share one run when every such input leaves its batch free."""
+    shapes = samples_mod.input_specs(result.before, result.samples.inputs)
+    return all(result.samples.batched[name] or (shapes[name].shape and
+                                                shapes[name].shape[0] is None)
+               for name in result.samples.inputs)
+
+
+CLASS_SCORE_OPS = frozenset({"Softmax", "LogSoftmax", "MatMul", "BiasAdd"})
+
+
+def class_score_outputs(graph_def, outputs: Sequence[str]) -> List[str]:
+    """Outputs that may be class scores — a Softmax/LogSoftmax, or logits from a dense layer
+    (through Identity); verification checks the rank (2) and width (≥ 2) on the values."""
+    graph = Graph(graph_def, check_inputs=False)
+    return [name for name in outputs
+            if graph.op(graph.resolve(name)) in CLASS_SCORE_OPS]
 
 
 def _reference_note(settings: Mapping[str, object], preprocessed: bool = False) -> str:

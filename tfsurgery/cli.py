@@ -66,6 +66,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="the value verification feeds an input: a number, true/false, a vector "
                              "(0.6,0.7,0.7), or a "
                              ".npy file (repeatable)")
+    parser.add_argument("--samples", metavar="PATH",
+                        help="your own input values: an .npz named by input (or a directory of "
+                             ".npy), rows stacked on the first axis; every row is checked")
+    parser.add_argument("--check-n", type=int, default=1, metavar="N",
+                        help="compare N batches of seeded random inputs (default 1: each batch "
+                             "is a full run of both graphs; with --samples, N-1 more)")
     parser.add_argument("--keep-asserts", action="store_true",
                         help="keep Assert, CheckNumerics and Print ops (strip-debug off)")
     parser.add_argument("--verify-timeout", type=_positive, default=None, metavar="SECONDS",
@@ -363,7 +369,8 @@ def _interface(args) -> dict:
                                  if value is not None},
             "input_shapes": dict(args.input_shape), "feeds": dict(args.feed),
             "verify_timeout": args.verify_timeout, "keep_asserts": args.keep_asserts,
-            "preprocess": args.preprocess, "weights": args.weights}
+            "preprocess": args.preprocess, "weights": args.weights,
+            "samples": args.samples, "check_n": args.check_n}
 
 
 def _say(args, text: str = "") -> None:

@@ -65,6 +65,15 @@ class Samples:
         for index in range(self.rows):
             yield self.row(index)
 
+    def batches(self, rows: int = 1) -> Iterator[Tuple[int, Dict[str, np.ndarray]]]:
+        """(first row, feeds) for runs of up to ``rows`` rows: single samples are stacked along
+        the batch axis (whole-batch rows are always fed one at a time)."""
+        step = rows if not any(self.batched.values()) else 1
+        for first in range(0, self.rows, step):
+            last = min(first + step, self.rows)
+            yield first, {name: (array[first] if self.batched[name] else array[first:last])
+                          for name, array in self.arrays.items()}
+
     def take(self, indices: Sequence[int]) -> "Samples":
         indices = np.asarray(indices, dtype=np.int64)
         return Samples({n: a[indices] for n, a in self.arrays.items()}, dict(self.batched),

@@ -72,6 +72,12 @@ class Verification:
                                                                      repr=False)
     # the reference's outputs on ``feeds`` (output → values): what exports are checked against
     expected: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
+    actual: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
+    batches: int = 1                # input batches compared (--check-n, --samples rows)
+    worst_batch: str = ""           # the batch of the largest error
+    # class-score outputs: name → {"rows", "agree", "flips": rows whose top-1 changed although
+    # the original's top-2 margin exceeded the tolerance}
+    agreement: Dict[str, dict] = dataclasses.field(default_factory=dict)
 
     @property
     def max_error(self) -> float:
@@ -89,8 +95,13 @@ class Verification:
         return [o.name for o in self.outputs if o.shape and o.nonfinite == np.prod(o.shape)]
 
     @property
+    def flips(self) -> int:
+        return sum(a["flips"] for a in self.agreement.values())
+
+    @property
     def passed(self) -> bool:
-        return compared_real_numbers(self.outputs) and self.max_error <= self.allowed
+        return compared_real_numbers(self.outputs) and self.max_error <= self.allowed and \
+            not self.flips
 
     def failure(self) -> str:
         """Why it did not pass, in one line."""
@@ -101,7 +112,12 @@ class Verification:
                     "(not finite) in the original on the test inputs; give real inputs with "
                     "--feed NAME=file.npy")
         nonfinite = f" ({self.nonfinite} NaN/Inf output values)" if self.nonfinite else ""
-        return f"max error {self.max_error:.3g} exceeds {self.allowed:.3g}{nonfinite}"
+        if self.max_error <= self.allowed and self.flips:
+            name, worst = max(self.agreement.items(), key=lambda kv: kv[1]["flips"])
+            return (f"the top-1 class changed on {worst['flips']} of {worst['rows']} rows of "
+                    f"'{name}' where the original's margin exceeded the tolerance")
+        where = f" (on {self.worst_batch})" if self.batches > 1 and self.worst_batch else ""
+        return f"max error {self.max_error:.3g} exceeds {self.allowed:.3g}{where}{nonfinite}"
 
     @property
     def nonfinite(self) -> int:
@@ -110,8 +126,12 @@ class Verification:
     def summary(self) -> str:
         """The numbers in plain words, for the report line."""
         floor = f", float32 noise floor {self.noise_floor:.3g}" if self.noise_floor else ""
-        text = (f"max error {self.max_error:.3g} (tolerance {self.tolerance:g}{floor}; "
+        batches = (f" over {self.batches} batches, worst on {self.worst_batch}"
+                   if self.batches > 1 else "")
+        text = (f"max error {self.max_error:.3g}{batches} (tolerance {self.tolerance:g}{floor}; "
                 f"reference: {self.reference})")
+        for name, a in self.agreement.items():
+            text += f"; top-1 agreement on '{name}': {a['agree']}/{a['rows']} rows"
         if self.nonfinite:
             total = sum(int(np.prod(o.shape)) for o in self.outputs)
             text += (f"; {self.nonfinite} of {total} original output values are NaN/Inf: "
@@ -123,6 +143,8 @@ class Verification:
                 "tolerance": float(self.tolerance), "noise_floor": float(self.noise_floor),
                 "allowed": float(self.allowed), "deterministic": self.deterministic,
                 "nonfinite_outputs": self.nonfinite, "reference": self.reference,
+                "batches": self.batches, "worst_batch": self.worst_batch,
+                "agreement": self.agreement,
                 "outputs": [o.as_dict() for o in self.outputs]}
 
 
@@ -360,7 +382,8 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
                                                size, seed=seed, given=given, timeout=timeout)
         errors += more_errors
     verification = Verification(errors, tolerance, feeds=feeds if raw is None else raw,
-                                more_feeds=more_feeds, expected=dict(zip(outputs, expected)))
+                                more_feeds=more_feeds, expected=dict(zip(outputs, expected)),
+                                actual=dict(zip(outputs, actual)))
     verification.reference = _reference_text(reference_note, settings, random_note)
     if verification.max_error > tolerance:      # only then is the floor worth two more runs
         again = run_graph(reference, {**feeds, **settings}, outputs, timeout=timeout,
@@ -387,6 +410,60 @@ def _reference_text(note: Optional[str], settings: Mapping[str, np.ndarray],
     else:
         text = "the original graph"
     return f"{text}, {random_note}" if random_note else text
+
+
+def verify_batches(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
+                   settings: Mapping[str, object] = (), *,
+                   batches: Sequence[Tuple[str, Optional[Mapping[str, np.ndarray]], int]],
+                   class_outputs: Sequence[str] = (), tolerance: float = DEFAULT_TOLERANCE,
+                   **options) -> Verification:
+    """``verify`` on each batch — (label, given values, seed of the random rest): N seeded
+    random batches (--check-n), the rows of the user's samples — merged into one verdict: every
+    output on every batch, the worst batch named, and top-1 agreement over all rows of each
+    class-score output in ``class_outputs`` (a flip where the original's top-2 margin exceeds
+    the tolerance fails the check). The first batch's feeds are what exports are checked on."""
+    merged = None
+    expected: Dict[str, list] = {name: [] for name in class_outputs}
+    actual: Dict[str, list] = {name: [] for name in class_outputs}
+    for label, given, seed in batches:
+        one = verify(original, optimized, inputs, outputs, settings, tolerance=tolerance,
+                     seed=seed, given=given, **options)
+        for name in class_outputs:
+            expected[name].append(np.asarray(one.expected[name]))
+            actual[name].append(np.asarray(one.actual[name]))
+        if merged is None:
+            merged, merged.worst_batch = one, label
+            continue
+        if one.max_error > merged.max_error:
+            merged.worst_batch = label
+        merged.outputs += [dataclasses.replace(o, name=f"{o.name} [{label}]")
+                           for o in one.outputs]
+        merged.noise_floor = max(merged.noise_floor, one.noise_floor)
+        merged.deterministic = merged.deterministic and one.deterministic
+        merged.batches += 1
+    for name in class_outputs:
+        if all(is_class_scores(value) for value in expected[name] + actual[name]):
+            merged.agreement[name] = top1_agreement(np.concatenate(expected[name]),
+                                                    np.concatenate(actual[name]), tolerance)
+    return merged
+
+
+def is_class_scores(value) -> bool:
+    value = np.asarray(value)
+    return value.ndim == 2 and value.shape[-1] >= 2 and value.dtype.kind == "f"
+
+
+def top1_agreement(expected: np.ndarray, actual: np.ndarray, tolerance: float) -> dict:
+    """Rows whose top-1 class is the same; a changed top-1 counts as a flip only where the
+    original's top-2 margin exceeds tolerance × that row's magnitude (a near tie may go either
+    way within rounding). Per row: a row of small scores can flip while the error, relative to
+    the largest score of the batch, looks tiny."""
+    same = np.argmax(expected, axis=-1) == np.argmax(actual, axis=-1)
+    top2 = np.sort(expected, axis=-1)[:, -2:]
+    margin = top2[:, 1] - top2[:, 0]
+    scale = np.maximum(np.max(np.abs(expected), axis=-1), np.finfo(np.float32).tiny)
+    flips = int(np.count_nonzero(~same & (margin > tolerance * scale)))
+    return {"rows": int(same.size), "agree": int(np.count_nonzero(same)), "flips": flips}
 
 
 def _second_size(reference, optimized, inputs, outputs, settings, first: int, **run):
