@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
+import numpy as np
 from tensorflow.core.framework import graph_pb2
 
 from tfsurgery import (io, latency, onnx_export, pipeline, picture, preprocessing, report,
                        verify as verify_mod)
-from tfsurgery import artefacts, progress, savedmodel_export, tflite_export
+from tfsurgery import artefacts, localize, progress, savedmodel_export, tflite_export
 from tfsurgery import samples as samples_mod
 from tfsurgery.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
 from tfsurgery.errors import (ExportError, InputError, OriginalDoesNotRun,  # noqa: F401
@@ -72,6 +73,7 @@ class Result:
     # inputs no output reads after optimization → the stand-in value the original was fed
     unused_inputs: Dict[str, object] = dataclasses.field(default_factory=dict)
     frozen_form: str = ""               # how the source was frozen (io.Loaded.frozen_form)
+    divergence: Optional[localize.Divergence] = None  # where a failed check went wrong
     samples: Optional[samples_mod.Samples] = None   # the user's input values (--samples)
     check_n: int = 1                    # seeded random batches compared (--check-n)
 
@@ -98,6 +100,8 @@ class Result:
             extra["verification_error"] = self.verification_error
         if self.verify_skipped:
             extra["verification_skipped"] = True
+        if self.divergence is not None:
+            extra["divergence"] = self.divergence.as_dict()
         return report.build_report(self.before, self.graph_def, self.reports, inputs=self.inputs,
                                    outputs=self.outputs, verification=self.verification,
                                    extra=extra)
@@ -338,9 +342,36 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
             f"cannot compare: {error}"
         raise VerificationFailed(message, result=result) from None
     if not result.verification.passed:
-        raise VerificationFailed(result.verification.failure(),
+        result.divergence = _localize(result, original, transforms, options)
+        where = f"; {result.divergence.line()}" if result.divergence else ""
+        raise VerificationFailed(result.verification.failure() + where,
                                  verification=result.verification, result=result)
     return result
+
+
+def _localize(result: Result, original, transforms, options) -> Optional[localize.Divergence]:
+    """The first transform after which the worst batch fails, and the first tensor it changed
+    (tfsurgery.localize); None where the inputs are preprocessed (raw and model values differ
+    between the graphs before and after add-preprocessing)."""
+    if result.preprocess is not None or not transforms:
+        return None
+    given, seed = result.verification.worst
+    progress.say("localizing the failure: re-running the pipeline prefix by prefix")
+
+    def passes(graph_def) -> bool:
+        try:
+            return verify_mod.verify(original, graph_def, result.inputs, result.outputs,
+                                     result.settings, tolerance=result.tolerance, seed=seed,
+                                     given=given, timeout=result.timeout).passed
+        except VerificationError:
+            return False
+    settings = {name: np.asarray(value) for name, value in result.settings.items()}
+    try:
+        return localize.locate(original, transforms, options, passes,
+                               feeds=result.verification.worst_feeds, settings=settings,
+                               tolerance=result.verification.allowed, timeout=result.timeout)
+    except (VerificationError, StructureError, TransformError) as error:
+        return localize.Divergence(None, note=str(error))
 
 
 def require_verified(result: Result, *, allow_unverified: bool = False) -> None:

@@ -537,7 +537,8 @@ def _check_verification(args, result) -> int:
         v = result.verification
         _say(args, f"verification: {v.summary()}")
         if not v.passed:
-            print(f"tfsurgery: verification FAILED: {v.failure()}; nothing written",
+            where = f"; {result.divergence.line()}" if result.divergence else ""
+            print(f"tfsurgery: verification FAILED: {v.failure()}{where}; nothing written",
                   file=sys.stderr)
             return 1
     elif result.verification_error:

@@ -78,6 +78,9 @@ class Verification:
     # class-score outputs: name → {"rows", "agree", "flips": rows whose top-1 changed although
     # the original's top-2 margin exceeded the tolerance}
     agreement: Dict[str, dict] = dataclasses.field(default_factory=dict)
+    # the worst batch as it was made (given values, seed) and fed: what localizing re-runs
+    worst: tuple = dataclasses.field(default=(None, 0), repr=False)
+    worst_feeds: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def max_error(self) -> float:
@@ -433,9 +436,11 @@ def verify_batches(original, optimized, inputs: Sequence[str], outputs: Sequence
             actual[name].append(np.asarray(one.actual[name]))
         if merged is None:
             merged, merged.worst_batch = one, label
+            merged.worst, merged.worst_feeds = (given, seed), one.feeds
             continue
         if one.max_error > merged.max_error:
-            merged.worst_batch = label
+            merged.worst_batch, merged.worst, merged.worst_feeds = label, (given, seed), \
+                one.feeds
         merged.outputs += [dataclasses.replace(o, name=f"{o.name} [{label}]")
                            for o in one.outputs]
         merged.noise_floor = max(merged.noise_floor, one.noise_floor)

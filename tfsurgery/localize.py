@@ -1,0 +1,160 @@
+"""When the numbers move, say where: the first transform after which the check fails, and the
+first tensor that transform changed beyond the tolerance.
+
+1. The transform: the pipeline re-run on prefixes of its transform list, bisected (the empty
+   prefix is the original, which matches itself; the whole list failed): the first prefix whose
+   result fails verification names its last transform.
+2. The tensor: the graphs just before and just after that transform — not the original against
+   the end result, where a batch-norm fold legitimately changes its conv's raw output — run on the
+   verification's inputs with every tensor that exists under the same name in both fetched, in
+   topological order. The first whose values differ beyond the tolerance is named, with its op
+   and error, and the transform's own record of that node when it rewrote or skipped it. A
+   difference every reader of the tensor makes up for (a conv whose weights took a fold's scale,
+   read by the node that took its shift) is a legitimate rewrite, not the place things went wrong.
+
+It starts only after a failure, so a passing run pays nothing; every graph run has the run's
+deadline.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from tfsurgery import pipeline, verify
+from tfsurgery.contract import Options, TransformReport
+from tfsurgery.errors import VerificationError
+from tfsurgery.graph import Graph
+from tfsurgery.reference import comparable_reference
+
+NUMERIC_KINDS = "fciub"
+MAX_TENSORS = 5000          # fetched at most, nearest the inputs first
+
+
+@dataclasses.dataclass
+class Divergence:
+    transform: Optional[str]            # the first transform after which the check fails
+    node: Optional[str] = None          # the first tensor it changed beyond the tolerance
+    op: Optional[str] = None
+    error: float = 0.0
+    record: Optional[str] = None        # what the transform's report says about that node
+    compared: int = 0                   # tensors compared before and after it
+    note: str = ""
+
+    def line(self) -> str:
+        if self.transform is None:
+            return f"the failure could not be pinned to one transform ({self.note})"
+        text = f"first diverging transform '{self.transform}'"
+        if self.node:
+            text += (f", first diverging tensor '{self.node}' ({self.op}): relative error "
+                     f"{self.error:.3g}")
+            if self.record:
+                text += f"; {self.transform} says: {self.record}"
+        elif self.note:
+            text += f" ({self.note})"
+        return text
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def locate(original, transforms: Sequence[str], options: Options,
+           passes: Callable[[object], bool], *, feeds: Dict[str, np.ndarray],
+           settings: Dict[str, np.ndarray], tolerance: float,
+           timeout: float = verify.DEFAULT_TIMEOUT) -> Divergence:
+    """``passes(graph_def)``: does this result verify against the original? ``feeds`` and
+    ``settings``: what verification fed (settings only to graphs that still have them)."""
+    transforms = list(transforms)
+    low, high = 0, len(transforms)          # prefix[:low] passes, prefix[:high] fails
+    results = {0: (original, [])}
+    while high - low > 1:
+        middle = (low + high) // 2
+        graph_def, reports = pipeline.run(original, transforms[:middle], options)
+        results[middle] = (graph_def, reports)
+        if passes(graph_def):
+            low = middle
+        else:
+            high = middle
+    if high not in results:
+        results[high] = pipeline.run(original, transforms[:high], options)
+    if low not in results:
+        results[low] = pipeline.run(original, transforms[:low], options)
+    name = transforms[high - 1]
+    before, after = results[low][0], results[high][0]
+    report = next((r for r in results[high][1] if r.name == name), None)
+    found = Divergence(name)
+    try:
+        first_difference(found, before, after, report, feeds=feeds, settings=settings,
+                         tolerance=tolerance, timeout=timeout)
+    except VerificationError as error:
+        found.note = f"its tensors could not be compared: {error}"
+    return found
+
+
+def first_difference(found: Divergence, before, after, report: Optional[TransformReport], *,
+                     feeds, settings, tolerance: float, timeout: float) -> None:
+    reference, candidate, _ = comparable_reference(before, after, settings)
+    names = common_tensors(reference, candidate)
+    found.compared = len(names)
+    if not names:
+        found.note = "no tensor exists under the same name before and after it"
+        return
+    run_feeds = {**feeds, **settings}
+    expected = verify.run_graph(reference, run_feeds, names, timeout=timeout,
+                                label="the graph before it")
+    actual = verify.run_graph(candidate, run_feeds, names, timeout=timeout,
+                              label="the graph after it")
+    errors = {name: verify.output_error(name, e, a).max_rel
+              for name, e, a in zip(names, expected, actual)}
+    graph = Graph(candidate, check_inputs=False)
+    for name in names:
+        if errors[name] <= tolerance or _made_up_for(graph, name, errors, tolerance):
+            continue
+        node = name.split(":")[0]
+        found.node, found.op, found.error = node, graph.op(node), errors[name]
+        found.record = _record(report, node)
+        return
+    found.note = "no common tensor differs beyond the tolerance (the change is in what only " \
+                 "one of them has)"
+
+
+def common_tensors(before, after) -> List[str]:
+    """``name:0`` of every node in both graphs with a numeric first output, in topological
+    order of the graph after (Consts and placeholders left out: they are what is fed)."""
+    import tensorflow as tf
+    present = {node.name: node.op for node in before.node}
+    graph = Graph(after, check_inputs=False)
+    order = graph.topological_order()
+    numeric = set()
+    with tf.Graph().as_default() as imported:
+        try:
+            tf.compat.v1.import_graph_def(after, name="")
+        except (ValueError, TypeError, tf.errors.OpError):
+            return []
+        for operation in imported.get_operations():
+            if operation.outputs and operation.outputs[0].dtype.is_numpy_compatible and \
+                    np.dtype(operation.outputs[0].dtype.as_numpy_dtype).kind in NUMERIC_KINDS:
+                numeric.add(operation.name)
+    skip = {"Const", "Placeholder", "PlaceholderWithDefault", "NoOp"}
+    return [f"{name}:0" for name in order if name in present and name in numeric and
+            graph.op(name) not in skip and present[name] not in skip][:MAX_TENSORS]
+
+
+def _made_up_for(graph: Graph, name: str, errors: Dict[str, float], tolerance: float) -> bool:
+    """Every reader of this tensor (compared) matches: the difference is internal to a rewrite."""
+    readers = [f"{c.node}:0" for c in graph.consumers(name.split(":")[0])]
+    compared = [r for r in readers if r in errors]
+    return bool(compared) and all(errors[r] <= tolerance for r in compared)
+
+
+def _record(report: Optional[TransformReport], node: str) -> Optional[str]:
+    if report is None:
+        return None
+    for entry in report.rewritten:
+        if str(entry) == node or str(entry).split(" ")[0] == node:
+            return f"rewrote it ({entry})"
+    for skipped, reason in report.skipped:
+        if skipped == node:
+            return f"skipped it: {reason}"
+    return None
