@@ -27,7 +27,7 @@ FLOORS = {
     0: {"tfsurgery", "errors", "ops", "graph", "tfsession", "constants", "interface", "contract",
         "image_layout", "cpu_layout", "samples", "tensor_list_loops", "onnx_tidy", "progress"},
     1: {"transforms"},
-    2: {"pipeline", "localize", "verify", "reference", "report", "io", "artefacts", "onnx_export",
+    2: {"pipeline", "localize", "compare", "verify", "reference", "report", "io", "artefacts", "onnx_export",
         "savedmodel_export", "tflite_export", "latency", "picture", "preprocessing",
         "training_ops", "keras_optimizers", "training", "models"},
     3: {"api"},

@@ -19,7 +19,7 @@ from tensorflow.core.framework import graph_pb2
 from tfsurgery import (io, latency, onnx_export, pipeline, picture, preprocessing, report,
                        verify as verify_mod)
 from tfsurgery import artefacts, localize, progress, savedmodel_export, tflite_export
-from tfsurgery import samples as samples_mod
+from tfsurgery import compare as compare_mod, samples as samples_mod
 from tfsurgery.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
 from tfsurgery.errors import (ExportError, InputError, OriginalDoesNotRun,  # noqa: F401
                               StructureError, TransformError, UnknownTransform, Unverified,
@@ -188,6 +188,21 @@ def requested_preprocessing(dtype: Optional[str] = None, reverse=None, mean: Opt
                                    reverse,
                                    parsed("--mean-values", mean, preprocessing.parse_values),
                                    parsed("--scale-values", scale, preprocessing.parse_values))
+
+
+def compare(a, b, *, inputs: Sequence[str] = (), outputs: Sequence[str] = (),
+            feeds: Optional[Mapping[str, object]] = None,
+            input_shapes: Optional[Mapping[str, Sequence[Optional[int]]]] = None, samples=None,
+            tolerance: Optional[float] = None, timeout: Optional[float] = None,
+            seed: int = 0) -> compare_mod.Comparison:
+    """Two graphs or artefacts on the same inputs: every tensor both have (TensorFlow B), or
+    the outputs (ONNX / TFLite B); see tfsurgery.compare."""
+    progress.say(f"comparing {b} with {a}")
+    return compare_mod.compare(
+        a, b, inputs=inputs, outputs=outputs, feeds=feeds, input_shapes=input_shapes,
+        samples=samples, tolerance=verify_mod.DEFAULT_TOLERANCE if tolerance is None
+        else tolerance, timeout=verify_mod.DEFAULT_TIMEOUT if timeout is None else timeout,
+        seed=seed)
 
 
 def load_plugins(specs: Sequence[str]) -> List[str]:

@@ -261,6 +261,24 @@ def build_parser() -> argparse.ArgumentParser:
     _deploy_options(export)
     _picture_options(export)
 
+    compare = sub.add_parser("compare", help="two graphs or artefacts on the same inputs: "
+                             "every common tensor, the first and the worst divergence")
+    compare.add_argument("a", help="the reference: a TensorFlow graph (.pb/.pbtxt, SavedModel "
+                         "directory, .keras/.h5)")
+    compare.add_argument("b", help="another TensorFlow graph, an .onnx or a .tflite model")
+    compare.add_argument("--inputs", help="comma-separated input names (default: A's)")
+    compare.add_argument("--outputs", help="comma-separated output names (default: A's)")
+    compare.add_argument("--input-shape", action="append", default=[], type=_shape,
+                         metavar="NAME=D0,D1,...")
+    compare.add_argument("--feed", action="append", default=[], type=_feed, metavar="NAME=VALUE")
+    compare.add_argument("--samples", metavar="PATH", help="feed the first row of your samples")
+    compare.add_argument("--tolerance", type=_positive, default=None,
+                         help="relative to each tensor's magnitude (default 1e-4)")
+    compare.add_argument("--verify-timeout", type=_positive, default=None, metavar="SECONDS")
+    compare.add_argument("--report-json", metavar="PATH", help="every tensor's error as JSON")
+    compare.add_argument("-v", "--verbose", action="store_true", help="more detail")
+    compare.add_argument("-q", "--quiet", action="store_true", help="errors only")
+
     bench = sub.add_parser("bench", help="latency before and after, in TensorFlow and "
                            "onnxruntime (interleaved runs, median and spread)")
     _common(bench)
@@ -270,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-SUBCOMMANDS = ("optimize", "inspect", "export", "bench")
+SUBCOMMANDS = ("optimize", "inspect", "export", "bench", "compare")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -336,6 +354,8 @@ def _silence_native_stderr() -> None:
 
 def _run(args) -> int:
     from tfsurgery import api
+    if args.command == "compare":
+        return _compare(args)
     api.load_plugins(args.plugin)
     if args.list_transforms:
         _say(args, api.format_table(api.list_transforms(),
@@ -668,6 +688,25 @@ def _speedup(original, optimized) -> str:
         optimized.median_ms + optimized.spread_ms / 2
     overlap = low_a <= high_b and low_b <= high_a
     return f"≈ {ratio:.2f}x (n.s.)" if overlap else f"{ratio:.2f}x"
+
+
+def _compare(args) -> int:
+    """``compare A B``: 0 when every compared tensor is within the tolerance, else 1."""
+    from tfsurgery import api
+    compared = api.compare(args.a, args.b, inputs=_split(args.inputs),
+                           outputs=_split(args.outputs), feeds=dict(args.feed),
+                           input_shapes=dict(args.input_shape), samples=args.samples,
+                           tolerance=args.tolerance, timeout=args.verify_timeout)
+    for line in compared.lines():
+        _say(args, line)
+    if args.report_json:
+        api.write_json(args.report_json, compared.as_dict(), input_path=args.a)
+    if not compared.passed:
+        first = compared.first or compared.worst
+        where = f": first divergence {first.name}" if first else ""
+        print(f"tfsurgery: {args.b} differs from {args.a}{where}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _timing_cell(timing) -> str:

@@ -109,7 +109,7 @@ def first_difference(found: Divergence, before, after, report: Optional[Transfor
               for name, e, a in zip(names, expected, actual)}
     graph = Graph(candidate, check_inputs=False)
     for name in names:
-        if errors[name] <= tolerance or _made_up_for(graph, name, errors, tolerance):
+        if errors[name] <= tolerance or made_up_for(graph, name, errors, tolerance):
             continue
         node = name.split(":")[0]
         found.node, found.op, found.error = node, graph.op(node), errors[name]
@@ -141,7 +141,7 @@ def common_tensors(before, after) -> List[str]:
             graph.op(name) not in skip and present[name] not in skip][:MAX_TENSORS]
 
 
-def _made_up_for(graph: Graph, name: str, errors: Dict[str, float], tolerance: float) -> bool:
+def made_up_for(graph: Graph, name: str, errors: Dict[str, float], tolerance: float) -> bool:
     """Every reader of this tensor (compared) matches: the difference is internal to a rewrite."""
     readers = [f"{c.node}:0" for c in graph.consumers(name.split(":")[0])]
     compared = [r for r in readers if r in errors]
