@@ -84,3 +84,30 @@ def test_a_passing_run_does_not_localize(article):
     source = api.Source(article.graph_def, "a", inputs=article.inputs, outputs=article.outputs,
                         training_flags=["training"])
     assert api.optimize(source, api.choose_transforms(bn_fold=True)).divergence is None
+
+
+def test_an_onnx_export_made_wrong_names_its_node(tmp_path, monkeypatch, capsys):
+    """A conversion bug (conv_2's ONNX weights scaled by 1.1 after tf2onnx): the check fails
+    and names the first ONNX node whose output parts from the TensorFlow tensor it came from."""
+    import onnx
+    from onnx import numpy_helper
+    from tfsurgery import onnx_tidy
+    real = onnx_tidy.tidy
+
+    def scale_conv_2(model):
+        done = real(model)
+        conv = next(n for n in model.graph.node if n.op_type == "Conv" and "conv_2" in n.name)
+        weight = next(i for i in model.graph.initializer if i.name == conv.input[1])
+        weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * 1.1,
+                                                weight.name))
+        return done
+    monkeypatch.setattr(onnx_tidy, "tidy", scale_conv_2)
+    path = tmp_path / "five.pb"
+    path.write_bytes(five_convs().SerializeToString())
+    code = main([str(path), "-o", str(tmp_path / "x.pb"), "--onnx", str(tmp_path / "x.onnx")])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and len(err.splitlines()) == 1
+    assert "ONNX check FAILED" in err and "first diverging ONNX node" in err
+    named = err.split("output '")[1].split("'")[0]
+    assert named.split(":")[0] in ("conv_2", "relu_2"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["five.pb"]

@@ -601,9 +601,10 @@ def _export_onnx(args, source, result, path: Path, data: dict, batch=None) -> in
     _say(args, f"ONNX check: max error {exported.max_error:.3g} vs {exported.reference} "
                f"(tolerance {exported.tolerance:g}; onnx.checker passed)")
     if not exported.passed:
+        where = f"; {exported.divergence}" if exported.divergence else ""
         print(f"tfsurgery: ONNX check FAILED: onnxruntime differs from {exported.reference} by "
-              f"{exported.max_error:.3g} (tolerance {exported.tolerance:g}); nothing written",
-              file=sys.stderr)
+              f"{exported.max_error:.3g} (tolerance {exported.tolerance:g}){where}; nothing "
+              "written", file=sys.stderr)
         return 1
     return 0
 
