@@ -39,6 +39,9 @@ def parse_args(argv=None):
     parser.add_argument("--deploy-runs", type=int, default=20,
                         help="timed runs per runtime (TF, onnxruntime, TFLite) of the deployment "
                              "artefacts; 0 skips the artefact sizes and latencies")
+    parser.add_argument("--localize", action="store_true",
+                        help="only time localizing a failed check (a BN fold broken on purpose) "
+                             "against verification, on --models (benchmarks/localize.py)")
     parser.add_argument("--out-md", type=Path, default=ROOT / "docs" / "benchmark.md")
     parser.add_argument("--out-json", type=Path, default=ROOT / "docs" / "benchmark.json")
     args = parser.parse_args(argv)
@@ -52,6 +55,12 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.localize:
+        from benchmarks import localize
+        rows = [localize.measure(name, benchmark.build_model(name, args.input_size))
+                for name in args.models]
+        print(localize.render(rows))
+        return 0
     blocks = () if args.no_scaling else (
         benchmark.QUICK_SCALING_BLOCKS if args.quick else benchmark.SCALING_BLOCKS)
     result = benchmark.run(args.models, repeats=args.repeats, input_size=args.input_size,

@@ -84,3 +84,13 @@ def test_deployment_section_on_the_article_model():
     assert all(t["median_ms"] > 0 for t in section["latency"].values()), section["latency"]
     text = deploy.render("article_cnn", section)
     assert "| tflite | float16 |" in text and "| onnxruntime |" in text
+
+
+def test_localization_timing_names_the_broken_fold():
+    """benchmarks/localize.py (scripts/benchmark.py --localize): the broken BN fold is found and
+    both times are measured (their ratio is the benchmark's figure, not asserted here)."""
+    from benchmarks import localize
+    row = localize.measure("article_cnn", article_cnn())
+    assert row["transform"] == "fold-batch-norm" and row["node"]
+    assert row["verification_seconds"] > 0 and row["localize_seconds"] > 0
+    assert "article_cnn" in localize.render([row])

@@ -63,3 +63,13 @@ def test_the_reference_must_be_tensorflow(tmp_path, capsys):
     (tmp_path / "x.onnx").write_bytes(b"")
     code, _, err = run_cli(capsys, "compare", tmp_path / "x.onnx", tmp_path / "y.pb")
     assert code == 2 and "must be a TensorFlow graph" in err
+
+
+def test_against_a_tflite_export(article, tmp_path, capsys):
+    path = tmp_path / "a.pb"
+    path.write_bytes(article.graph_def.SerializeToString())
+    assert main([str(path), "--bn-fold", "-o", str(tmp_path / "lean.pb"), "--tflite",
+                 str(tmp_path / "lean.tflite")]) == 0
+    code, out, err = run_cli(capsys, "compare", path, tmp_path / "lean.tflite")
+    assert code == 0, err
+    assert "the outputs" in out and "same numbers" in out

@@ -370,17 +370,15 @@ def _localize(result: Result, original, transforms, options) -> Optional[localiz
     between the graphs before and after add-preprocessing)."""
     if result.preprocess is not None or not transforms:
         return None
-    given, seed = result.verification.worst
     progress.say("localizing the failure: re-running the pipeline prefix by prefix")
 
-    def passes(graph_def) -> bool:
-        try:
-            return verify_mod.verify(original, graph_def, result.inputs, result.outputs,
-                                     result.settings, tolerance=result.tolerance, seed=seed,
-                                     given=given, timeout=result.timeout).passed
-        except VerificationError:
-            return False
-    settings = {name: np.asarray(value) for name, value in result.settings.items()}
+    settings = {verify_mod.node_name(name): np.asarray(value)
+                for name, value in result.settings.items()}
+    passes = localize.quick_check(original, result.outputs,
+                                  feeds=result.verification.worst_feeds, settings=settings,
+                                  allowed=result.verification.allowed,
+                                  class_outputs=class_score_outputs(original, result.outputs),
+                                  timeout=result.timeout)
     try:
         return localize.locate(original, transforms, options, passes,
                                feeds=result.verification.worst_feeds, settings=settings,

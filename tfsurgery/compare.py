@@ -132,8 +132,9 @@ def _against_outputs(reference, values, outputs, tolerance, timeout, a, b, actua
 def _run_tflite(path: Path, values: Mapping[str, np.ndarray], outputs: Sequence[str]) -> list:
     """The model's default signature, fed and read by the graph's names."""
     from tfsurgery.tflite_export import interpreter_class
-    runner = interpreter_class()(model_path=str(path)).get_signature_runner()
-    result = runner(**{node_name(k): v for k, v in values.items()})
+    runner = interpreter_class()[0](model_path=str(path)).get_signature_runner()
+    wanted = set(runner.get_input_details())
+    result = runner(**{node_name(k): v for k, v in values.items() if node_name(k) in wanted})
     missing = [o for o in outputs if node_name(o) not in result]
     if missing:
         raise InputError(f"{path}: its signature has no output '{node_name(missing[0])}' "

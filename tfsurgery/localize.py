@@ -92,6 +92,37 @@ def locate(original, transforms: Sequence[str], options: Options,
     return found
 
 
+def quick_check(original, outputs: Sequence[str], *, feeds, settings, allowed: float,
+                class_outputs: Sequence[str] = (), timeout: float = verify.DEFAULT_TIMEOUT):
+    """``passes(graph_def)`` for the bisection: one run of the candidate on the failing batch
+    against the original's outputs (run once per form of the reference: its random ops seeded
+    or at their expected value), the verdict's own bound and top-1 rule — not a full
+    verification (no second size, no noise floor), so each step costs one run."""
+    cache: Dict[bytes, list] = {}
+
+    def passes(graph_def) -> bool:
+        reference, candidate, _ = comparable_reference(original, graph_def, settings)
+        key = reference.SerializeToString(deterministic=True)
+        try:
+            if key not in cache:
+                cache[key] = verify.run_graph(reference, {**feeds, **settings}, outputs,
+                                              timeout=timeout, label="the original graph")
+            actual = verify.run_graph(candidate, feeds, outputs, timeout=timeout,
+                                      label="a partly optimized graph")
+        except VerificationError:
+            return False
+        expected = cache[key]
+        errors = [verify.output_error(n, e, a) for n, e, a in zip(outputs, expected, actual)]
+        if not verify.compared_real_numbers(errors) or verify.worst_error(errors) > allowed:
+            return False
+        scores = [(e, a) for n, e, a in zip(outputs, expected, actual)
+                  if n in class_outputs and verify.is_class_scores(e) and
+                  verify.is_class_scores(a)]
+        return not any(verify.top1_agreement(np.asarray(e), np.asarray(a), allowed)["flips"]
+                       for e, a in scores)
+    return passes
+
+
 def first_difference(found: Divergence, before, after, report: Optional[TransformReport], *,
                      feeds, settings, tolerance: float, timeout: float) -> None:
     reference, candidate, _ = comparable_reference(before, after, settings)
