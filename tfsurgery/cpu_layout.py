@@ -102,13 +102,13 @@ def rewritten(graph_def):
 def _channels_first(node) -> bool:
     if node.op not in CHANNELS_FIRST_ONLY_WITH_ONEDNN or "data_format" not in node.attr:
         return False
-    return node.attr["data_format"].s.decode().startswith("NC")
+    return node.attr["data_format"].s.decode(errors="replace").startswith("NC")
 
 
 def _wrapped(node) -> list:
     """[constants, transpose in, the op in channels-last form, transpose out (the op's name)]."""
     from tensorflow.core.framework import node_def_pb2
-    fmt = node.attr["data_format"].s.decode()
+    fmt = node.attr["data_format"].s.decode(errors="replace")
     rank = len(fmt)
     inner = node_def_pb2.NodeDef()
     inner.CopyFrom(node)
