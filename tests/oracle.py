@@ -110,7 +110,8 @@ def _channels_last(graph_def):
     out.CopyFrom(graph_def)
     del out.node[:]
     for node in graph_def.node:
-        fmt = node.attr["data_format"].s.decode(errors="replace") if "data_format" in node.attr else ""
+        fmt = node.attr["data_format"].s.decode(errors="replace") \
+            if "data_format" in node.attr else ""
         if node.op not in NHWC_ONLY_ON_CPU or not fmt.startswith("NC"):
             out.node.add().CopyFrom(node)
             continue
