@@ -33,7 +33,7 @@ def _split(text: Optional[str]) -> List[str]:
     return [part.strip() for part in text.split(",") if part.strip()] if text else []
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
     parser.add_argument("input", nargs="?", help="frozen graph (.pb/.pbtxt), SavedModel directory "
                         "or Keras .keras/.h5 file; omitted: the demo model")
     parser.add_argument("--signature", default="serving_default",
@@ -61,21 +61,22 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         metavar="NAME=D0,D1,...",
                         help="an input's shape (-1 or ? for a free dimension); NAME may be any "
                              "tensor named in --inputs (repeatable)")
-    parser.add_argument("--feed", action="append", default=[], type=_feed,
-                        metavar="NAME=VALUE",
-                        help="the value verification feeds an input: a number, true/false, a vector "
-                             "(0.6,0.7,0.7), or a "
-                             ".npy file (repeatable)")
-    parser.add_argument("--samples", metavar="PATH",
-                        help="your own input values: an .npz named by input (or a directory of "
-                             ".npy), rows stacked on the first axis; every row is checked")
-    parser.add_argument("--check-n", type=int, default=1, metavar="N",
-                        help="compare N batches of seeded random inputs (default 1: each batch "
-                             "is a full run of both graphs; with --samples, N-1 more)")
     parser.add_argument("--keep-asserts", action="store_true",
                         help="keep Assert, CheckNumerics and Print ops (strip-debug off)")
-    parser.add_argument("--verify-timeout", type=_positive, default=None, metavar="SECONDS",
-                        help="deadline for each run of a graph during checks (default 120)")
+    if checks:            # inspect runs no graph: options about checking are not offered there
+        parser.add_argument("--feed", action="append", default=[], type=_feed,
+                            metavar="NAME=VALUE",
+                            help="the value verification feeds an input: a number, true/false, "
+                                 "a vector (0.6,0.7,0.7), or a .npy file (repeatable)")
+        parser.add_argument("--samples", metavar="PATH",
+                            help="your own input values: an .npz named by input (or a directory "
+                                 "of .npy), rows stacked on the first axis; every row is checked")
+        parser.add_argument("--check-n", type=int, default=1, metavar="N",
+                            help="compare N batches of seeded random inputs (default 1: each "
+                                 "batch is a full run of both graphs; with --samples, N-1 more)")
+        parser.add_argument("--verify-timeout", type=_positive, default=None,
+                            metavar="SECONDS",
+                            help="deadline for each run of a graph during checks (default 120)")
     parser.add_argument("-v", "--verbose", action="store_true", help="more detail")
     parser.add_argument("-q", "--quiet", action="store_true", help="errors only")
     _preprocessing_options(parser)
@@ -247,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     inspect = sub.add_parser("inspect", help="show the graph's interface and what each transform "
                              "would change (dry run)")
-    _common(inspect)
+    _common(inspect, checks=False)
     inspect.add_argument("--report-json", metavar="PATH", help="write the report as JSON")
     _picture_options(inspect)
 
@@ -387,10 +388,11 @@ def _interface(args) -> dict:
             "training_flags": [name for name, value in args.training_flag if value is None],
             "inference_values": {name: value for name, value in args.training_flag
                                  if value is not None},
-            "input_shapes": dict(args.input_shape), "feeds": dict(args.feed),
-            "verify_timeout": args.verify_timeout, "keep_asserts": args.keep_asserts,
-            "preprocess": args.preprocess, "weights": args.weights,
-            "samples": args.samples, "check_n": args.check_n}
+            "input_shapes": dict(args.input_shape), "feeds": dict(getattr(args, "feed", [])),
+            "verify_timeout": getattr(args, "verify_timeout", None),
+            "keep_asserts": args.keep_asserts, "preprocess": args.preprocess,
+            "weights": args.weights, "samples": getattr(args, "samples", None),
+            "check_n": getattr(args, "check_n", 1)}
 
 
 def _say(args, text: str = "") -> None:
