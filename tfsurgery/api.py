@@ -380,9 +380,12 @@ def _localize(result: Result, original, transforms, options) -> Optional[localiz
                                   class_outputs=class_score_outputs(original, result.outputs),
                                   timeout=result.timeout)
     try:
+        changed = {r.name for r in result.reports
+                   if r.rewritten or r.removed_nodes or r.pruned}
         return localize.locate(original, transforms, options, passes,
                                feeds=result.verification.worst_feeds, settings=settings,
-                               tolerance=result.verification.allowed, timeout=result.timeout)
+                               tolerance=result.verification.allowed, timeout=result.timeout,
+                               changed=changed)
     except (VerificationError, StructureError, TransformError) as error:
         return localize.Divergence(None, note=str(error))
 

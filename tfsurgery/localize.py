@@ -62,20 +62,27 @@ class Divergence:
 def locate(original, transforms: Sequence[str], options: Options,
            passes: Callable[[object], bool], *, feeds: Dict[str, np.ndarray],
            settings: Dict[str, np.ndarray], tolerance: float,
-           timeout: float = verify.DEFAULT_TIMEOUT) -> Divergence:
+           timeout: float = verify.DEFAULT_TIMEOUT, changed: Optional[set] = None) -> Divergence:
     """``passes(graph_def)``: does this result verify against the original? ``feeds`` and
-    ``settings``: what verification fed (settings only to graphs that still have them)."""
+    ``settings``: what verification fed (settings only to graphs that still have them).
+    ``changed``: the transforms whose report shows a change in the failed run — only a prefix
+    ending at one of them can be the first to fail, so only those are bisected."""
     transforms = list(transforms)
-    low, high = 0, len(transforms)          # prefix[:low] passes, prefix[:high] fails
+    points = [0] + [k for k in range(1, len(transforms) + 1)
+                    if changed is None or transforms[k - 1] in changed]
+    if points[-1] != len(transforms):
+        points.append(len(transforms))
+    low, high = 0, len(points) - 1          # prefix[:points[low]] passes, [:points[high]] fails
     results = {0: (original, [])}
     while high - low > 1:
         middle = (low + high) // 2
-        graph_def, reports = pipeline.run(original, transforms[:middle], options)
-        results[middle] = (graph_def, reports)
+        graph_def, reports = pipeline.run(original, transforms[:points[middle]], options)
+        results[points[middle]] = (graph_def, reports)
         if passes(graph_def):
             low = middle
         else:
             high = middle
+    low, high = points[low], points[high]
     if high not in results:
         results[high] = pipeline.run(original, transforms[:high], options)
     if low not in results:
