@@ -154,3 +154,34 @@ def test_enable_and_disable_edit_the_default_pipeline():
     assert chosen.index("merge-duplicates") < chosen.index("fold-affine-into-linear")
     assert api.choose_transforms(["default"], bn_fold=True) == \
         api.choose_transforms(bn_fold=True)
+
+
+def test_transforms_own_their_parameters(article_pb, tmp_path, capsys):
+    """--param TRANSFORM.NAME=VALUE reaches that transform only; unknown names and bad values
+    are one line."""
+    from tfsurgery.transforms import fold_constants
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="input")
+        scale = tf.math.rsqrt(tf.constant([1.0, 2.0, 3.0]) + 1e-3) * tf.constant([0.5, 1., 2.])
+        tf.identity(x * scale, name="output")
+    path = tmp_path / "bn.pb"
+    path.write_bytes(graph.as_graph_def().SerializeToString())
+    for value, folded in (("0", False), ("1048576", True)):
+        report = tmp_path / f"r{value}.json"
+        code, _, err = run_cli(capsys, path, "-o", tmp_path / f"x{value}.pb", "--param",
+                               f"fold-constants.max_bytes={value}", "--report-json", report)
+        assert code == 0, err
+        folding = next(t for t in json.loads(report.read_text())["transforms"]
+                       if t["name"] == "fold-constants")
+        assert bool(folding["rewritten"]) == folded
+        if not folded:
+            assert "would grow" in folding["skipped"][0]["reason"] or \
+                "bytes" in folding["skipped"][0]["reason"]
+    assert fold_constants.FoldConstantsParams().max_bytes == 64 << 20   # defaults untouched
+    for param, message in (("fold-constants.nope=1", "has no parameter 'nope'"),
+                           ("no-such.x=1", "unknown transform 'no-such'"),
+                           ("fold-constants.max_bytes=lots", "is not a int"),
+                           ("fold-constants=1", "expected TRANSFORM.NAME=VALUE")):
+        code, _, err = run_cli(capsys, article_pb, "-o", tmp_path / "y.pb", "--param", param)
+        assert code == 2 and message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "y.pb").exists()

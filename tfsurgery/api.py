@@ -29,7 +29,7 @@ from tfsurgery.interface import (check_fed, find_dropout_knobs, find_training_fl
                                  resolve_interface, unused_inputs, with_declared_inputs)
 from tfsurgery.ops import PLACEHOLDER_OPS, node_name
 from tfsurgery.report import format_table, op_histogram, summary, transform_lines  # noqa: F401
-from tfsurgery.contract import Options, TransformReport
+from tfsurgery.contract import Options, TransformReport, with_params
 
 DEMO_NAME = "article_cnn"
 # --weights float16: each weight is rounded to float16 (relative error up to 2^-11); through a
@@ -75,6 +75,7 @@ class Result:
     frozen_form: str = ""               # how the source was frozen (io.Loaded.frozen_form)
     divergence: Optional[localize.Divergence] = None  # where a failed check went wrong
     samples: Optional[samples_mod.Samples] = None   # the user's input values (--samples)
+    params: Dict[str, object] = dataclasses.field(default_factory=dict)   # transforms' own
     check_n: int = 1                    # seeded random batches compared (--check-n)
 
     def save(self, path, *, allow_unverified: bool = False) -> Path:
@@ -224,7 +225,10 @@ def list_transforms() -> List[tuple]:
             fn.__doc__ or ""
         doc = doc.strip()
         summary = doc.split("\n")[0].split(": ", 1)[-1] if doc else ""
-        rows.append((name, when, plugin or "tfsurgery", summary[:70]))
+        params = ", ".join(f"{f.name}={f.default!r}" if f.default is not dataclasses.MISSING
+                           else f.name for f in dataclasses.fields(fn.params_type)
+                           if f.name != "specs")
+        rows.append((name, when, plugin or "tfsurgery", summary[:70], params))
     return rows
 
 
@@ -279,7 +283,8 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
              tolerance: Optional[float] = None, verify_timeout: Optional[float] = None,
              keep_asserts: bool = False, seed: int = 0,
              preprocess: Optional[preprocessing.Requested] = None,
-             weights: str = "float32", samples=None, check_n: int = 1) -> Result:
+             weights: str = "float32", samples=None, check_n: int = 1,
+             transform_params: Optional[Mapping[str, Mapping[str, object]]] = None) -> Result:
     """Run ``transforms`` on the source graph, then check the numbers (``VerificationFailed``
     when they moved or could not be compared).
 
@@ -325,8 +330,9 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
     specs = preprocessing.resolve(original, inputs, preprocess or preprocessing.Requested())
     if specs and "add-preprocessing" not in transforms:
         transforms = ["add-preprocessing"] + list(transforms)
+    params = transform_parameters(transform_params, keep_asserts=keep_asserts, specs=specs)
     options = Options(inputs=inputs, outputs=outputs, training_flags=flags,
-                      inference_values=values, keep_asserts=keep_asserts, preprocessing=specs)
+                      inference_values=values, params=params)
     progress.say(f"optimizing {len(original.node)} nodes: {', '.join(transforms)}")
     try:
         graph_def, reports = pipeline.run(original, transforms, options)
@@ -344,7 +350,7 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
                     settings=settings, timeout=timeout, given=dict(feeds or {}),
                     preprocess=preprocessing.preprocessor(original, specs), weights=weights,
                     unused_inputs=unused, frozen_form=source.frozen_form, samples=samples,
-                    check_n=check_n)
+                    check_n=check_n, params=params)
     if not verify:
         result.verify_skipped = True
         return result
@@ -362,6 +368,57 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
         raise VerificationFailed(result.verification.failure() + where,
                                  verification=result.verification, result=result)
     return result
+
+
+def transform_parameters(given: Optional[Mapping[str, Mapping[str, object]]] = None, *,
+                         keep_asserts: bool = False, specs=None) -> Dict[str, object]:
+    """Each transform's own parameters for a run: ``given`` ({"fold-constants": {"max_bytes":
+    1 << 20}}; values may be text, converted by the field's type), plus what the interface
+    options decide (--keep-asserts, the preprocessing specs). Unknown names: ``InputError``."""
+    params: Dict[str, object] = {}
+    for name, values in dict(given or {}).items():
+        fn = pipeline.lookup(name)
+        if fn is None:
+            raise InputError(f"--param {name}: unknown transform '{name}'")
+        typed = {key: _typed(fn, key, value) for key, value in dict(values).items()}
+        try:
+            params[name] = with_params(fn, typed)
+        except ValueError as error:
+            raise InputError(f"--param {name}: {error}") from None
+    if keep_asserts:
+        params["strip-debug"] = dataclasses.replace(
+            params.get("strip-debug") or pipeline.lookup("strip-debug").params_type(),
+            keep_asserts=True)
+    if specs:
+        params["add-preprocessing"] = dataclasses.replace(
+            params.get("add-preprocessing") or
+            pipeline.lookup("add-preprocessing").params_type(), specs=specs)
+    return params
+
+
+def _typed(fn, key: str, value):
+    """A text value as the parameter's own type (bool, int, float; others as given)."""
+    if not isinstance(value, str):
+        return value
+    default = next((f.default for f in dataclasses.fields(fn.params_type) if f.name == key), None)
+    try:
+        if isinstance(default, bool):
+            if value.lower() not in ("true", "false"):
+                raise ValueError(value)
+            return value.lower() == "true"
+        if isinstance(default, int):
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+    except ValueError:
+        raise InputError(f"--param {fn.transform_name}.{key}: {value!r} is not a "
+                         f"{type(default).__name__}") from None
+    return value
+
+
+def _float16_min_elements(result: Result) -> int:
+    fn = pipeline.lookup("float16-weights")
+    return (result.params.get("float16-weights") or fn.params_type()).min_elements
 
 
 def _localize(result: Result, original, transforms, options) -> Optional[localize.Divergence]:
@@ -542,7 +599,7 @@ def export_onnx(result: Result, path, *, opset: Optional[int] = None,
                               inputs_as_nchw=list(inputs_as_nchw), tolerance=result.tolerance,
                               feeds=check_feeds(result), timeout=result.timeout,
                               ort_optimize=ort_optimize, input_path=input_path,
-                              float16_min_elements=(Options().float16_min_elements
+                              float16_min_elements=(_float16_min_elements(result)
                                                     if result.weights == "float16" else None),
                               more_feeds=(result.verification.more_feeds
                                           if result.verification is not None else None),

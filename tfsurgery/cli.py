@@ -51,6 +51,10 @@ def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
     parser.add_argument("--plugin", action="append", default=[], metavar="PATH.py|MODULE",
                         help="load users' transforms (@tfsurgery.transform) from a file or "
                              "module; name them in --transforms (repeatable)")
+    parser.add_argument("--param", action="append", default=[], type=_param,
+                        metavar="TRANSFORM.NAME=VALUE",
+                        help="a transform's own parameter, e.g. fold-constants.max_bytes=1048576 "
+                             "(repeatable; --list-transforms lists them)")
     parser.add_argument("--list-transforms", action="store_true",
                         help="list every transform (ours, --plugin's, installed) and exit")
     parser.add_argument("--training-flag", action="append", default=[], type=_setting,
@@ -189,6 +193,22 @@ def _feed(text: str):
             raise argparse.ArgumentTypeError(f"{value!r}: a vector takes numbers or true/false "
                                              "separated by commas") from None
     return name, _scalar(value)
+
+
+def _param(text: str):
+    """TRANSFORM.NAME=VALUE → (transform, name, value text)."""
+    target, value = _named(text, "VALUE")
+    transform, dot, name = target.rpartition(".")
+    if not dot or not transform or not name:
+        raise argparse.ArgumentTypeError(f"expected TRANSFORM.NAME=VALUE, not {text!r}")
+    return transform, name, value
+
+
+def _params(given) -> dict:
+    params: dict = {}
+    for transform, name, value in given:
+        params.setdefault(transform, {})[name] = value
+    return params
 
 
 def _setting(text: str):
@@ -360,7 +380,8 @@ def _run(args) -> int:
     api.load_plugins(args.plugin)
     if args.list_transforms:
         _say(args, api.format_table(api.list_transforms(),
-                                    headers=("transform", "runs", "from", "what it does")))
+                                    headers=("transform", "runs", "from", "what it does",
+                                             "parameters (--param)")))
         return 0
     transforms = api.choose_transforms(_split(args.transforms), bn_fold=args.bn_fold,
                                        enable=args.enable, disable=args.disable)
@@ -392,7 +413,8 @@ def _interface(args) -> dict:
             "verify_timeout": getattr(args, "verify_timeout", None),
             "keep_asserts": args.keep_asserts, "preprocess": args.preprocess,
             "weights": args.weights, "samples": getattr(args, "samples", None),
-            "check_n": getattr(args, "check_n", 1)}
+            "check_n": getattr(args, "check_n", 1),
+            "transform_params": _params(args.param)}
 
 
 def _say(args, text: str = "") -> None:

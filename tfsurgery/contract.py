@@ -1,7 +1,9 @@
 """The transform contract (ground floor): what a transform is given and what it reports.
 
 A transform is a function ``fn(graph, options) -> TransformReport`` marked with
-``@transform("kebab-name")``. It edits the ``Graph`` it is given (the pipeline's private copy) and
+``@transform("kebab-name")``; one with settings declares them as a small dataclass
+(``@transform("name", params=MyParams)``) and reads its instance with
+``options.params_for(fn)``. The shared ``Options`` hold only the run's interface. It edits the ``Graph`` it is given (the pipeline's private copy) and
 says what it matched, rewrote and skipped (with why). Which transforms exist, and in what order
 they run, is listed once in ``tfsurgery.transforms``.
 """
@@ -28,18 +30,20 @@ class Preprocessing:
 
 @dataclasses.dataclass
 class Options:
-    """What a run knows beyond the graph: its inputs/outputs and the user's choices."""
+    """What every transform may know beyond the graph: the run's interface — and, by transform
+    name, each transform's own parameters (see ``params_for``)."""
 
     inputs: List[str] = dataclasses.field(default_factory=list)
     outputs: List[str] = dataclasses.field(default_factory=list)
     training_flags: List[str] = dataclasses.field(default_factory=list)   # user-named flags
     # placeholder → its inference value: dropout knobs, --training-flag NAME=VALUE
     inference_values: Dict[str, object] = dataclasses.field(default_factory=dict)
-    fold_constants_max_bytes: int = 64 << 20   # a folded constant may not be larger than this
-    keep_asserts: bool = False                 # strip-debug off (--keep-asserts)
-    # input node name → its preprocessing (add-preprocessing)
-    preprocessing: Dict[str, Preprocessing] = dataclasses.field(default_factory=dict)
-    float16_min_elements: int = 64      # float16-weights: smaller float32 constants stay float32
+    params: Dict[str, object] = dataclasses.field(default_factory=dict)   # name → its params
+
+    def params_for(self, fn):
+        """The parameters of transform ``fn`` for this run: the ones given, else its defaults."""
+        given = self.params.get(fn.transform_name)
+        return given if given is not None else fn.params_type()
 
     @property
     def protected(self) -> set:
@@ -74,14 +78,32 @@ class TransformReport:
 Transform = Callable[[Graph, Options], TransformReport]
 
 
-def transform(name: str, *, default: bool = True,
-              repeat: bool = False) -> Callable[[Transform], Transform]:
+@dataclasses.dataclass
+class NoParams:
+    """A transform without parameters."""
+
+
+def transform(name: str, *, default: bool = True, repeat: bool = False,
+              params: type = NoParams) -> Callable[[Transform], Transform]:
     """Name a transform function; ``default=False`` keeps it out of a plain run (it is asked for,
     e.g. ``fold-batch-norm`` by ``--bn-fold``). ``repeat=True``: a simplification the pipeline
-    runs again while other passes keep changing the graph (each can expose work for another)."""
+    runs again while other passes keep changing the graph (each can expose work for another).
+    ``params``: the dataclass of its own parameters, with their defaults."""
     def decorate(fn: Transform) -> Transform:
         fn.transform_name = name
         fn.default = default
         fn.repeat = repeat
+        fn.params_type = params
         return fn
     return decorate
+
+
+def with_params(fn, values) -> object:
+    """``fn``'s parameters with ``values`` (a mapping of field → value) over its defaults;
+    an unknown field is a ``ValueError`` naming the ones it has."""
+    fields = {f.name for f in dataclasses.fields(fn.params_type)}
+    unknown = [key for key in values if key not in fields]
+    if unknown:
+        raise ValueError(f"transform '{fn.transform_name}' has no parameter '{unknown[0]}'"
+                         f" (it has: {', '.join(sorted(fields)) or 'none'})")
+    return dataclasses.replace(fn.params_type(), **values)

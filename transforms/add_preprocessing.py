@@ -12,7 +12,9 @@ of the input reads m, so its meaning is unchanged.
 """
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -21,10 +23,16 @@ from tfsurgery.graph import Graph, Ref
 from tfsurgery.image_layout import channel_axis, first_format_reader
 from tfsurgery.contract import Options, Preprocessing, TransformReport, transform
 
-@transform("add-preprocessing", default=False)
+@dataclasses.dataclass
+class AddPreprocessingParams:
+    # input node name → what its raw values become (resolved from the CLI/API options)
+    specs: Dict[str, Preprocessing] = dataclasses.field(default_factory=dict)
+
+
+@transform("add-preprocessing", default=False, params=AddPreprocessingParams)
 def add_preprocessing(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("add-preprocessing")
-    for name, spec in options.preprocessing.items():
+    for name, spec in options.params_for(add_preprocessing).specs.items():
         if name not in graph:
             raise TransformError(f"--input-dtype/--mean-values/...: no input named '{name}'")
         axis = spec.channel_axis if spec.channel_axis is not None else channel_axis(graph, name)

@@ -2,7 +2,7 @@
 
 The anchors: graph_transforms' ``round_weights`` (smaller files, same graph) and TFLite's float16
 post-training quantization (weights in float16, dequantized to float32 when the model loads). Here
-a float32 ``Const`` W with at least ``Options.float16_min_elements`` values becomes
+a float32 ``Const`` W with at least ``Float16Params.min_elements`` values becomes
 
     W/float16 = Const(float16(W))          W = Cast(W/float16 → float32)
 
@@ -12,6 +12,8 @@ in this mode (``verify.FLOAT16_TOLERANCE``). Small constants (biases, shapes, sc
 float32: they cost nothing and are often exact values (epsilons, scales) worth keeping.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 from tensorflow.core.framework import attr_value_pb2, types_pb2
@@ -23,7 +25,12 @@ from tfsurgery.contract import Options, TransformReport, transform
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 
-@transform("float16-weights", default=False)
+@dataclasses.dataclass
+class Float16Params:
+    min_elements: int = 64              # smaller float32 constants stay float32
+
+
+@transform("float16-weights", default=False, params=Float16Params)
 def float16_weights(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("float16-weights")
     candidates = [node.name for node in graph.nodes_with_ops({"Const"})
@@ -31,7 +38,7 @@ def float16_weights(graph: Graph, options: Options) -> TransformReport:
     if not candidates:
         raise TransformError(
             f"--weights float16: the graph has no float32 constant of at least "
-            f"{options.float16_min_elements} values to store as float16")
+            f"{options.params_for(float16_weights).min_elements} values to store as float16")
     saved = 0
     for name in candidates:
         reason = _why_not(graph, name, options)
@@ -51,7 +58,7 @@ def _is_large_float32_const(node, options: Options) -> bool:
     if node.op != "Const" or node.attr["dtype"].type != types_pb2.DT_FLOAT:
         return False
     dims = [d.size for d in node.attr["value"].tensor.tensor_shape.dim]
-    return int(np.prod(dims, dtype=np.int64)) >= options.float16_min_elements
+    return int(np.prod(dims, dtype=np.int64)) >= options.params_for(float16_weights).min_elements
 
 
 def _why_not(graph: Graph, name: str, options: Options) -> str:

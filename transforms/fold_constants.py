@@ -6,9 +6,11 @@ Frozen Keras 3 graphs compute batch-norm parameters at run time — ``Rsqrt(var 
 stateful and random ops, control flow, fake quantization and anything a placeholder feeds are never
 folded. A fold is kept only when it does not grow the serialized graph (think ``Fill``, ``Tile``, a
 ``Split`` into many constants, ``Dequantize`` of uint8 weights) and stays below
-``Options.fold_constants_max_bytes``.
+``FoldConstantsParams.max_bytes``.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import re
 from typing import Dict, List, Set
@@ -46,7 +48,12 @@ def _subgraph_bytes(graph: Graph, name: str, constant: Set[str]) -> int:
         NODE_BYTES * len(nodes)
 
 
-@transform("fold-constants", repeat=True)
+@dataclasses.dataclass
+class FoldConstantsParams:
+    max_bytes: int = 64 << 20           # a folded constant may not be larger than this
+
+
+@transform("fold-constants", repeat=True, params=FoldConstantsParams)
 def fold_constants(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("fold-constants")
     constant = constant_nodes(graph)
@@ -62,7 +69,7 @@ def fold_constants(graph: Graph, options: Options) -> TransformReport:
         results = {port: values[str(Ref(name, port))] for port in ports}
         size = sum(np.asarray(v).nbytes + NODE_BYTES for v in results.values())
         before = _subgraph_bytes(graph, name, constant)
-        if size > min(options.fold_constants_max_bytes, before):
+        if size > min(options.params_for(fold_constants).max_bytes, before):
             report.skip(name, f"folded value would take {size} bytes where its subgraph takes "
                               f"{before}: folding would grow the graph")
             continue

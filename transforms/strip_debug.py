@@ -9,6 +9,8 @@ then an ordinary Identity for remove-identity. ``--keep-asserts`` turns this tra
 """
 from __future__ import annotations
 
+import dataclasses
+
 from tfsurgery.graph import Graph
 from tfsurgery.contract import Options, TransformReport, transform
 
@@ -16,10 +18,16 @@ PASS_THROUGH = frozenset({"CheckNumerics", "CheckNumericsV2", "Print"})
 CHECK_ONLY = frozenset({"Assert", "PrintV2"})
 
 
-@transform("strip-debug")
+
+@dataclasses.dataclass
+class StripDebugParams:
+    keep_asserts: bool = False          # --keep-asserts: the checks stay, nothing is stripped
+
+
+@transform("strip-debug", params=StripDebugParams)
 def strip_debug(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("strip-debug")
-    if options.keep_asserts:
+    if options.params_for(strip_debug).keep_asserts:
         report.notes.append("--keep-asserts: assertions and debug ops kept")
         return report
     for node in graph.nodes_with_ops(PASS_THROUGH | CHECK_ONLY):
