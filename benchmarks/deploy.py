@@ -1,15 +1,11 @@
 """Benchmark section for the deployment formats: per model, the size of each artefact tfsurgery
 writes (.pb, SavedModel, ONNX, TFLite; float32 and float16 weights) with its checked error, and
 the optimized model's latency in TensorFlow, onnxruntime and the TFLite interpreter — each runtime
-timed in a process of its own (``python -m benchmarks.deploy RUNTIME WORK RUNS``), with the same
-intra-op thread count and feeds.
+timed in a process of its own by ``tfsurgery.latency``'s worker (the one ``tfsurgery bench``
+uses), with the same intra-op thread count and feeds.
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Dict, List
@@ -18,10 +14,9 @@ import numpy as np
 
 from benchmarks.common import markdown_table, source_of
 from tfsurgery import api, latency
-from tfsurgery.errors import ExportError
+from tfsurgery.errors import ExportError, VerificationError
 from tfsurgery.ops import first_line
 
-ROOT = Path(__file__).resolve().parent.parent
 WEIGHTS = ("float32", "float16")
 FORMATS = ("pb", "saved_model", "onnx", "tflite")
 # float16 weights in a deep net with random weights move outputs by a few percent (MobileNetV2:
@@ -72,25 +67,23 @@ def _entry(data: dict) -> dict:
 
 def latencies(work: Path, feeds: Dict[str, np.ndarray], outputs: List[str], *,
               runs: int, timeout: float = 600) -> Dict[str, dict]:
-    """The float32 optimized model in each runtime whose artefact exists, one process each."""
+    """The float32 optimized model in each runtime whose artefact exists, one process each
+    (tfsurgery.latency's worker, the one ``tfsurgery bench`` uses)."""
     np.savez(work / "feeds.npz", **feeds)
-    (work / "outputs.json").write_text(json.dumps(list(outputs)))
     rows = {}
     for runtime, name in RUNTIME_FILES.items():
-        if not (work / "float32" / name).exists():
+        model = work / "float32" / name
+        if not model.exists():
             rows[runtime] = {"error": "no artefact"}
             continue
-        command = [sys.executable, "-m", "benchmarks.deploy", runtime, str(work), str(runs)]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                                  cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-        except subprocess.TimeoutExpired:
-            rows[runtime] = {"error": f"did not finish within {timeout:g} s"}
+            (timing,) = latency.measure_in_subprocess(
+                runtime, {"optimized": (model, work / "feeds.npz")}, outputs, runs=runs,
+                work=work, timeout=timeout)
+        except VerificationError as error:
+            rows[runtime] = {"error": first_line(error)}
             continue
-        if done.returncode != 0:
-            rows[runtime] = {"error": first_line(done.stderr)}
-            continue
-        rows[runtime] = json.loads(done.stdout.strip().splitlines()[-1])
+        rows[runtime] = timing.as_dict()
     return rows
 
 
@@ -102,30 +95,6 @@ def deployment(built, *, runs: int = 20) -> dict:
         table, feeds, outputs = artefacts(source, work)
         timings = latencies(work, feeds, outputs, runs=runs)
     return {"artefacts": table, "latency": timings, "runs": runs}
-
-
-def tflite_runner(path: Path, feeds: Dict[str, np.ndarray]):
-    from tfsurgery.tflite_export import interpreter_class
-    interpreter = interpreter_class()[0](model_path=str(path), num_threads=latency.threads())
-    runner = interpreter.get_signature_runner("serving_default")
-    feed = {k.split(":")[0]: v for k, v in feeds.items()}
-    return lambda: runner(**feed)
-
-
-def _worker(runtime: str, work: Path, runs: int) -> dict:
-    feeds = dict(np.load(work / "feeds.npz"))
-    path = work / "float32" / RUNTIME_FILES[runtime]
-    if runtime == "tensorflow":
-        import tensorflow as tf
-        graph_def = tf.compat.v1.GraphDef.FromString(path.read_bytes())
-        run = latency.tf_runner(graph_def, feeds, json.loads((work / "outputs.json").read_text()))
-    elif runtime == "onnxruntime":
-        run = latency.ort_runner(path, feeds)
-    else:
-        run = tflite_runner(path, feeds)
-    (timing,) = latency.summarise(runtime, latency.interleaved({"optimized": run}, runs),
-                                  latency.threads())
-    return timing.as_dict()
 
 
 def render(name: str, section: dict) -> str:
@@ -149,7 +118,3 @@ def render(name: str, section: dict) -> str:
                       f"Latency of the optimized float32 model (median ± IQR over "
                       f"{section['runs']} runs, ms; each runtime in its own process):", "",
                       markdown_table(["runtime", "latency"], timing)])
-
-
-if __name__ == "__main__":
-    print(json.dumps(_worker(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]))))

@@ -6,7 +6,6 @@ Exit status: 0 success, 1 verification failed (TF graphs or ONNX vs TF, or ONNX 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys

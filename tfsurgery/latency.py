@@ -142,8 +142,27 @@ def _onnxruntime_rows(original, optimized, inputs, outputs, given, work: Path, r
 
 
 def _measure(runtime: str, work: Path, runs: int, timeout: float) -> List[Timing]:
-    """Run this module as a worker process for one runtime; its timings come back as JSON."""
-    command = [sys.executable, "-m", "tfsurgery.latency", runtime, str(work), str(runs)]
+    """Both variants of ``work`` in one runtime, in a process of its own."""
+    variants = VARIANTS if runtime == "tensorflow" else \
+        json.loads((work / "onnx_variants.json").read_text())
+    suffix = ".pb" if runtime == "tensorflow" else ".onnx"
+    return measure_in_subprocess(
+        runtime, {v: (work / f"{v}{suffix}", work / f"{v}.npz") for v in variants},
+        json.loads((work / "outputs.json").read_text()), runs=runs, work=work,
+        timeout=timeout)
+
+
+def measure_in_subprocess(runtime: str, variants: Dict[str, tuple], outputs: Sequence[str], *,
+                          runs: int, work: Path, timeout: float = 600) -> List[Timing]:
+    """The one timing worker (``tfsurgery bench`` and the benchmarks alike): each variant's model
+    (a .pb, .onnx or .tflite path) fed its own .npz, run interleaved ``runs`` times in a fresh
+    process for ``runtime`` ("tensorflow", "onnxruntime" or "tflite"); the timings come back
+    as JSON."""
+    plan = work / f"plan_{runtime}.json"
+    plan.write_text(json.dumps({"runtime": runtime, "runs": runs, "outputs": list(outputs),
+                                "variants": {name: [str(model), str(feeds)]
+                                             for name, (model, feeds) in variants.items()}}))
+    command = [sys.executable, "-m", "tfsurgery.latency", str(plan)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
@@ -155,22 +174,31 @@ def _measure(runtime: str, work: Path, runs: int, timeout: float) -> List[Timing
     return [Timing(**row) for row in json.loads(done.stdout.strip().splitlines()[-1])]
 
 
-def _worker(runtime: str, work: Path, runs: int) -> List[Timing]:
-    outputs = json.loads((work / "outputs.json").read_text())
-    runners = {}
-    variants = VARIANTS if runtime == "tensorflow" else \
-        json.loads((work / "onnx_variants.json").read_text())
-    for variant in variants:
-        feeds = dict(np.load(work / f"{variant}.npz"))
-        if runtime == "tensorflow":
-            import tensorflow as tf
-            graph_def = tf.compat.v1.GraphDef.FromString((work / f"{variant}.pb").read_bytes())
-            runners[variant] = tf_runner(graph_def, feeds, outputs)
-        else:
-            runners[variant] = ort_runner(work / f"{variant}.onnx", feeds)
-    return summarise(runtime, interleaved(runners, runs), threads())
+def tflite_runner(model_path: Path, feeds: Dict[str, np.ndarray]):
+    from tfsurgery.tflite_export import interpreter_class
+    interpreter = interpreter_class()[0](model_path=str(model_path), num_threads=threads())
+    runner = interpreter.get_signature_runner()
+    wanted = set(runner.get_input_details())
+    feed = {k.split(":")[0]: v for k, v in feeds.items() if k.split(":")[0] in wanted}
+    return lambda: runner(**feed)
+
+
+def _runner(runtime: str, model: Path, feeds: Dict[str, np.ndarray], outputs: Sequence[str]):
+    if runtime == "tensorflow":
+        import tensorflow as tf
+        return tf_runner(tf.compat.v1.GraphDef.FromString(model.read_bytes()), feeds, outputs)
+    if runtime == "onnxruntime":
+        return ort_runner(model, feeds)
+    return tflite_runner(model, feeds)
+
+
+def _worker(plan_path: Path) -> List[Timing]:
+    plan = json.loads(plan_path.read_text())
+    runners = {name: _runner(plan["runtime"], Path(model), dict(np.load(feeds)), plan["outputs"])
+               for name, (model, feeds) in plan["variants"].items()}
+    return summarise(plan["runtime"], interleaved(runners, plan["runs"]), threads())
 
 
 if __name__ == "__main__":
-    rows = _worker(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]))
+    rows = _worker(Path(sys.argv[1]))
     print(json.dumps([row.as_dict() for row in rows]))
