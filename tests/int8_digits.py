@@ -8,7 +8,8 @@ def digits():
     from sklearn.datasets import load_digits
     data = load_digits()
     images = (data.images / 16.0).astype(np.float32)[..., None]      # (1797, 8, 8, 1) in [0, 1]
-    return images, data.target.astype(np.int64)
+    order = np.random.default_rng(0).permutation(len(images))     # writers spread over parts
+    return images[order], data.target.astype(np.int64)[order]
 
 
 def trained_cnn(images, labels):
