@@ -373,8 +373,7 @@ def _run(args) -> int:
                        if not (option == "output" and _saved_model_from_output(args))],
                       opset=getattr(args, "opset", None), picture_path=getattr(args, "picture", None))
     if getattr(args, "quantize", None):
-        from tfsurgery import quantize
-        quantize.check_request(args.samples, args.quantize, args.command == "export" or
+        api.check_int8_request(args.samples, args.quantize, args.command == "export" or
                                bool(args.onnx))
     if saved_model is not None:
         api.check_saved_model_target(saved_model, force=args.force, input_path=args.input)
@@ -623,27 +622,21 @@ def _export_int8(args, source, result, path: Path, data: dict, batch) -> int:
     """The float ONNX (checked as usual) in a scratch directory, then int8 from it, checked on
     the held-back rows against the float original; 1 (nothing written) if it misses."""
     import tempfile
-    from tfsurgery import api, quantize, samples
-    specs = samples.input_specs(source.graph_def, result.inputs)
-    rows = samples.load(args.samples, specs)
-    if args.check_samples:
-        calibration, check = rows, samples.load(args.check_samples, specs)
-    else:
-        calibration, check = rows.split(args.check_fraction)
-    thresholds = quantize.Thresholds(args.int8_min_agreement, args.int8_min_sqnr,
+    from tfsurgery import api
+    calibration, check = api.int8_samples(source, result, args.samples,
+                                          check_samples=args.check_samples,
+                                          check_fraction=args.check_fraction)
+    thresholds = api.Int8Thresholds(args.int8_min_agreement, args.int8_min_sqnr,
                                      args.int8_max_float_layers)
     with tempfile.TemporaryDirectory(prefix=f".{path.name}.float.", dir=path.parent) as scratch:
         float_path = Path(scratch) / path.name
         code = _export_onnx(args, source, result, float_path, data, None)
         if code:
             return code
-        expected = quantize.reference_outputs(source.graph_def, result.outputs, check)
         try:
-            report = quantize.quantize(float_path, path, outputs=result.outputs,
-                                       calibration=calibration, check=check, expected=expected,
-                                       thresholds=thresholds, batch=batch,
-                                       input_path=source.path)
-        except quantize.Int8Refused as refused:
+            report = api.export_int8(source, result, float_path, path, calibration=calibration,
+                                     check=check, thresholds=thresholds, batch=batch)
+        except api.Int8Refused as refused:
             data["int8"] = refused.report.as_dict()
             _say_int8(args, refused.report)
             print(f"tfsurgery: int8 FAILED: {refused}; nothing written", file=sys.stderr)

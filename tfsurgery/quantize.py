@@ -88,7 +88,7 @@ def reference_outputs(graph_def, outputs: Sequence[str], check: Samples) -> List
 
 def quantize(float_model: Path, path: Path, *, outputs: Sequence[str], calibration: Samples,
              check: Samples, expected: List[List[np.ndarray]], thresholds: Thresholds,
-             batch: Optional[artefacts.Batch] = None, input_path=None) -> Int8Report:
+             batch: Optional[artefacts.Batch] = None) -> Int8Report:
     """Quantize ``float_model`` to ``path`` (with ``batch``: written when the whole run passed).
     Raises ``ExportError`` carrying the report when the thresholds cannot be met."""
     layers = quantizable_layers(float_model)
