@@ -8,6 +8,7 @@ sensitivity is measured (the error with only that layer kept float) and the most
 stay float, most sensitive first, until the thresholds hold or the cap is reached — then refuse.
 """
 import dataclasses
+import logging
 import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -207,6 +208,8 @@ def _quantize_static(float_model: Path, out: Path, calibration: Samples,
     import onnxruntime as ort
     wanted = {i.name for i in ort.InferenceSession(
         str(float_model), providers=["CPUExecutionProvider"]).get_inputs()}
+    root = logging.getLogger()       # onnxruntime logs "consider pre-processing" on the root
+    level, root.level = root.level, logging.ERROR
     try:
         q.quantize_static(str(float_model), str(out), Rows(), quant_format=q.QuantFormat.QDQ,
                           per_channel=True, weight_type=q.QuantType.QInt8,
@@ -215,6 +218,8 @@ def _quantize_static(float_model: Path, out: Path, calibration: Samples,
     except Exception as error:     # onnxruntime's errors are not a public hierarchy
         raise ExportError(f"onnxruntime cannot quantize the model: "
                           f"{str(error).splitlines()[0] if str(error) else error!r}") from None
+    finally:
+        root.level = level
 
 
 def _publish(staged: Path, path: Path) -> None:
