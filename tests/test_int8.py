@@ -108,3 +108,46 @@ def test_bad_int8_requests_are_one_line_exit_2(digits_model, tmp_path, capsys, c
     if case == "no-samples":
         assert "int8 needs --samples" in err
     assert not (tmp_path / "m.onnx").exists()
+
+
+def tflite_accuracy(path, images, labels):
+    """Accuracy of a .tflite model in the interpreter; int8 I/O quantized by its own details."""
+    interpreter = tf.lite.Interpreter(model_path=str(path))
+    interpreter.allocate_tensors()
+    given, taken = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
+    hits = 0
+    for image, label in zip(images, labels):
+        value = image[None]
+        if given["dtype"] == np.int8:
+            scale, zero = given["quantization"]
+            value = np.clip(np.round(value / scale + zero), -128, 127).astype(np.int8)
+        interpreter.set_tensor(given["index"], value)
+        interpreter.invoke()
+        hits += interpreter.get_tensor(taken["index"])[0].argmax() == label
+    return hits / len(labels), given["dtype"]
+
+
+@pytest.mark.parametrize("io_type", ["float32", "int8"])
+def test_tflite_full_integer_on_unseen_digits_within_one_point(digits_model, tmp_path, io_type):
+    out, report = tmp_path / "digits.tflite", tmp_path / "report.json"
+    code = main(["optimize", str(digits_model["pb"]), "-o", str(tmp_path / "d.pb"), "--tflite",
+                 str(out), "--tflite-io", io_type, "--quantize", "int8", "--samples",
+                 str(digits_model["samples"]), "--report-json", str(report), "-q"])
+    assert code == 0
+    images, labels = digits_model["images"], digits_model["labels"]
+    float_accuracy = np.mean(tf_run(digits_model["graph_def"], "Identity", images)
+                             .argmax(-1) == labels)
+    int8_accuracy, input_type = tflite_accuracy(out, images, labels)
+    assert int8_accuracy >= float_accuracy - 0.01
+    assert input_type == (np.int8 if io_type == "int8" else np.float32)
+    int8 = json.loads(report.read_text())["tflite_int8"]
+    assert int8["passed"] and int8["io_type"] == io_type
+    assert bool(int8["io_quantization"]) == (io_type == "int8")
+
+
+def test_tflite_int8_refused_when_it_misses(digits_model, tmp_path):
+    out = tmp_path / "relu.tflite"
+    code = main(["optimize", str(digits_model["pb"]), "-o", str(tmp_path / "d.pb"), "--tflite",
+                 str(out), "--quantize", "int8", "--samples", str(digits_model["samples"]),
+                 "--outputs", digits_model["last_relu"], "--int8-min-sqnr", "200", "-q"])
+    assert code == 1 and not out.exists() and not (tmp_path / "d.pb").exists()

@@ -21,6 +21,7 @@ from tfsurgery import (io, latency, onnx_export, pipeline, picture, preprocessin
 from tfsurgery import artefacts, localize, progress, savedmodel_export, tflite_export
 from tfsurgery import samples as samples_mod
 from tfsurgery import quantize as quantize_mod
+from tfsurgery import quantize_tflite
 from tfsurgery.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
 from tfsurgery.errors import (ExportError, InputError, OriginalDoesNotRun,  # noqa: F401
                               StructureError, TransformError, UnknownTransform, Unverified,
@@ -643,6 +644,7 @@ def export_tflite(source: Source, result: Result, path, batch: Optional[Batch] =
 Int8Thresholds = quantize_mod.Thresholds
 Int8Refused = quantize_mod.Int8Refused
 check_int8_request = quantize_mod.check_request
+TfliteInt8Refused = quantize_tflite.TfliteInt8Refused
 
 
 def int8_samples(source: Source, result: Result, samples_path, *, check_samples=None,
@@ -670,3 +672,17 @@ def export_int8(source: Source, result: Result, float_model, path, *, calibratio
     return quantize_mod.quantize(Path(float_model), Path(path), outputs=result.outputs,
                                  calibration=calibration, check=check, expected=expected,
                                  thresholds=thresholds, batch=batch)
+
+
+def export_tflite_int8(source: Source, result: Result, path, *, calibration, check,
+                       thresholds: quantize_mod.Thresholds, int8_io: bool = False,
+                       batch: Optional[Batch] = None):
+    """Full-integer TFLite (calibration rows as representative dataset), checked in the LiteRT
+    interpreter on ``check`` against the float ORIGINAL; raises ``TfliteInt8Refused``."""
+    require_verified(result)
+    progress.say(f"converting to full-integer TensorFlow Lite: {path}")
+    expected = quantize_mod.reference_outputs(source.graph_def, result.outputs, check)
+    return quantize_tflite.export(result.graph_def, signature_for(source, result), path,
+                                  outputs=result.outputs, calibration=calibration, check=check,
+                                  expected=expected, thresholds=thresholds, int8_io=int8_io,
+                                  input_path=source.path, batch=batch)

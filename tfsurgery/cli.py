@@ -228,6 +228,9 @@ def _int8_options(parser: argparse.ArgumentParser) -> None:
                             "0.25, at least 8 rows)")
     group.add_argument("--check-samples", metavar="PATH",
                        help="check int8 on these rows instead (all of --samples calibrate)")
+    group.add_argument("--tflite-io", choices=("float32", "int8"), default="float32",
+                       help="with --tflite: the full-integer model's inputs and outputs "
+                            "(default float32; int8: scale and zero point in the report)")
     group.add_argument("--int8-min-agreement", type=float, default=0.99, metavar="A",
                        help="min top-1 agreement with the float original for class-score "
                             "outputs (default 0.99)")
@@ -374,7 +377,7 @@ def _run(args) -> int:
                       opset=getattr(args, "opset", None), picture_path=getattr(args, "picture", None))
     if getattr(args, "quantize", None):
         api.check_int8_request(args.samples, args.quantize, args.command == "export" or
-                               bool(args.onnx))
+                               bool(args.onnx) or bool(args.tflite))
     if saved_model is not None:
         api.check_saved_model_target(saved_model, force=args.force, input_path=args.input)
     source = api.load(args.input, args.signature) if args.input else api.demo()
@@ -469,6 +472,8 @@ def _exports(args, source, result, onnx_path, saved_model, data: dict, batch) ->
             allow_unverified=args.no_verify))
         if code:
             return code
+    if getattr(args, "tflite", None) and getattr(args, "quantize", None):
+        return _export_tflite_int8(args, source, result, data, batch)
     if getattr(args, "tflite", None):
         return _export_artefact(args, "TFLite", written, lambda: api.export_tflite(
             source, result, args.tflite, batch=batch, allow_unverified=args.no_verify))
@@ -624,11 +629,7 @@ def _export_int8(args, source, result, path: Path, data: dict, batch) -> int:
     the held-back rows against the float original; 1 (nothing written) if it misses."""
     import tempfile
     from tfsurgery import api
-    calibration, check = api.int8_samples(source, result, args.samples,
-                                          check_samples=args.check_samples,
-                                          check_fraction=args.check_fraction)
-    thresholds = api.Int8Thresholds(args.int8_min_agreement, args.int8_min_sqnr,
-                                     args.int8_max_float_layers)
+    calibration, check, thresholds = _int8_inputs(args, source, result)
     with tempfile.TemporaryDirectory(prefix=f".{path.name}.float.", dir=path.parent) as scratch:
         float_path = Path(scratch) / path.name
         code = _export_onnx(args, source, result, float_path, data, None)
@@ -652,6 +653,46 @@ def _export_int8(args, source, result, path: Path, data: dict, batch) -> int:
         "checked_by": f"onnxruntime int8 on {report.check_rows} held-back rows against the "
                       f"float original: {measures}"})
     _say_int8(args, report)
+    return 0
+
+
+def _int8_inputs(args, source, result):
+    """(calibration rows, check rows, thresholds) from the int8 options."""
+    from tfsurgery import api
+    calibration, check = api.int8_samples(source, result, args.samples,
+                                          check_samples=args.check_samples,
+                                          check_fraction=args.check_fraction)
+    return calibration, check, api.Int8Thresholds(args.int8_min_agreement, args.int8_min_sqnr,
+                                                  args.int8_max_float_layers)
+
+
+def _export_tflite_int8(args, source, result, data: dict, batch) -> int:
+    """Full-integer TFLite, checked on the held-back rows; 1 (nothing written) if it misses."""
+    from tfsurgery import api
+    calibration, check, thresholds = _int8_inputs(args, source, result)
+    try:
+        report = api.export_tflite_int8(source, result, args.tflite, calibration=calibration,
+                                        check=check, thresholds=thresholds,
+                                        int8_io=args.tflite_io == "int8", batch=batch)
+    except api.TfliteInt8Refused as refused:
+        data["tflite_int8"] = refused.report.as_dict()
+        print(f"tfsurgery: TFLite int8 FAILED: {refused}; nothing written", file=sys.stderr)
+        return 1
+    except api.ExportError as error:
+        print(f"tfsurgery: TFLite int8 FAILED: {error}; nothing written", file=sys.stderr)
+        return 1
+    data["tflite_int8"] = report.as_dict()
+    measures = ", ".join(f"{o.name}: {o.measure} {o.value:.4g} (threshold {o.threshold:g})"
+                         for o in report.outputs)
+    _say(args, f"TFLite full-integer ({report.io_type} I/O), checked on {report.check_rows} "
+               f"held-back rows against the float original: {measures}")
+    for name, q in report.io_quantization.items():
+        _say(args, f"  int8 {name}: scale {q['scale']:.6g}, zero point {q['zero_point']}")
+    data["artefacts"].append({
+        "format": "tflite", "path": str(args.tflite), "bytes": report.bytes, "weights": "int8",
+        "max_error": float("nan"), "tolerance": float("nan"), "passed": True,
+        "checked_by": f"LiteRT int8 on {report.check_rows} held-back rows against the float "
+                      "original", "reference": "the float original", "outputs": []})
     return 0
 
 

@@ -165,8 +165,14 @@ def measure(model: Path, outputs: Sequence[str], check: Samples,
     names = [o.name for o in session.get_outputs()]
     wanted = {i.name for i in session.get_inputs()}
     actual = [session.run(names, _onnx_feeds(feeds, wanted)) for feeds in check.feeds()]
+    return compare(outputs, expected, actual, thresholds)
+
+
+def compare(outputs: Sequence[str], expected: List[List[np.ndarray]],
+            actual: List[List[np.ndarray]], thresholds: Thresholds) -> List[OutputMeasure]:
+    """Per output over all rows ([row][output] on both sides): agreement or SQNR."""
     result = []
-    for index, (name, onnx_name) in enumerate(zip(outputs, names)):
+    for index, name in enumerate(outputs):
         ref = np.concatenate([np.atleast_1d(row[index]) for row in expected]).astype(np.float64)
         got = np.concatenate([np.atleast_1d(row[index]) for row in actual]).astype(np.float64)
         relative = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
@@ -234,7 +240,8 @@ def check_request(samples_path: Optional[str], quantize: Optional[str], onnx: bo
     if not samples_path:
         raise InputError("int8 needs --samples: real inputs to calibrate on and to check with")
     if not onnx:
-        raise InputError("--quantize int8 needs an ONNX output (--onnx PATH, or `export`)")
+        raise InputError("--quantize int8 needs an ONNX or TFLite output (--onnx PATH, "
+                         "`export`, or --tflite PATH)")
 
 
 __all__ = ["Thresholds", "Int8Report", "Int8Refused", "quantize", "reference_outputs",
