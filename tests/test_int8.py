@@ -91,9 +91,14 @@ def test_most_sensitive_layer_kept_float_or_refused_with_sensitivities(digits_mo
     assert sqnr > plain - 3
 
 
-@pytest.mark.parametrize("case", ["no-samples", "nan", "too-few", "shape", "dtype"])
+@pytest.mark.parametrize("case", ["no-samples", "nan", "too-few", "shape", "dtype",
+                                  "sqnr-on-class-scores", "agreement-above-1", "check-too-few"])
 def test_bad_int8_requests_are_one_line_exit_2(digits_model, tmp_path, capsys, case):
     images = digits_model["images"]
+    extra = {"sqnr-on-class-scores": ["--int8-min-sqnr", "30"],
+             "agreement-above-1": ["--int8-min-agreement", "99"],
+             "check-too-few": ["--check-samples", str(tmp_path / "few.npz")]}.get(case, [])
+    np.savez(tmp_path / "few.npz", input=images[:5])
     arrays = {"nan": np.where(np.arange(images.size).reshape(images.shape) == 5, np.nan, images),
               "too-few": images[:6], "shape": images[:, :7], "dtype": images.astype(np.complex64)}
     args = ["export", str(digits_model["pb"]), "-o", str(tmp_path / "m.onnx"), "--quantize",
@@ -101,6 +106,8 @@ def test_bad_int8_requests_are_one_line_exit_2(digits_model, tmp_path, capsys, c
     if case in arrays:
         np.savez(tmp_path / "s.npz", input=arrays[case])
         args += ["--samples", str(tmp_path / "s.npz")]
+    elif case != "no-samples":
+        args += ["--samples", str(digits_model["samples"])] + extra
     capsys.readouterr()
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
@@ -143,6 +150,20 @@ def test_tflite_full_integer_on_unseen_digits_within_one_point(digits_model, tmp
     int8 = json.loads(report.read_text())["tflite_int8"]
     assert int8["passed"] and int8["io_type"] == io_type
     assert bool(int8["io_quantization"]) == (io_type == "int8")
+
+
+def test_check_samples_replace_the_split(digits_model, tmp_path):
+    """--check-samples: every --samples row calibrates, the unseen digits check."""
+    np.savez(tmp_path / "check.npz", input=digits_model["images"][:40])
+    out, report = tmp_path / "m.onnx", tmp_path / "r.json"
+    assert main(["export", str(digits_model["pb"]), "-o", str(out), "--quantize", "int8",
+                 "--samples", str(digits_model["samples"]), "--check-samples",
+                 str(tmp_path / "check.npz"), "--report-json", str(report), "-q"]) == 0
+    int8 = json.loads(report.read_text())["int8"]
+    assert (int8["calibration_rows"], int8["check_rows"]) == (400, 40)
+    ref = tf_run(digits_model["graph_def"], "Identity", digits_model["images"][:40])
+    agreement = np.mean(ref.argmax(-1) == ort_run(out, digits_model["images"][:40]).argmax(-1))
+    assert agreement == pytest.approx(int8["outputs"][0]["value"])
 
 
 def test_tflite_int8_refused_when_it_misses(digits_model, tmp_path):

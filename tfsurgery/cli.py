@@ -231,10 +231,10 @@ def _int8_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tflite-io", choices=("float32", "int8"), default="float32",
                        help="with --tflite: the full-integer model's inputs and outputs "
                             "(default float32; int8: scale and zero point in the report)")
-    group.add_argument("--int8-min-agreement", type=float, default=0.99, metavar="A",
+    group.add_argument("--int8-min-agreement", type=float, default=None, metavar="A",
                        help="min top-1 agreement with the float original for class-score "
                             "outputs (default 0.99)")
-    group.add_argument("--int8-min-sqnr", type=float, default=20.0, metavar="DB",
+    group.add_argument("--int8-min-sqnr", type=float, default=None, metavar="DB",
                        help="min SQNR in dB for other outputs (default 20)")
     group.add_argument("--int8-max-float-layers", type=int, default=None, metavar="N",
                        help="most layers kept float when a threshold fails (default 10%% of "

@@ -23,15 +23,42 @@ from tfsurgery.samples import Samples
 LAYER_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 CALIBRATION_METHOD = "MinMax"      # onnxruntime's default; exact ranges of the calibration rows
 MIN_AGREEMENT = 0.99
-MIN_SQNR_DB = 20.0
+MIN_SQNR_DB = 20.0                 # signal 100× the quantization noise in power
 MAX_FLOAT_FRACTION = 0.10          # default cap on layers kept float: 10% of them (at least 1)
 
 
 @dataclasses.dataclass
 class Thresholds:
-    min_agreement: float = MIN_AGREEMENT
-    min_sqnr_db: float = MIN_SQNR_DB
+    """None: the default, and not asked for (a threshold asked for must apply to some output)."""
+    given_agreement: Optional[float] = None
+    given_sqnr_db: Optional[float] = None
     max_float_layers: Optional[int] = None     # None: 10% of the layers, at least 1
+
+    def __post_init__(self):
+        if self.given_agreement is not None and not 0 < self.given_agreement <= 1:
+            raise InputError(f"--int8-min-agreement {self.given_agreement:g}: give a share "
+                             "between 0 and 1")
+        if self.max_float_layers is not None and self.max_float_layers < 0:
+            raise InputError(f"--int8-max-float-layers {self.max_float_layers}: give 0 or more")
+
+    @property
+    def min_agreement(self) -> float:
+        return MIN_AGREEMENT if self.given_agreement is None else self.given_agreement
+
+    @property
+    def min_sqnr_db(self) -> float:
+        return MIN_SQNR_DB if self.given_sqnr_db is None else self.given_sqnr_db
+
+    def check_applies(self, outputs: Sequence[str], expected: List[List[np.ndarray]]) -> None:
+        """A threshold asked for that no output is measured by: one line (exit 2)."""
+        classes = [is_class_scores(np.asarray(expected[0][i])) for i in range(len(outputs))]
+        if self.given_agreement is not None and not any(classes):
+            raise InputError("--int8-min-agreement: no output is class scores (rank 2, last "
+                             f"dimension ≥ 2); {', '.join(outputs)} are checked by SQNR "
+                             "(--int8-min-sqnr)")
+        if self.given_sqnr_db is not None and all(classes):
+            raise InputError("--int8-min-sqnr: every output is class scores, checked by top-1 "
+                             "agreement (--int8-min-agreement)")
 
 
 @dataclasses.dataclass
@@ -92,6 +119,7 @@ def quantize(float_model: Path, path: Path, *, outputs: Sequence[str], calibrati
              batch: Optional[artefacts.Batch] = None) -> Int8Report:
     """Quantize ``float_model`` to ``path`` (with ``batch``: written when the whole run passed).
     Raises ``ExportError`` carrying the report when the thresholds cannot be met."""
+    thresholds.check_applies(outputs, expected)
     layers = quantizable_layers(float_model)
     cap = thresholds.max_float_layers
     if cap is None:

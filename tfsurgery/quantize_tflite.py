@@ -50,6 +50,7 @@ def export(graph_def, signature: savedmodel_export.Signature, path, *, outputs: 
            calibration: Samples, check: Samples, expected: List[List[np.ndarray]],
            thresholds: quantize.Thresholds, int8_io: bool = False, input_path=None,
            batch: Optional[artefacts.Batch] = None) -> TfliteInt8Report:
+    thresholds.check_applies(outputs, expected)
     path = Path(path)
     io.check_writable(path)
     io.refuse_input(path, input_path)
