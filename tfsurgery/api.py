@@ -668,10 +668,11 @@ def export_int8(source: Source, result: Result, float_model, path, *, calibratio
     """Static int8 of the (checked) float ONNX ``float_model``, checked on ``check`` against the
     float ORIGINAL in TensorFlow; raises ``Int8Refused`` (with its report) when it misses."""
     progress.say(f"quantizing to int8 on {calibration.rows} calibration rows: {path}")
-    expected = quantize_mod.reference_outputs(source.graph_def, result.outputs, check)
+    expected = quantize_mod.reference_outputs(source.graph_def, result.outputs, check,
+                                               result.timeout)
     return quantize_mod.quantize(Path(float_model), Path(path), outputs=result.outputs,
                                  calibration=calibration, check=check, expected=expected,
-                                 thresholds=thresholds, batch=batch)
+                                 thresholds=thresholds, batch=batch, timeout=result.timeout)
 
 
 def export_tflite_int8(source: Source, result: Result, path, *, calibration, check,
@@ -681,7 +682,8 @@ def export_tflite_int8(source: Source, result: Result, path, *, calibration, che
     interpreter on ``check`` against the float ORIGINAL; raises ``TfliteInt8Refused``."""
     require_verified(result)
     progress.say(f"converting to full-integer TensorFlow Lite: {path}")
-    expected = quantize_mod.reference_outputs(source.graph_def, result.outputs, check)
+    expected = quantize_mod.reference_outputs(source.graph_def, result.outputs, check,
+                                               result.timeout)
     return quantize_tflite.export(result.graph_def, signature_for(source, result), path,
                                   outputs=result.outputs, calibration=calibration, check=check,
                                   expected=expected, thresholds=thresholds, int8_io=int8_io,

@@ -10,12 +10,13 @@ stay float, most sensitive first, until the thresholds hold or the cap is reache
 import dataclasses
 import logging
 import math
+import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import artefacts, tfsession
+from tfsurgery import artefacts, verify
 from tfsurgery.errors import ExportError, InputError
 from tfsurgery.samples import Samples
 
@@ -24,6 +25,7 @@ LAYER_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 CALIBRATION_METHOD = "MinMax"      # onnxruntime's default; exact ranges of the calibration rows
 MIN_AGREEMENT = 0.99
 MIN_SQNR_DB = 20.0                 # signal 100× the quantization noise in power
+DEFAULT_TIMEOUT = 120.0            # seconds for all check rows of one int8 model
 MAX_FLOAT_FRACTION = 0.10          # default cap on layers kept float: 10% of them (at least 1)
 
 
@@ -104,19 +106,20 @@ class Int8Report:
         return data
 
 
-def reference_outputs(graph_def, outputs: Sequence[str], check: Samples) -> List[List[np.ndarray]]:
+def reference_outputs(graph_def, outputs: Sequence[str], check: Samples,
+                      timeout: float = DEFAULT_TIMEOUT) -> List[List[np.ndarray]]:
     """The float ORIGINAL in TensorFlow on every check row: [row][output]."""
     try:
-        return [tfsession.run_nodes(graph_def.node, outputs, feeds, library=graph_def.library)
-                for feeds in check.feeds()]
-    except tfsession.tf_errors().OpError as error:
-        raise ExportError("the original graph does not run on the check samples: "
-                          f"{str(error).splitlines()[0]}") from None
+        return [verify.run_graph(graph_def, feeds, outputs, timeout=timeout,
+                                 label="the original graph") for feeds in check.feeds()]
+    except verify.VerificationError as error:
+        raise ExportError(f"no float reference on the check samples: {error}") from None
 
 
 def quantize(float_model: Path, path: Path, *, outputs: Sequence[str], calibration: Samples,
              check: Samples, expected: List[List[np.ndarray]], thresholds: Thresholds,
-             batch: Optional[artefacts.Batch] = None) -> Int8Report:
+             batch: Optional[artefacts.Batch] = None,
+             timeout: float = DEFAULT_TIMEOUT) -> Int8Report:
     """Quantize ``float_model`` to ``path`` (with ``batch``: written when the whole run passed).
     Raises ``ExportError`` carrying the report when the thresholds cannot be met."""
     thresholds.check_applies(outputs, expected)
@@ -129,7 +132,7 @@ def quantize(float_model: Path, path: Path, *, outputs: Sequence[str], calibrati
 
         def attempt(kept_float: Sequence[str]) -> List[OutputMeasure]:
             _quantize_static(float_model, staged, calibration, kept_float)
-            return measure(staged, outputs, check, expected, thresholds)
+            return measure(staged, outputs, check, expected, thresholds, timeout)
 
         plain = attempt([])
         report = Int8Report(str(path), CALIBRATION_METHOD, calibration.rows, check.rows,
@@ -186,13 +189,26 @@ def _error(measures: List[OutputMeasure]) -> float:
 
 
 def measure(model: Path, outputs: Sequence[str], check: Samples,
-            expected: List[List[np.ndarray]], thresholds: Thresholds) -> List[OutputMeasure]:
+            expected: List[List[np.ndarray]], thresholds: Thresholds,
+            timeout: float = DEFAULT_TIMEOUT) -> List[OutputMeasure]:
     """Each output of ``model`` in onnxruntime against ``expected`` over the check rows."""
     import onnxruntime as ort
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     wanted = {i.name for i in session.get_inputs()}
-    actual = [session.run(names, _onnx_feeds(feeds, wanted)) for feeds in check.feeds()]
+    run_options = ort.RunOptions()
+    deadline = threading.Timer(timeout, setattr, (run_options, "terminate", True))
+    deadline.start()
+    try:
+        actual = [session.run(names, _onnx_feeds(feeds, wanted), run_options)
+                  for feeds in check.feeds()]
+    except Exception as error:   # onnxruntime's error types are not a public hierarchy
+        if run_options.terminate:
+            raise ExportError(f"the int8 model did not finish the {check.rows} check rows "
+                              f"within {timeout:g} s in onnxruntime") from None
+        raise ExportError(f"onnxruntime cannot run the int8 model: {error}") from None
+    finally:
+        deadline.cancel()
     return compare(outputs, expected, actual, thresholds)
 
 
