@@ -131,7 +131,8 @@ def quantize(float_model: Path, path: Path, *, outputs: Sequence[str], calibrati
         staged = stage / path.name
 
         def attempt(kept_float: Sequence[str]) -> List[OutputMeasure]:
-            _quantize_static(float_model, staged, calibration, kept_float)
+            _quantize_static(float_model, staged, calibration, kept_float,
+                             cache=stage / "calibration.json")
             return measure(staged, outputs, check, expected, thresholds, timeout)
 
         plain = attempt([])
@@ -244,7 +245,9 @@ def _tensor(name: str) -> str:
 
 
 def _quantize_static(float_model: Path, out: Path, calibration: Samples,
-                     kept_float: Sequence[str]) -> None:
+                     kept_float: Sequence[str], cache: Path) -> None:
+    """QDQ int8 with ``kept_float`` left float; the calibration ranges are computed once and
+    read back from ``cache`` on every later attempt (the sensitivity scan makes many)."""
     from onnxruntime import quantization as q
 
     class Rows(q.CalibrationDataReader):
@@ -264,7 +267,8 @@ def _quantize_static(float_model: Path, out: Path, calibration: Samples,
         q.quantize_static(str(float_model), str(out), Rows(), quant_format=q.QuantFormat.QDQ,
                           per_channel=True, weight_type=q.QuantType.QInt8,
                           calibrate_method=getattr(q.CalibrationMethod, CALIBRATION_METHOD),
-                          nodes_to_exclude=list(kept_float))
+                          nodes_to_exclude=list(kept_float),
+                          calibration_cache_path=str(cache))
     except Exception as error:     # onnxruntime's errors are not a public hierarchy
         raise ExportError(f"onnxruntime cannot quantize the model: "
                           f"{str(error).splitlines()[0] if str(error) else error!r}") from None
