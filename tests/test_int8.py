@@ -92,12 +92,14 @@ def test_most_sensitive_layer_kept_float_or_refused_with_sensitivities(digits_mo
 
 
 @pytest.mark.parametrize("case", ["no-samples", "nan", "too-few", "shape", "dtype",
-                                  "sqnr-on-class-scores", "agreement-above-1", "check-too-few"])
+                                  "sqnr-on-class-scores", "agreement-above-1", "check-too-few",
+                                  "nchw"])
 def test_bad_int8_requests_are_one_line_exit_2(digits_model, tmp_path, capsys, case):
     images = digits_model["images"]
     extra = {"sqnr-on-class-scores": ["--int8-min-sqnr", "30"],
              "agreement-above-1": ["--int8-min-agreement", "99"],
-             "check-too-few": ["--check-samples", str(tmp_path / "few.npz")]}.get(case, [])
+             "check-too-few": ["--check-samples", str(tmp_path / "few.npz")],
+             "nchw": ["--inputs-as-nchw", "input"]}.get(case, [])
     np.savez(tmp_path / "few.npz", input=images[:5])
     arrays = {"nan": np.where(np.arange(images.size).reshape(images.shape) == 5, np.nan, images),
               "too-few": images[:6], "shape": images[:, :7], "dtype": images.astype(np.complex64)}

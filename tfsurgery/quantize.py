@@ -281,7 +281,8 @@ def _publish(staged: Path, path: Path) -> None:
     os.replace(staged, path)
 
 
-def check_request(samples_path: Optional[str], quantize: Optional[str], onnx: bool) -> None:
+def check_request(samples_path: Optional[str], quantize: Optional[str], onnx: bool,
+                  nchw_inputs: Sequence[str] = ()) -> None:
     """Bad requests, before any work: one line each (exit 2)."""
     if quantize is None:
         return
@@ -290,6 +291,8 @@ def check_request(samples_path: Optional[str], quantize: Optional[str], onnx: bo
     if not onnx:
         raise InputError("--quantize int8 needs an ONNX or TFLite output (--onnx PATH, "
                          "`export`, or --tflite PATH)")
+    if nchw_inputs:     # the samples are NHWC rows of the graph's inputs
+        raise InputError("--quantize int8 does not take --inputs-as-nchw yet")
 
 
 __all__ = ["Thresholds", "Int8Report", "Int8Refused", "quantize", "reference_outputs",
