@@ -294,6 +294,3 @@ def check_request(samples_path: Optional[str], quantize: Optional[str], onnx: bo
     if nchw_inputs:     # the samples are NHWC rows of the graph's inputs
         raise InputError("--quantize int8 does not take --inputs-as-nchw yet")
 
-
-__all__ = ["Thresholds", "Int8Report", "Int8Refused", "quantize", "reference_outputs",
-           "check_request", "quantizable_layers", "is_class_scores"]
