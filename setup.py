@@ -26,7 +26,9 @@ setup(
         "ai-edge-litert>=2.3",
     ],
     extras_require={
-        "test": ["pytest", "hypothesis", "tf_keras>=2.21,<2.22", "graphviz", "graphviz-pure"],
+        # scikit-learn: real data for the int8 tests, shipped inside its wheel (load_digits).
+        "test": ["pytest", "hypothesis", "tf_keras>=2.21,<2.22", "graphviz", "graphviz-pure",
+                 "scikit-learn"],
         # --picture: DOT text, and a self-contained `dot` when Graphviz itself is not installed.
         "picture": ["graphviz", "graphviz-pure"],
     },

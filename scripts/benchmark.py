@@ -42,6 +42,9 @@ def parse_args(argv=None):
     parser.add_argument("--localize", action="store_true",
                         help="only time localizing a failed check (a BN fold broken on purpose) "
                              "against verification, on --models (benchmarks/localize.py)")
+    parser.add_argument("--int8", action="store_true",
+                        help="also time our float ONNX against its static int8 (ResNet50, "
+                             "MobileNetV2) in onnxruntime, each in its own process")
     parser.add_argument("--out-md", type=Path, default=ROOT / "docs" / "benchmark.md")
     parser.add_argument("--out-json", type=Path, default=ROOT / "docs" / "benchmark.json")
     args = parser.parse_args(argv)
@@ -72,6 +75,12 @@ def main(argv=None) -> int:
                            log=lambda line: print(f"[benchmark] {line}", file=sys.stderr,
                                                   flush=True))
     markdown = benchmark.render_markdown(result)
+    if args.int8:
+        from benchmarks import int8
+        result["int8"] = {name: int8.int8_section(benchmark.build_model(name, args.input_size),
+                                                  runs=max(args.deploy_runs, 5))
+                          for name in ("ResNet50", "MobileNetV2")}
+        markdown += "\n" + int8.render(result["int8"])
     print(markdown)
     for path, data in ((args.out_md, markdown),
                        (args.out_json, json.dumps(result, indent=2, default=str) + "\n")):

@@ -20,6 +20,8 @@ from tfsurgery import (io, latency, onnx_export, pipeline, picture, preprocessin
                        verify as verify_mod)
 from tfsurgery import artefacts, localize, progress, savedmodel_export, tflite_export
 from tfsurgery import compare as compare_mod, samples as samples_mod
+from tfsurgery import quantize as quantize_mod
+from tfsurgery import quantize_tflite
 from tfsurgery.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
 from tfsurgery.errors import (ExportError, InputError, OriginalDoesNotRun,  # noqa: F401
                               StructureError, TransformError, UnknownTransform, Unverified,
@@ -709,3 +711,53 @@ def export_tflite(source: Source, result: Result, path, batch: Optional[Batch] =
                                 float16=result.weights == "float16", timeout=result.timeout,
                                 input_path=source.path, expected=export_reference(result),
                                 batch=batch)
+
+
+# ---------------------------------------------------------------- int8 (--quantize int8)
+Int8Thresholds = quantize_mod.Thresholds
+Int8Refused = quantize_mod.Int8Refused
+check_int8_request = quantize_mod.check_request
+TfliteInt8Refused = quantize_tflite.TfliteInt8Refused
+
+
+def int8_samples(source: Source, result: Result, samples_path, *, check_samples=None,
+                 check_fraction: float = 0.25):
+    """(calibration rows, held-back check rows): --samples split, or all of it to calibrate
+    and ``check_samples`` to check (at least 8 rows)."""
+    specs = samples_mod.input_specs(source.graph_def, result.inputs)
+    rows = samples_mod.load(samples_path, specs)
+    if check_samples is None:
+        return rows.split(check_fraction)
+    check = samples_mod.load(check_samples, specs)
+    if check.rows < 8:
+        raise InputError(f"{check_samples}: {check.rows} rows are too few to check int8 on; "
+                         "give at least 8")
+    return rows, check
+
+
+def export_int8(source: Source, result: Result, float_model, path, *, calibration, check,
+                thresholds: quantize_mod.Thresholds,
+                batch: Optional[Batch] = None) -> quantize_mod.Int8Report:
+    """Static int8 of the (checked) float ONNX ``float_model``, checked on ``check`` against the
+    float ORIGINAL in TensorFlow; raises ``Int8Refused`` (with its report) when it misses."""
+    progress.say(f"quantizing to int8 on {calibration.rows} calibration rows: {path}")
+    expected = quantize_mod.reference_outputs(source.graph_def, result.outputs, check,
+                                               result.timeout)
+    return quantize_mod.quantize(Path(float_model), Path(path), outputs=result.outputs,
+                                 calibration=calibration, check=check, expected=expected,
+                                 thresholds=thresholds, batch=batch, timeout=result.timeout)
+
+
+def export_tflite_int8(source: Source, result: Result, path, *, calibration, check,
+                       thresholds: quantize_mod.Thresholds, int8_io: bool = False,
+                       batch: Optional[Batch] = None):
+    """Full-integer TFLite (calibration rows as representative dataset), checked in the LiteRT
+    interpreter on ``check`` against the float ORIGINAL; raises ``TfliteInt8Refused``."""
+    require_verified(result)
+    progress.say(f"converting to full-integer TensorFlow Lite: {path}")
+    expected = quantize_mod.reference_outputs(source.graph_def, result.outputs, check,
+                                               result.timeout)
+    return quantize_tflite.export(result.graph_def, signature_for(source, result), path,
+                                  outputs=result.outputs, calibration=calibration, check=check,
+                                  expected=expected, thresholds=thresholds, int8_io=int8_io,
+                                  input_path=source.path, batch=batch)

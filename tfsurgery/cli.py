@@ -237,6 +237,30 @@ def _onnx_options(parser: argparse.ArgumentParser) -> None:
                              "optimizations, e.g. MatMul+Add -> Gemm)")
 
 
+def _int8_options(parser: argparse.ArgumentParser) -> None:
+    """--quantize int8: static int8 ONNX, calibrated on --samples, checked on held-back rows."""
+    group = parser.add_argument_group("int8 (ONNX; calibrated on --samples, checked on "
+                                      "held-back rows against the float original)")
+    group.add_argument("--quantize", choices=("int8",), default=None,
+                       help="write the ONNX model as static QDQ int8 (per-channel weights)")
+    group.add_argument("--check-fraction", type=float, default=0.25, metavar="F",
+                       help="share of the --samples rows held back to check int8 (default "
+                            "0.25, at least 8 rows)")
+    group.add_argument("--check-samples", metavar="PATH",
+                       help="check int8 on these rows instead (all of --samples calibrate)")
+    group.add_argument("--tflite-io", choices=("float32", "int8"), default="float32",
+                       help="with --tflite: the full-integer model's inputs and outputs "
+                            "(default float32; int8: scale and zero point in the report)")
+    group.add_argument("--int8-min-agreement", type=float, default=None, metavar="A",
+                       help="min top-1 agreement with the float original for class-score "
+                            "outputs (default 0.99)")
+    group.add_argument("--int8-min-sqnr", type=float, default=None, metavar="DB",
+                       help="min SQNR in dB for other outputs (default 20)")
+    group.add_argument("--int8-max-float-layers", type=int, default=None, metavar="N",
+                       help="most layers kept float when a threshold fails (default 10%% of "
+                            "the layers, at least 1)")
+
+
 def _picture_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--picture", metavar="OUT.svg|OUT.png",
                         help="draw the graph before and after side by side (Graphviz)")
@@ -262,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     optimize.add_argument("--onnx", metavar="PATH",
                           help="also export the optimized graph to ONNX, checked against TF")
     _onnx_options(optimize)
+    _int8_options(optimize)
     _deploy_options(optimize)
     _picture_options(optimize)
 
@@ -278,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", help="ONNX file (default: <input stem>.onnx)")
     _verify_options(export)
     _onnx_options(export)
+    _int8_options(export)
     _deploy_options(export)
     _picture_options(export)
 
@@ -390,6 +416,10 @@ def _run(args) -> int:
                        for option in ("output", "report_json", "onnx", "picture", "tflite")
                        if not (option == "output" and _saved_model_from_output(args))],
                       opset=getattr(args, "opset", None), picture_path=getattr(args, "picture", None))
+    if getattr(args, "quantize", None):
+        api.check_int8_request(args.samples, args.quantize, args.command == "export" or
+                               bool(args.onnx) or bool(args.tflite),
+                               _split(args.inputs_as_nchw))
     if saved_model is not None:
         api.check_saved_model_target(saved_model, force=args.force, input_path=args.input)
     source = api.load(args.input, args.signature) if args.input else api.demo()
@@ -472,7 +502,11 @@ def _exports(args, source, result, onnx_path, saved_model, data: dict, batch) ->
     failure (the others are then not attempted and nothing is written)."""
     from tfsurgery import api
     written = data["artefacts"]
-    if onnx_path is not None:
+    if onnx_path is not None and getattr(args, "quantize", None):
+        code = _export_int8(args, source, result, onnx_path, data, batch)
+        if code:
+            return code
+    elif onnx_path is not None:
         code = _export_onnx(args, source, result, onnx_path, data, batch)
         if code:
             return code
@@ -482,6 +516,8 @@ def _exports(args, source, result, onnx_path, saved_model, data: dict, batch) ->
             allow_unverified=args.no_verify))
         if code:
             return code
+    if getattr(args, "tflite", None) and getattr(args, "quantize", None):
+        return _export_tflite_int8(args, source, result, data, batch)
     if getattr(args, "tflite", None):
         return _export_artefact(args, "TFLite", written, lambda: api.export_tflite(
             source, result, args.tflite, batch=batch, allow_unverified=args.no_verify))
@@ -561,7 +597,8 @@ def _onnx_artefact(onnx: dict, weights: str) -> dict:
     return {"format": "onnx", "path": str(path), "bytes": size, "weights": weights,
             "max_error": onnx["max_error"], "tolerance": onnx["tolerance"],
             "passed": onnx["passed"], "checked_by": "onnxruntime",
-            "reference": onnx["reference"], "outputs": onnx.get("outputs", [])}
+            "reference": onnx["reference"], "outputs": onnx.get("outputs", []),
+            **onnx.get("as_int8", {})}
 
 
 def _optimized(api, source, transforms, args, **options):
@@ -630,6 +667,94 @@ def _export_onnx(args, source, result, path: Path, data: dict, batch=None) -> in
               "written", file=sys.stderr)
         return 1
     return 0
+
+
+def _export_int8(args, source, result, path: Path, data: dict, batch) -> int:
+    """The float ONNX (checked as usual) in a scratch directory, then int8 from it, checked on
+    the held-back rows against the float original; 1 (nothing written) if it misses."""
+    import tempfile
+    from tfsurgery import api
+    calibration, check, thresholds = _int8_inputs(args, source, result)
+    with tempfile.TemporaryDirectory(prefix=f".{path.name}.float.", dir=path.parent) as scratch:
+        float_path = Path(scratch) / path.name
+        code = _export_onnx(args, source, result, float_path, data, None)
+        if code:
+            return code
+        try:
+            report = api.export_int8(source, result, float_path, path, calibration=calibration,
+                                     check=check, thresholds=thresholds, batch=batch)
+        except api.Int8Refused as refused:
+            data["int8"] = refused.report.as_dict()
+            _say_int8(args, refused.report)
+            print(f"tfsurgery: int8 FAILED: {refused}; nothing written", file=sys.stderr)
+            return 1
+        except api.ExportError as error:
+            print(f"tfsurgery: int8 FAILED: {error}; nothing written", file=sys.stderr)
+            return 1
+    data["int8"] = report.as_dict()
+    measures = ", ".join(f"{o.measure} {o.value:.4g}" for o in report.outputs)
+    data["onnx"].update(path=str(path), as_int8={           # what the artefact line says
+        "weights": "int8", "max_error": float("nan"), "reference": "the float original",
+        "checked_by": f"onnxruntime int8 on {report.check_rows} held-back rows against the "
+                      f"float original: {measures}"})
+    _say_int8(args, report)
+    return 0
+
+
+def _int8_inputs(args, source, result):
+    """(calibration rows, check rows, thresholds) from the int8 options."""
+    from tfsurgery import api
+    calibration, check = api.int8_samples(source, result, args.samples,
+                                          check_samples=args.check_samples,
+                                          check_fraction=args.check_fraction)
+    return calibration, check, api.Int8Thresholds(args.int8_min_agreement, args.int8_min_sqnr,
+                                                  args.int8_max_float_layers)
+
+
+def _export_tflite_int8(args, source, result, data: dict, batch) -> int:
+    """Full-integer TFLite, checked on the held-back rows; 1 (nothing written) if it misses."""
+    from tfsurgery import api
+    calibration, check, thresholds = _int8_inputs(args, source, result)
+    try:
+        report = api.export_tflite_int8(source, result, args.tflite, calibration=calibration,
+                                        check=check, thresholds=thresholds,
+                                        int8_io=args.tflite_io == "int8", batch=batch)
+    except api.TfliteInt8Refused as refused:
+        data["tflite_int8"] = refused.report.as_dict()
+        print(f"tfsurgery: TFLite int8 FAILED: {refused}; nothing written", file=sys.stderr)
+        return 1
+    except api.ExportError as error:
+        print(f"tfsurgery: TFLite int8 FAILED: {error}; nothing written", file=sys.stderr)
+        return 1
+    data["tflite_int8"] = report.as_dict()
+    measures = ", ".join(f"{o.name}: {o.measure} {o.value:.4g} (threshold {o.threshold:g})"
+                         for o in report.outputs)
+    _say(args, f"TFLite full-integer ({report.io_type} I/O), checked on {report.check_rows} "
+               f"held-back rows against the float original: {measures}")
+    for name, q in report.io_quantization.items():
+        _say(args, f"  int8 {name}: scale {q['scale']:.6g}, zero point {q['zero_point']}")
+    data["artefacts"].append({
+        "format": "tflite", "path": str(args.tflite), "bytes": report.bytes, "weights": "int8",
+        "max_error": float("nan"), "tolerance": float("nan"), "passed": True,
+        "checked_by": f"LiteRT int8 on {report.check_rows} held-back rows against the float "
+                      "original", "reference": "the float original", "outputs": []})
+    return 0
+
+
+def _say_int8(args, report) -> None:
+    _say(args, f"int8 ({report.calibration_method} calibration on {report.calibration_rows} rows, "
+               f"checked on {report.check_rows} held-back rows against the float original):")
+    for plain, final in zip(report.plain_outputs, report.outputs):
+        changed = (f" (plain int8: {plain.value:.4g})" if report.kept_float else "")
+        _say(args, f"  {final.name}: {final.measure} {final.value:.4g}{changed}, threshold "
+                   f"{final.threshold:g}: {'ok' if final.passed else 'MISSED'}")
+    if report.sensitivities:
+        ranked = sorted(report.sensitivities.items(), key=lambda kv: -kv[1])
+        _say(args, "  layer sensitivity (error drop with only that layer float): " +
+             ", ".join(f"{name} {value:.3g}" for name, value in ranked[:10]))
+    for name in report.kept_float:
+        why = "to meet the thresholds" if report.passed else "tried: thresholds still missed"
+        _say(args, f"  kept float: {name} (sensitivity {report.sensitivities[name]:.3g}; {why})")
 
 
 def _side_by_side(tf_summary: dict, exported) -> List[tuple]:

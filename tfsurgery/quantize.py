@@ -1,0 +1,296 @@
+"""Static int8 for onnxruntime, calibrated on the user's samples and checked on held-back ones.
+
+The float ONNX model is quantized with ``onnxruntime.quantization.quantize_static`` (QDQ,
+per-channel weights) over the calibration rows, then every output is compared, on the check rows,
+with the float ORIGINAL graph run in TensorFlow: top-1 agreement for class-score outputs (rank 2,
+last dimension ≥ 2), SQNR in dB for the rest. When a threshold fails, each quantized layer's
+sensitivity is measured (the error with only that layer kept float) and the most sensitive layers
+stay float, most sensitive first, until the thresholds hold or the cap is reached — then refuse.
+"""
+import dataclasses
+import logging
+import math
+import threading
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from tfsurgery import artefacts, verify
+from tfsurgery.errors import ExportError, InputError
+from tfsurgery.samples import Samples
+
+# Layers with weights that quantize_static turns into QDQ int8 (what a user calls a layer).
+LAYER_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+CALIBRATION_METHOD = "MinMax"      # onnxruntime's default; exact ranges of the calibration rows
+MIN_AGREEMENT = 0.99
+MIN_SQNR_DB = 20.0                 # signal 100× the quantization noise in power
+DEFAULT_TIMEOUT = 120.0            # seconds for all check rows of one int8 model
+MAX_FLOAT_FRACTION = 0.10          # default cap on layers kept float: 10% of them (at least 1)
+
+
+@dataclasses.dataclass
+class Thresholds:
+    """None: the default, and not asked for (a threshold asked for must apply to some output)."""
+    given_agreement: Optional[float] = None
+    given_sqnr_db: Optional[float] = None
+    max_float_layers: Optional[int] = None     # None: 10% of the layers, at least 1
+
+    def __post_init__(self):
+        if self.given_agreement is not None and not 0 < self.given_agreement <= 1:
+            raise InputError(f"--int8-min-agreement {self.given_agreement:g}: give a share "
+                             "between 0 and 1")
+        if self.max_float_layers is not None and self.max_float_layers < 0:
+            raise InputError(f"--int8-max-float-layers {self.max_float_layers}: give 0 or more")
+
+    @property
+    def min_agreement(self) -> float:
+        return MIN_AGREEMENT if self.given_agreement is None else self.given_agreement
+
+    @property
+    def min_sqnr_db(self) -> float:
+        return MIN_SQNR_DB if self.given_sqnr_db is None else self.given_sqnr_db
+
+    def check_applies(self, outputs: Sequence[str], expected: List[List[np.ndarray]]) -> None:
+        """A threshold asked for that no output is measured by: one line (exit 2)."""
+        classes = [is_class_scores(np.asarray(expected[0][i])) for i in range(len(outputs))]
+        if self.given_agreement is not None and not any(classes):
+            raise InputError("--int8-min-agreement: no output is class scores (rank 2, last "
+                             f"dimension ≥ 2); {', '.join(outputs)} are checked by SQNR "
+                             "(--int8-min-sqnr)")
+        if self.given_sqnr_db is not None and all(classes):
+            raise InputError("--int8-min-sqnr: every output is class scores, checked by top-1 "
+                             "agreement (--int8-min-agreement)")
+
+
+@dataclasses.dataclass
+class OutputMeasure:
+    """One output on the check rows: top-1 agreement (class scores) or SQNR in dB (the rest)."""
+    name: str
+    measure: str             # "top1_agreement" or "sqnr_db"
+    value: float
+    threshold: float
+    relative_error: float    # ||int8 - float|| / ||float||, for ranking layers
+
+    @property
+    def passed(self) -> bool:
+        return self.value >= self.threshold
+
+    def as_dict(self) -> dict:
+        return dict(dataclasses.asdict(self), passed=self.passed)
+
+
+@dataclasses.dataclass
+class Int8Report:
+    path: str
+    calibration_method: str
+    calibration_rows: int
+    check_rows: int
+    layers: int
+    outputs: List[OutputMeasure]
+    plain_outputs: List[OutputMeasure]             # before any layer was kept float
+    kept_float: List[str] = dataclasses.field(default_factory=list)
+    sensitivities: Dict[str, float] = dataclasses.field(default_factory=dict)
+    max_float_layers: int = 0
+    float_bytes: int = 0
+    int8_bytes: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.outputs)
+
+    def as_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data.update(passed=self.passed, outputs=[o.as_dict() for o in self.outputs],
+                    plain_outputs=[o.as_dict() for o in self.plain_outputs])
+        return data
+
+
+def reference_outputs(graph_def, outputs: Sequence[str], check: Samples,
+                      timeout: float = DEFAULT_TIMEOUT) -> List[List[np.ndarray]]:
+    """The float ORIGINAL in TensorFlow on every check row: [row][output]."""
+    try:
+        return [verify.run_graph(graph_def, feeds, outputs, timeout=timeout,
+                                 label="the original graph") for feeds in check.feeds()]
+    except verify.VerificationError as error:
+        raise ExportError(f"no float reference on the check samples: {error}") from None
+
+
+def quantize(float_model: Path, path: Path, *, outputs: Sequence[str], calibration: Samples,
+             check: Samples, expected: List[List[np.ndarray]], thresholds: Thresholds,
+             batch: Optional[artefacts.Batch] = None,
+             timeout: float = DEFAULT_TIMEOUT) -> Int8Report:
+    """Quantize ``float_model`` to ``path`` (with ``batch``: written when the whole run passed).
+    Raises ``ExportError`` carrying the report when the thresholds cannot be met."""
+    thresholds.check_applies(outputs, expected)
+    layers = quantizable_layers(float_model)
+    cap = thresholds.max_float_layers
+    if cap is None:
+        cap = max(1, int(len(layers) * MAX_FLOAT_FRACTION))
+    with artefacts.staging(path, batch) as stage:
+        staged = stage / path.name
+
+        def attempt(kept_float: Sequence[str]) -> List[OutputMeasure]:
+            _quantize_static(float_model, staged, calibration, kept_float,
+                             cache=stage / "calibration.json")
+            return measure(staged, outputs, check, expected, thresholds, timeout)
+
+        plain = attempt([])
+        report = Int8Report(str(path), CALIBRATION_METHOD, calibration.rows, check.rows,
+                            len(layers), plain, plain, max_float_layers=cap,
+                            float_bytes=float_model.stat().st_size)
+        if not report.passed and cap > 0:
+            report.sensitivities = sensitivities(layers, plain, attempt)
+            ranked = sorted(report.sensitivities, key=report.sensitivities.get, reverse=True)
+            for count in range(1, min(cap, len(ranked)) + 1):
+                report.kept_float = ranked[:count]
+                report.outputs = attempt(report.kept_float)
+                if report.passed:
+                    break
+        if not report.passed:
+            raise Int8Refused(report)
+        report.int8_bytes = staged.stat().st_size
+        artefacts.publish(lambda: _publish(staged, path), batch, stage)
+    return report
+
+
+class Int8Refused(ExportError):
+    """The int8 model misses its thresholds even with the cap of layers kept float."""
+
+    def __init__(self, report: Int8Report):
+        failed = "; ".join(f"{o.name}: {o.measure} {o.value:.4g} < {o.threshold:g}"
+                           for o in report.outputs if not o.passed)
+        kept = (f" with {len(report.kept_float)} layer(s) kept float "
+                f"(cap {report.max_float_layers})" if report.kept_float else "")
+        super().__init__(f"int8 misses its thresholds on {report.check_rows} held-back rows"
+                         f"{kept}: {failed}")
+        self.report = report
+
+
+def quantizable_layers(float_model: Path) -> List[str]:
+    import onnx
+    model = onnx.load(str(float_model))
+    weights = {init.name for init in model.graph.initializer}
+    return [node.name for node in model.graph.node
+            if node.op_type in LAYER_OPS and any(name in weights for name in node.input)]
+
+
+def sensitivities(layers: Sequence[str], plain: List[OutputMeasure], attempt) -> Dict[str, float]:
+    """How much each layer's quantization costs: the drop in summed relative output error when
+    only that layer stays float (larger = more sensitive)."""
+    base = _error(plain)
+    return {layer: base - _error(attempt([layer])) for layer in layers}
+
+
+def _error(measures: List[OutputMeasure]) -> float:
+    """A continuous score over outputs: disagreement plus relative error, so layers can be ranked
+    even when top-1 barely moves."""
+    return sum(o.relative_error + (1 - o.value if o.measure == "top1_agreement" else 0)
+               for o in measures)
+
+
+def measure(model: Path, outputs: Sequence[str], check: Samples,
+            expected: List[List[np.ndarray]], thresholds: Thresholds,
+            timeout: float = DEFAULT_TIMEOUT) -> List[OutputMeasure]:
+    """Each output of ``model`` in onnxruntime against ``expected`` over the check rows."""
+    import onnxruntime as ort
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    wanted = {i.name for i in session.get_inputs()}
+    run_options = ort.RunOptions()
+    deadline = threading.Timer(timeout, setattr, (run_options, "terminate", True))
+    deadline.start()
+    try:
+        actual = [session.run(names, _onnx_feeds(feeds, wanted), run_options)
+                  for feeds in check.feeds()]
+    except Exception as error:   # onnxruntime's error types are not a public hierarchy
+        if run_options.terminate:
+            raise ExportError(f"the int8 model did not finish the {check.rows} check rows "
+                              f"within {timeout:g} s in onnxruntime") from None
+        raise ExportError(f"onnxruntime cannot run the int8 model: {error}") from None
+    finally:
+        deadline.cancel()
+    return compare(outputs, expected, actual, thresholds)
+
+
+def compare(outputs: Sequence[str], expected: List[List[np.ndarray]],
+            actual: List[List[np.ndarray]], thresholds: Thresholds) -> List[OutputMeasure]:
+    """Per output over all rows ([row][output] on both sides): agreement or SQNR."""
+    result = []
+    for index, name in enumerate(outputs):
+        ref = np.concatenate([np.atleast_1d(row[index]) for row in expected]).astype(np.float64)
+        got = np.concatenate([np.atleast_1d(row[index]) for row in actual]).astype(np.float64)
+        relative = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
+        if is_class_scores(ref):
+            agreement = float(np.mean(ref.argmax(-1) == got.argmax(-1)))
+            result.append(OutputMeasure(name, "top1_agreement", agreement,
+                                        thresholds.min_agreement, relative))
+        else:
+            sqnr = 20 * math.log10(1 / relative) if relative > 0 else math.inf
+            result.append(OutputMeasure(name, "sqnr_db", sqnr, thresholds.min_sqnr_db, relative))
+    return result
+
+
+def is_class_scores(values: np.ndarray) -> bool:
+    return values.ndim == 2 and values.shape[-1] >= 2
+
+
+def _onnx_feeds(feeds: Dict[str, np.ndarray], wanted) -> Dict[str, np.ndarray]:
+    named = {_tensor(k): v for k, v in feeds.items()}
+    return {k: v for k, v in named.items() if k in wanted}
+
+
+def _tensor(name: str) -> str:
+    return name if ":" in name else name + ":0"
+
+
+def _quantize_static(float_model: Path, out: Path, calibration: Samples,
+                     kept_float: Sequence[str], cache: Path) -> None:
+    """QDQ int8 with ``kept_float`` left float; the calibration ranges are computed once and
+    read back from ``cache`` on every later attempt (the sensitivity scan makes many)."""
+    from onnxruntime import quantization as q
+
+    class Rows(q.CalibrationDataReader):
+        def __init__(self):
+            self._rows = iter(calibration.feeds())
+
+        def get_next(self):
+            feeds = next(self._rows, None)
+            return None if feeds is None else _onnx_feeds(feeds, wanted)
+
+    import onnxruntime as ort
+    wanted = {i.name for i in ort.InferenceSession(
+        str(float_model), providers=["CPUExecutionProvider"]).get_inputs()}
+    root = logging.getLogger()       # onnxruntime logs "consider pre-processing" on the root
+    level, root.level = root.level, logging.ERROR
+    try:
+        q.quantize_static(str(float_model), str(out), Rows(), quant_format=q.QuantFormat.QDQ,
+                          per_channel=True, weight_type=q.QuantType.QInt8,
+                          calibrate_method=getattr(q.CalibrationMethod, CALIBRATION_METHOD),
+                          nodes_to_exclude=list(kept_float),
+                          calibration_cache_path=str(cache))
+    except Exception as error:     # onnxruntime's errors are not a public hierarchy
+        raise ExportError(f"onnxruntime cannot quantize the model: "
+                          f"{str(error).splitlines()[0] if str(error) else error!r}") from None
+    finally:
+        root.level = level
+
+
+def _publish(staged: Path, path: Path) -> None:
+    import os
+    os.replace(staged, path)
+
+
+def check_request(samples_path: Optional[str], quantize: Optional[str], onnx: bool,
+                  nchw_inputs: Sequence[str] = ()) -> None:
+    """Bad requests, before any work: one line each (exit 2)."""
+    if quantize is None:
+        return
+    if not samples_path:
+        raise InputError("int8 needs --samples: real inputs to calibrate on and to check with")
+    if not onnx:
+        raise InputError("--quantize int8 needs an ONNX or TFLite output (--onnx PATH, "
+                         "`export`, or --tflite PATH)")
+    if nchw_inputs:     # the samples are NHWC rows of the graph's inputs
+        raise InputError("--quantize int8 does not take --inputs-as-nchw yet")
+
