@@ -214,6 +214,17 @@ def squeeze_excite_graph():
     return graph.as_graph_def()
 
 
+def identity_reshapes(model):
+    """Reshapes whose static input and output shapes (ONNX shape inference) are the same."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    shapes = {}
+    for value in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        shapes[value.name] = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
+    return [n.name for n in model.graph.node if n.op_type == "Reshape"
+            and shapes.get(n.input[0]) is not None and shapes.get(n.input[0]) == shapes.get(n.output[0])]
+
+
 def test_identity_reshapes_from_tf2onnx_are_removed(tmp_path):
     from tfsurgery import onnx_tidy
     graph_def = squeeze_excite_graph()
@@ -221,10 +232,15 @@ def test_identity_reshapes_from_tf2onnx_are_removed(tmp_path):
     # Transposes; either way the two before the 1x1 convs are identities.
     model, _ = onnx_export.convert(graph_def, ["x"], ["y"], opset=18)
     reshapes = lambda: sum(n.op_type == "Reshape" for n in model.graph.node)   # noqa: E731
-    before = reshapes()
-    assert onnx_tidy.tidy(model) == {"identity Reshape removed": 2} and reshapes() == before - 2
+    before, identities = reshapes(), len(identity_reshapes(model))
+    assert identities >= 2
+    assert onnx_tidy.tidy(model) == {"identity Reshape removed": identities}
+    assert reshapes() == before - identities and identity_reshapes(model) == []
+    # A second conversion may lay out differently (and ORT may remove one first): whatever
+    # the count, no Reshape left in the written model may return its input unchanged.
     lean = onnx_export.export(graph_def, ["x"], ["y"], tmp_path / "lean.onnx")
-    assert lean.passed and lean.tidied == {"identity Reshape removed": 2}
+    assert lean.passed and lean.tidied.get("identity Reshape removed", 0) >= 1
+    assert identity_reshapes(onnx.load(str(tmp_path / "lean.onnx"))) == []
     assert ort_vs_tf(tmp_path / "lean.onnx", graph_def, ["x"], ["y"]) < 1e-5
     # the removed Reshapes' target shapes went with them
     graph = onnx.load(str(tmp_path / "lean.onnx")).graph
