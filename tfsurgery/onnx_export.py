@@ -24,7 +24,6 @@ import shutil
 import threading
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence
-from unittest import mock
 
 import numpy as np
 
@@ -296,19 +295,17 @@ def save(model, storage, path: Path) -> None:
     """Save the model; with tf2onnx's external tensor storage, as ``path`` + ``path.data``
     (ONNX's standard external-data layout, not tf2onnx's zip, so onnxruntime can open it)."""
     import onnx
-    from onnx.external_data_helper import set_external_data
-    if storage is not None:
-        data_name = path.name + ".data"
-        with open(path.with_name(data_name), "wb") as data:
-            for tensor in _tensors(model.graph):
-                if tensor.data_location != onnx.TensorProto.EXTERNAL:
-                    continue
-                key = {e.key: e.value for e in tensor.external_data}["location"]
-                tensor.raw_data = storage.name_to_tensor_data[key]
-                set_external_data(tensor, data_name, data.tell(), len(tensor.raw_data))
-                data.write(tensor.raw_data)
-                tensor.ClearField("raw_data")
-    onnx.save_model(model, str(path))
+    if storage is None:
+        onnx.save_model(model, str(path))
+        return
+    for tensor in _tensors(model.graph):      # tf2onnx's bytes back in place, then ONNX writes them
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            key = {e.key: e.value for e in tensor.external_data}["location"]
+            tensor.raw_data = storage.name_to_tensor_data[key]
+            tensor.ClearField("external_data")
+            tensor.data_location = onnx.TensorProto.DEFAULT
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=path.name + ".data", size_threshold=EXTERNAL_MIN_BYTES)
 
 
 def optimize_with_onnxruntime(path: Path, *, external_data: bool = False) -> bool:
@@ -474,12 +471,16 @@ def _publish(stage: Path, path: Path) -> None:
 
 @contextlib.contextmanager
 def _numpy2_compat():
-    """tf2onnx 1.17's large-model path calls np.product, which numpy 2 removed."""
+    """tf2onnx 1.17's large-model path calls np.product, which numpy 2 removed: lend it np.prod
+    for the conversion only."""
     if hasattr(np, "product"):
         yield
-    else:
-        with mock.patch.object(np, "product", np.prod, create=True):
-            yield
+        return
+    np.product = np.prod
+    try:
+        yield
+    finally:
+        del np.product
 
 
 def _session_options():
