@@ -3,6 +3,7 @@
     python scripts/benchmark.py                      # everything -> docs/benchmark.{md,json}
     python scripts/benchmark.py --quick              # small models, no 200k-node run
     python scripts/benchmark.py --models ResNet50 --repeats 5 --training-ops
+    python scripts/benchmark.py --peer-graphs       # only the peer simplification cases (~10 s)
 
 The logic lives in benchmarks/harness.py (a development tool, not installed); this file only parses options and writes the results.
 """
@@ -45,6 +46,13 @@ def parse_args(argv=None):
     parser.add_argument("--int8", action="store_true",
                         help="also time our float ONNX against its static int8 (ResNet50, "
                              "MobileNetV2) in onnxruntime, each in its own process")
+    parser.add_argument("--peer-graphs", action="store_true",
+                        help="only the peer simplification cases (benchmarks/simplify.py): "
+                             "their section of --out-md and key of --out-json are replaced, the "
+                             "rest of both files is kept")
+    parser.add_argument("--peer-misses", type=Path, default=None,
+                        help="with --peer-graphs: also write the list of cases where tfsurgery "
+                             "has more nodes than Grappler to this Markdown file")
     parser.add_argument("--out-md", type=Path, default=ROOT / "docs" / "benchmark.md")
     parser.add_argument("--out-json", type=Path, default=ROOT / "docs" / "benchmark.json")
     args = parser.parse_args(argv)
@@ -64,6 +72,8 @@ def main(argv=None) -> int:
                 for name in args.models]
         print(localize.render(rows))
         return 0
+    if args.peer_graphs:
+        return peer_graphs(args)
     blocks = () if args.no_scaling else (
         benchmark.QUICK_SCALING_BLOCKS if args.quick else benchmark.SCALING_BLOCKS)
     result = benchmark.run(args.models, repeats=args.repeats, input_size=args.input_size,
@@ -81,6 +91,7 @@ def main(argv=None) -> int:
                                                   runs=max(args.deploy_runs, 5))
                           for name in ("ResNet50", "MobileNetV2")}
         markdown += "\n" + int8.render(result["int8"])
+    markdown, result = keep_peer_section(args, markdown, result)
     print(markdown)
     for path, data in ((args.out_md, markdown),
                        (args.out_json, json.dumps(result, indent=2, default=str) + "\n")):
@@ -88,6 +99,42 @@ def main(argv=None) -> int:
         io.write_atomically(path, data.encode())
         print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def peer_graphs(args) -> int:
+    """Measure the peer cases; splice their section and JSON key into the existing files."""
+    from benchmarks import simplify
+    result = simplify.run(log=lambda line: print(f"[benchmark] {line}", file=sys.stderr,
+                                                  flush=True))
+    section = simplify.render(result)
+    print(section)
+    document = args.out_md.read_text() if args.out_md.exists() else "# Benchmark\n"
+    data = json.loads(args.out_json.read_text()) if args.out_json.exists() else {}
+    data["peer_graphs"] = result
+    outputs = [(args.out_md, simplify.splice(document, section)),
+               (args.out_json, json.dumps(data, indent=2, default=str) + "\n")]
+    if args.peer_misses:
+        outputs.append((args.peer_misses, "# Peer simplification cases: misses\n\n"
+                        + simplify.render_misses(result)))
+    for path, text in outputs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        io.write_atomically(path, text.encode())
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def keep_peer_section(args, markdown: str, result: dict):
+    """A full run does not measure the peer cases: it keeps their last section and JSON key."""
+    from benchmarks import simplify
+    if args.out_md.exists():
+        kept = simplify.section_of(args.out_md.read_text())
+        if kept:
+            markdown = simplify.splice(markdown, kept)
+    if args.out_json.exists():
+        old = json.loads(args.out_json.read_text())
+        if "peer_graphs" in old:
+            result["peer_graphs"] = old["peer_graphs"]
+    return markdown, result
 
 
 if __name__ == "__main__":
