@@ -66,12 +66,26 @@ def compare(built, graph_def, feeds, reference) -> float:
                for name, e, a in zip(built.outputs, reference, actual))
 
 
+def input_shapes(built) -> Dict[str, list]:
+    """Each input's declared shape (None: a free dimension)."""
+    import tensorflow as tf
+    nodes = {n.name: n for n in built.graph_def.node}
+    return {name: tf.TensorShape(nodes[name].attr["shape"].shape).as_list()
+            for name in built.inputs}
+
+
+def interface_text(row: dict) -> str:
+    shapes = ", ".join(f"{name} {'×'.join('?' if d is None else str(d) for d in shape)}"
+                       for name, shape in row["inputs"].items())
+    return f"{shapes} → {', '.join(row['outputs'])}"
+
+
 def measure_case(case: Case, seed: int = 0) -> dict:
     built = case.build()
     original = histogram(built.graph_def)
     row = {"name": case.name, "group": case.group, "peer": case.peer,
            "peer_file": case.peer_file,
-           "expects": case.expects, "inputs": list(built.inputs), "outputs": list(built.outputs),
+           "expects": case.expects, "inputs": input_shapes(built), "outputs": list(built.outputs),
            "original": {"nodes": len(built.graph_def.node), "histogram": original,
                         "expected": bool(case.expected(original))}}
     feeds = verify.make_feeds(built.graph_def, built.inputs, seed)
@@ -105,7 +119,11 @@ def run(cases=None, log: Callable[[str], None] = lambda _: None) -> dict:
     for case in cases or CASES:
         log(f"peer case {case.name}")
         rows.append(measure_case(case))
-    return {"tolerance": TOLERANCE, "cases": rows, "summary": summarize(rows)}
+    import datetime
+    import tensorflow as tf
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return {"tolerance": TOLERANCE, "tensorflow": tf.__version__, "date": when, "cases": rows,
+            "summary": summarize(rows)}
 
 
 # ---------------------------------------------------------------- summary
@@ -179,11 +197,11 @@ def render(result: dict) -> str:
     rows = result["cases"]
     s = result["summary"]
     table = markdown_table(
-        ["case", "peer test", "peer expects", "original", "tfsurgery", "Grappler default",
-         "Grappler AGGRESSIVE"],
-        [[r["name"], f"{r['peer']}", r["expects"],
+        ["case", "peer test", "inputs → outputs", "peer expects", "original", "tfsurgery",
+         "Grappler default", "Grappler AGGRESSIVE"],
+        [[r["name"], f"{r['peer']}", interface_text(r), r["expects"],
           f"{r['original']['nodes']}" + (" ✓" if r["original"]["expected"] else ""),
-          *[fmt_variant(r[v]) for v in VARIANTS]] for r in rows], "lllrrrr")
+          *[fmt_variant(r[v]) for v in VARIANTS]] for r in rows], "llllrrrr")
     misses = s["misses"]
     miss_rows = [[m["name"], m["tfsurgery"] if m["tfsurgery"] is not None
                   else m["tfsurgery_error"], f"{m['best_peer_nodes']} ({m['best_peer']})",
@@ -203,7 +221,8 @@ def render(result: dict) -> str:
         f"Each result's outputs are compared with the original's (same seeded feeds, separate "
         f"sessions, NCHW ops through `cpu_layout`): *outputs differ* = max relative error above "
         f"{result['tolerance']:g} (or the graph does not run). ✓ = meets the peer test's "
-        "expectation (column *peer expects*, checked on the op histogram).",
+        "expectation (column *peer expects*, checked on the op histogram). "
+        f"TensorFlow {result.get('tensorflow', '?')}, {result.get('date', '?')}.",
         "",
         f"- tfsurgery ≤ Grappler default on **{s['le_grappler']} of {s['compared_grappler']}** "
         f"cases (fewer on {s['lt_grappler']}); ≤ Grappler AGGRESSIVE on "

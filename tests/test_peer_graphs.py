@@ -1,0 +1,99 @@
+"""The peer simplification cases (benchmarks/peer_graphs.py, issue 23): every case builds and runs,
+poses a real problem (its original does not already meet the peer's expectation), and tfsurgery's
+result on it computes the same numbers as the original (our own oracle, plain TF sessions).
+
+Cases tfsurgery refuses are listed in REFUSED with the reason: the test then asserts the refusal,
+so a case that starts (or stops) being refused shows up here.
+"""
+import pytest
+
+from benchmarks import peer_graphs, simplify
+from conftest import assert_matches, optimize
+from tfsurgery import api
+
+import oracle
+
+CASES = {case.name: case for case in peer_graphs.CASES}
+REFUSED = {}            # case name → why tfsurgery refuses it (none today)
+
+
+@pytest.fixture(scope="module")
+def built():
+    return {name: case.build() for name, case in CASES.items()}
+
+
+def test_cases_are_many_named_and_cite_a_peer_test():
+    assert 40 <= len(CASES) <= 60 and len(CASES) == len(peer_graphs.CASES)
+    for case in CASES.values():
+        file_key, _, test_name = case.peer.partition(" ")
+        assert file_key in peer_graphs.PEER_FILES and test_name, case.name
+        assert case.expects and case.group, case.name
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_original_runs_and_poses_the_problem(built, name):
+    """The original runs on seeded random inputs, with finite outputs, and does not already
+    meet what the peer expects of the simplified graph (so the expectation can fail)."""
+    model = built[name]
+    feeds = oracle.random_feeds(model.graph_def, model.inputs, seed=1)
+    values = oracle.run(model.graph_def, feeds, model.outputs)
+    assert len(values) == len(model.outputs)
+    for value in values:
+        assert value.size and (value.dtype.kind not in "fc" or abs(value).max() < 1e30)
+    assert not CASES[name].expected(peer_graphs.histogram(model.graph_def))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_tfsurgery_keeps_the_numbers(built, name):
+    model = built[name]
+    if name in REFUSED:
+        with pytest.raises(api.InputError, match=REFUSED[name]):
+            optimize(model)
+        return
+    result = optimize(model)            # verification on: a failed check raises
+    assert result.outputs == model.outputs
+    assert assert_matches(result, 1e-5) <= 1e-5
+    assert len(result.graph_def.node) <= len(model.graph_def.node)
+
+
+def test_measure_case_compares_all_three_on_the_same_feeds():
+    """One case through the benchmark: Grappler keeps the fetch node, every result runs, and a
+    duplicated conv is merged by Grappler (its common-subgraph elimination is on by default)."""
+    row = simplify.measure_case(peer_graphs.by_name("dup_identical_convs"))
+    assert row["original"]["nodes"] == 7 and not row["original"]["expected"]
+    for variant in simplify.VARIANTS:
+        assert row[variant]["same"], row[variant]
+        assert row[variant]["nodes"] <= row["original"]["nodes"]
+    assert row["grappler"]["histogram"].get("Conv2D") == 1 and row["grappler"]["expected"]
+
+
+def _row(name, ours, default, aggressive):
+    entry = lambda n, hist: {"nodes": n, "same": True, "expected": False, "histogram": hist}
+    return {"name": name, "peer": "AO X", "expects": "-", "tfsurgery": entry(ours, {"Neg": ours}),
+            "grappler": entry(default, {"Neg": default}),
+            "aggressive": entry(aggressive, {"Neg": aggressive})}
+
+
+def test_summary_counts_and_names_the_misses():
+    rows = [_row("even", 3, 3, 3), _row("ahead", 2, 3, 4), _row("behind", 5, 5, 4),
+            _row("differs", 3, 5, 5)]
+    rows[-1]["tfsurgery"]["same"] = False          # outputs moved: never counted as a win
+    summary = simplify.summarize(rows)
+    assert (summary["le_grappler"], summary["compared_grappler"]) == (3, 3)
+    assert (summary["le_aggressive"], summary["lt_aggressive"]) == (2, 1)
+    misses = {m["name"]: m for m in summary["misses"]}
+    assert set(misses) == {"behind", "differs"}
+    assert misses["behind"]["difference"] == {"Neg": 1}
+    assert misses["behind"]["best_peer"] == "aggressive"
+    assert misses["differs"]["tfsurgery_error"] == "outputs differ"
+
+
+def test_section_replaces_its_old_self_and_keeps_the_rest():
+    doc = "# Benchmark\n\n## Models\n\nm\n\n" + simplify.SECTION + "\n\nold\n\n## Scaling\n\ns\n"
+    new = simplify.SECTION + "\n\nnew\n"
+    spliced = simplify.splice(doc, new)
+    assert "old" not in spliced and "new" in spliced
+    assert spliced.index("## Models") < spliced.index("new") < spliced.index("## Scaling")
+    assert simplify.section_of(spliced).strip() == new.strip()
+    appended = simplify.splice("# Benchmark\n\n## Models\n\nm\n", new)
+    assert appended.endswith(new) and "## Models" in appended
