@@ -240,7 +240,7 @@ def _dup_merge_nested(r):
     out(tf.add(a, b) * c)
 
 
-@case("dup_merge_duplicates", "GTQ TestMergeDuplicateNodes",
+@case("dup_merge_duplicates", "GTQ TestMergeDuplicateConsts",
       "a_op == b_op: one of them left, add_op reads it twice",
       lambda h: h.get("Mul", 0) <= 2)
 def _dup_merge_duplicates(r):
@@ -248,6 +248,20 @@ def _dup_merge_duplicates(r):
     k = r.standard_normal(10).astype(np.float32)
     c = r.standard_normal(10).astype(np.float32)
     out(tf.multiply(tf.add(x * same_const(k), x * same_const(k)), same_const(c)))
+
+
+@case("dup_merge_in_out", "GTQ TestMergeDuplicatesInOut",
+      "mul_op2 == mul_op3 merged; mul_op1, equal too but an output, kept: 3 Mul",
+      at_most(Mul=3))
+def _dup_merge_in_out(r):
+    x = ph("input", [10])
+    k = r.standard_normal(10).astype(np.float32)
+    c = r.standard_normal(10).astype(np.float32)
+    add = tf.add(tf.nn.relu(x + same_const(k)), tf.nn.relu(x + same_const(k)))
+    tf.multiply(add, same_const(c), name="mul_op1")
+    mul2, mul3 = tf.multiply(add, same_const(c)), tf.multiply(add, same_const(c))
+    tf.multiply(mul2, mul3, name="final_mul_op")
+    return ["mul_op1", "final_mul_op"]
 
 
 # ================================================================ shapes of static tensors
@@ -382,7 +396,7 @@ def _trivial_sums_repeated(r):
     out(add5)
 
 
-@case("aggregation_addn", "AO SimplifyAggregation",
+@case("aggregation_addn", "AO TrivialSumsRepeatedAdd (its sum as one AddN)",
       "AddN(x, x, x, x) → Mul(x, 4): no AddN",
       absent("AddN"))
 def _aggregation_addn(r):
