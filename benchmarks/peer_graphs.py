@@ -7,6 +7,8 @@ on the op histogram (``expected``) that any result can be held to. ``benchmarks/
 runs every case through tfsurgery and Grappler; ``tests/test_peer_graphs.py`` builds and checks
 them all.
 
+A name followed by "(… form)" adapts that test's pattern to another op, as the issue asks.
+
 Peer files (abbreviations used in ``Case.peer``):
 - AO   tensorflow/core/grappler/optimizers/arithmetic_optimizer_test.cc
 - CF   tensorflow/core/grappler/optimizers/constant_folding_test.cc
@@ -57,7 +59,7 @@ class Case:
     seed: int = 0
 
     def build(self) -> BuiltModel:
-        """The graph: placeholders are the inputs; outputs as the builder returns (else "output")."""
+        """The graph: placeholders are its inputs; outputs as the builder says (else "output")."""
         with v1_graph() as graph:
             outputs = self.builder(np.random.default_rng(self.seed)) or ["output"]
         graph_def = graph.as_graph_def()
@@ -140,7 +142,7 @@ def conv_weights(r, shape):
 group("duplicates")
 
 
-@case("dup_identical_convs", "CSE OpDedupping",
+@case("dup_identical_convs", "CSE OpDedupping (Conv2D form)",
       "two equal Conv2D on one input (equal weights, separate Consts) merged: 1 Conv2D",
       at_most(Conv2D=1))
 def _dup_identical_convs(r):
@@ -151,7 +153,7 @@ def _dup_identical_convs(r):
     out(a * b)
 
 
-@case("dup_conv_branches", "CSE OpDedupping",
+@case("dup_conv_branches", "CSE OpDedupping (conv+bias+Relu branch form)",
       "two equal conv+bias+Relu branches on one input merged: 1 Conv2D, 1 BiasAdd, 1 Relu",
       at_most(Conv2D=1, BiasAdd=1, Relu=1))
 def _dup_conv_branches(r):
@@ -163,7 +165,7 @@ def _dup_conv_branches(r):
     out(tf.concat(branches, axis=3))
 
 
-@case("dup_transposes", "T2O test_duplicated_duplicated_attributes",
+@case("dup_transposes", "CSE OpDedupping (Transpose form)",
       "two Transposes of one tensor with equal perms merged: 1 Transpose",
       at_most(Transpose=1))
 def _dup_transposes(r):
