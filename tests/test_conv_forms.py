@@ -117,3 +117,179 @@ def test_a_nonzero_or_reflected_border_before_a_same_conv_stays(fill):
     assert {"Pad", "PadV2", "MirrorPad"} & set(ops(result.graph_def))
     assert only(result.graph_def, "Conv2D").attr["padding"].s == b"SAME"
     assert_matches(result, 1e-5)
+
+
+# ---------------------------------------------------------------- atrous flattening
+ATROUS_PAIR = {"SpaceToBatchND", "BatchToSpaceND"}
+
+
+def dilated(result, op="Conv2D"):
+    conv = only(result.graph_def, op)
+    assert not ATROUS_PAIR & set(ops(result.graph_def)), ops(result.graph_def)
+    return conv
+
+
+@pytest.mark.parametrize("rate", [2, 3])
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+@pytest.mark.parametrize("size", [(12, 12), (9, 10)])        # divisible by the rate or not
+def test_atrous_conv2d_becomes_one_dilated_conv(rate, padding, size):
+    kernel = _r(3, 3, 3, 4)
+    result = optimize(built(lambda x: tf.nn.atrous_conv2d(x, kernel, rate, padding),
+                            (None,) + size + (3,)), bn_fold=False)
+    conv = dilated(result)
+    assert list(conv.attr["dilations"].list.i) == [1, rate, rate, 1]
+    assert conv.attr["padding"].s == padding.encode()
+    assert_matches(result, 1e-5)
+
+
+@pytest.mark.parametrize("padding,dilations,kernel", [
+    ("SAME", [2, 3], (3, 2)), ("VALID", [3, 2], (2, 3)), ("SAME", [4, 1], (3, 3))])
+def test_convolution_with_dilations_per_axis_becomes_one_dilated_conv(padding, dilations, kernel):
+    weights = _r(*kernel, 3, 5)
+    result = optimize(built(lambda x: tf.nn.convolution(x, weights, padding=padding,
+                                                        dilations=dilations),
+                            (None, 11, 13, 3)), bn_fold=False)
+    conv = dilated(result)
+    assert list(conv.attr["dilations"].list.i) == [1] + dilations + [1]
+    assert conv.attr["padding"].s == padding.encode()
+    assert_matches(result, 1e-5)
+
+
+def _space_to_batch_conv(x, kernel, block, paddings, crops, *, between=lambda y: y,
+                         fmt="NHWC", depthwise=False, conv_padding="VALID"):
+    """The pattern written by hand with raw ops (for forms TF's wrappers never emit)."""
+    s2b = tf.raw_ops.SpaceToBatchND(input=x, block_shape=block, paddings=paddings)
+    if depthwise:
+        y = tf.nn.depthwise_conv2d(s2b, kernel, [1, 1, 1, 1], conv_padding)
+    else:
+        y = tf.nn.conv2d(s2b, kernel, 1, conv_padding, data_format=fmt)
+    return tf.raw_ops.BatchToSpaceND(input=between(y), block_shape=block, crops=crops)
+
+
+def test_paddings_that_are_neither_same_nor_valid_give_explicit_padding():
+    """13 + 3 + 2 = 18 rows (block 2), 12 + 1 + 3 = 16 columns: crops (0, 0) and (0, 1) leave
+    zeros (3, 2) and (1, 2) around the input."""
+    kernel = _r(3, 3, 3, 4)
+    result = optimize(built(lambda x: _space_to_batch_conv(
+        x, kernel, [2, 2], [[3, 2], [1, 3]], [[0, 0], [0, 1]]), (None, 13, 12, 3)),
+        bn_fold=False)
+    conv = dilated(result)
+    assert conv.attr["padding"].s == b"EXPLICIT"
+    assert list(conv.attr["explicit_paddings"].list.i) == [0, 0, 3, 2, 1, 2, 0, 0]
+    assert_matches(result, 1e-5)
+
+
+def test_bias_batch_norm_and_relu_between_conv_and_batch_to_space_stay_after_the_conv():
+    kernel, bias = _r(3, 3, 3, 4), _r(4)
+    gamma, beta, mean = _r(4), _r(4), _r(4)
+    var = np.abs(_r(4)) + 0.5
+
+    def between(y):
+        y = tf.nn.bias_add(y, bias)
+        y, _, _ = tf1.nn.fused_batch_norm(y, gamma, beta, mean, var, is_training=False)
+        return tf.nn.relu(y * _r(4))
+    result = optimize(built(lambda x: _space_to_batch_conv(
+        x, kernel, [2, 2], [[2, 3], [2, 2]], [[0, 1], [0, 0]], between=between),
+        (None, 11, 12, 3)), bn_fold=False)
+    conv = dilated(result)
+    assert conv.attr["padding"].s == b"SAME"
+    assert {"BiasAdd", "Relu"} <= set(ops(result.graph_def))
+    assert_matches(result, 1e-5)
+
+
+def test_a_channels_first_atrous_conv_flattens():
+    """NCHW: the block covers (channels, rows, columns) with 1 on the channels."""
+    kernel = _r(3, 3, 3, 4)
+    result = optimize(built(lambda x: _space_to_batch_conv(
+        x, kernel, [1, 2, 2], [[0, 0], [2, 3], [2, 2]], [[0, 0], [0, 1], [0, 0]], fmt="NCHW"),
+        (None, 3, 11, 12)), bn_fold=False)
+    conv = dilated(result)
+    assert list(conv.attr["dilations"].list.i) == [1, 1, 2, 2]
+    assert conv.attr["padding"].s == b"SAME"
+    assert_matches(result, 1e-5)
+
+
+def _dilated_depthwise_runs():
+    with tf.Graph().as_default() as graph:
+        y = tf.raw_ops.DepthwiseConv2dNative(input=tf.ones([1, 5, 5, 1]), filter=tf.ones(
+            [3, 3, 1, 1]), strides=[1, 1, 1, 1], padding="SAME", dilations=[1, 2, 2, 1])
+        import oracle
+        with tf1.Session(graph=graph, config=oracle.session_config()) as session:
+            try:
+                session.run(y)
+                return True
+            except tf.errors.OpError:
+                return False
+
+
+def test_a_depthwise_atrous_conv_stays_unless_asked():
+    kernel = _r(3, 3, 3, 2)
+    model = built(lambda x: tf1.nn.depthwise_conv2d(x, kernel, [1, 1, 1, 1], "SAME",
+                                                    rate=[2, 2]), (None, 9, 10, 3))
+    result = optimize(model, bn_fold=False)
+    assert ATROUS_PAIR <= set(ops(result.graph_def))
+    assert any("oneDNN" in why for why in skipped(result, "flatten-atrous-conv"))
+    assert_matches(result, 1e-5)
+    asked = optimize(model, bn_fold=False, verify=_dilated_depthwise_runs(),
+                     transform_params={"flatten-atrous-conv": {"depthwise": True}})
+    conv = dilated(asked, "DepthwiseConv2dNative")
+    assert list(conv.attr["dilations"].list.i) == [1, 2, 2, 1]
+    assert conv.attr["padding"].s == b"SAME"
+    if _dilated_depthwise_runs():       # the default CPU kernel (no oneDNN) cannot run it
+        assert_matches(asked, 1e-5)
+
+
+@pytest.mark.parametrize("case,why", [
+    (dict(crops=[[3, 0], [0, 0]]), "exceed paddings"),
+    (dict(block_b2s=[4, 2]), "blocks differ"),
+    (dict(conv_padding="SAME"), "not VALID"),
+    (dict(between=lambda y: y + tf.ones([1, 6, 1, 4])), "per-pixel")])
+def test_atrous_pairs_that_are_not_a_dilation_stay(case, why):
+    kernel = _r(3, 3, 3, 4)
+    block_b2s = case.pop("block_b2s", [2, 2])
+    crops = case.pop("crops", [[0, 1], [0, 0]])
+
+    def body(x):
+        s2b = tf.raw_ops.SpaceToBatchND(input=x, block_shape=[2, 2],
+                                        paddings=[[2, 3], [2, 2]])
+        y = tf.nn.conv2d(s2b, kernel, 1, case.get("conv_padding", "VALID"))
+        y = case.get("between", lambda v: v)(y)
+        return tf.raw_ops.BatchToSpaceND(input=y, block_shape=block_b2s, crops=crops)
+    result = optimize(built(body, (None, 11, 12, 3)), bn_fold=False)
+    assert ATROUS_PAIR <= set(ops(result.graph_def))
+    reasons = skipped(result, "flatten-atrous-conv")
+    assert any(why in reason for reason in reasons), reasons
+    assert_matches(result, 1e-5)
+
+
+def test_an_atrous_conv_on_an_unknown_spatial_size_stays():
+    kernel = _r(3, 3, 3, 4)
+    result = optimize(built(lambda x: tf.nn.atrous_conv2d(x, kernel, 2, "SAME"),
+                            (None, None, None, 3)), bn_fold=False)
+    assert ATROUS_PAIR <= set(ops(result.graph_def))
+    assert any("not constants" in why for why in skipped(result, "flatten-atrous-conv"))
+    assert_matches(result, 1e-5)
+
+
+def test_deeplab_atrous_blocks_fold_their_batch_norms_under_bn_fold():
+    """Atrous conv → BN → ReLU at rates 2 and 4 (DeepLab's backbone end and ASPP), each into
+    one dilated conv with the BN folded: nothing but convs, BiasAdds and ReLUs is left."""
+    def bn(y, channels):
+        var = np.abs(_r(channels)) + 0.5
+        y, _, _ = tf1.nn.fused_batch_norm(y, _r(channels), _r(channels), _r(channels), var,
+                                          is_training=False)
+        return y
+
+    def body(x):
+        y = tf.nn.relu(bn(tf.nn.atrous_conv2d(x, _r(3, 3, 3, 6), 2, "SAME"), 6))
+        branches = [tf.nn.relu(bn(tf.nn.atrous_conv2d(y, _r(3, 3, 6, 4), rate, "SAME"), 4))
+                    for rate in (2, 4)]
+        return tf.concat(branches, -1)
+    result = optimize(built(body, (None, 17, 15, 3)), bn_fold=True)
+    left = set(ops(result.graph_def))
+    assert left == {"Placeholder", "Const", "Conv2D", "BiasAdd", "Relu", "ConcatV2",
+                    "Identity"}, left
+    rates = sorted(n.attr["dilations"].list.i[1] for n in result.graph_def.node
+                   if n.op == "Conv2D")
+    assert rates == [2, 2, 4]
+    assert_matches(result, 1e-4)
