@@ -293,3 +293,93 @@ def test_deeplab_atrous_blocks_fold_their_batch_norms_under_bn_fold():
                    if n.op == "Conv2D")
     assert rates == [2, 2, 4]
     assert_matches(result, 1e-4)
+
+
+# ---------------------------------------------------------------- scales into Conv3D / transposed convs
+def _conv3d(x, fmt, kernel_shape=(2, 3, 2, 3, 5), padding="SAME"):
+    return tf.nn.conv3d(x, _r(*kernel_shape), [1] * 5, padding, data_format=fmt)
+
+
+def _transposed(x, fmt, out_channels=5, size=(5, 6)):
+    """A stride-2 transposed conv: filter [h, w, out, in]."""
+    channels_first = fmt == "NCHW"
+    shape = [2, out_channels, 2 * size[0], 2 * size[1]] if channels_first else \
+        [2, 2 * size[0], 2 * size[1], out_channels]
+    return tf.nn.conv2d_transpose(x, _r(3, 3, out_channels, 3), shape, 2, "SAME",
+                                  data_format=fmt)
+
+
+def _transposed3d(x, fmt="NDHWC"):
+    return tf.nn.conv3d_transpose(x, _r(2, 3, 3, 4, 3), [2, 6, 8, 10, 4], 2, "SAME",
+                                  data_format=fmt)
+
+
+def _channel_vector(values, rank, channels_first):
+    return values.reshape([-1] + [1] * (rank - 2)) if channels_first else values
+
+
+def _mul_and_bn_after(y, channels, rank, channels_first):
+    var = np.abs(_r(channels)) + 0.5
+    y = y * _channel_vector(_r(channels), rank, channels_first)
+    fmt = {4: "NCHW", 5: "NCDHW"}[rank] if channels_first else {4: "NHWC", 5: "NDHWC"}[rank]
+    y, _, _ = tf1.nn.fused_batch_norm(y, _r(channels), _r(channels), _r(channels), var,
+                                      is_training=False, data_format=fmt)
+    return y
+
+
+SCALED_OPS = {
+    "Conv3D-NDHWC": (lambda x: _conv3d(x, "NDHWC"), (2, 4, 5, 6, 3), "Conv3D", 5, False),
+    "Conv3D-NCDHW": (lambda x: _conv3d(x, "NCDHW"), (2, 3, 4, 5, 6), "Conv3D", 5, True),
+    "transposed-NHWC": (lambda x: _transposed(x, "NHWC"), (2, 5, 6, 3), "Conv2DBackpropInput",
+                        4, False),
+    "transposed-NCHW": (lambda x: _transposed(x, "NCHW"), (2, 3, 5, 6), "Conv2DBackpropInput",
+                        4, True),
+    "transposed3d": (_transposed3d, (2, 3, 4, 5, 3), "Conv3DBackpropInputV2", 5, False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCALED_OPS))
+def test_a_per_channel_mul_and_batch_norm_after_fold_into_the_weights(case):
+    conv, shape, op, rank, channels_first = SCALED_OPS[case]
+    channels = 4 if op == "Conv3DBackpropInputV2" else 5
+
+    def body(x):
+        return tf.nn.relu(_mul_and_bn_after(conv(x), channels, rank, channels_first))
+    result = optimize(built(body, shape), bn_fold=True)
+    left = [o for o in ops(result.graph_def) if o not in ("Const", "Placeholder", "Identity")]
+    assert sorted(left) == sorted([op, "BiasAdd", "Relu"]), left
+    assert_matches(result, 1e-5)
+
+
+@pytest.mark.parametrize("case", sorted(SCALED_OPS))
+def test_a_per_channel_scale_before_folds_into_the_weights(case):
+    """Input channels: axis 3 of a Conv3D's [d, h, w, in, out]; the LAST axis of a transposed
+    conv's [h, w, (d,) out, in]. Through a zero Pad on the spatial axes too."""
+    conv, shape, op, rank, channels_first = SCALED_OPS[case]
+    table = [[0, 0]] * rank
+    table[2 if channels_first else 1] = [1, 0]
+
+    def body(x):
+        scaled = x * _channel_vector(_r(3), rank, channels_first)
+        return conv(tf.pad(scaled, table) if op == "Conv3D" else scaled)
+    padded_shape = list(shape)
+    result = optimize(built(body, padded_shape), bn_fold=False)
+    assert "Mul" not in ops(result.graph_def), ops(result.graph_def)
+    assert_matches(result, 1e-5)
+
+
+def test_a_shift_before_a_valid_conv3d_joins_its_bias():
+    result = optimize(built(lambda x: _conv3d(x + _r(3), "NDHWC", padding="VALID"),
+                            (2, 4, 5, 6, 3)), bn_fold=False)
+    assert "AddV2" not in ops(result.graph_def) and "BiasAdd" in ops(result.graph_def)
+    assert_matches(result, 1e-5)
+
+
+@pytest.mark.parametrize("case,why", [
+    ("transposed-NHWC", "transposed conv"), ("Conv3D-NDHWC", "Conv3D")])
+def test_a_shift_before_a_transposed_or_padding_conv3d_stays(case, why):
+    conv, shape, op, rank, channels_first = SCALED_OPS[case]
+    result = optimize(built(lambda x: conv(x + _r(3)), shape), bn_fold=False)
+    assert "AddV2" in ops(result.graph_def)
+    assert any(why in reason for reason in skipped(result, "fold-affine-into-linear"))
+    assert_matches(result, 1e-5)

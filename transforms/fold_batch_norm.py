@@ -9,7 +9,8 @@ A chain of them after a linear op z = W ⊛ x composes to one map z * S + B, and
 so the chain becomes the linear op with scaled weights plus a single BiasAdd. The BiasAdd takes the
 name of the chain's last node, so its consumers and the graph's outputs stay valid.
 
-Pattern: linear op (Conv2D, DepthwiseConv2dNative, Conv3D, MatMul, Conv2DBackpropInput) with a
+Pattern: linear op (Conv2D, DepthwiseConv2dNative, Conv3D, MatMul, Conv2DBackpropInput,
+Conv3DBackpropInputV2 — a transposed conv's filter is [h, w, (d,) out, in]) with a
 constant weight, whose output — and every intermediate output of the chain — has exactly one consumer.
 Skipped, with the reason in the report: training-mode BN, non-constant BN parameters or weights, a
 conv/matmul output that others also read, a BN whose channel axis does not match.
@@ -35,7 +36,8 @@ from tfsurgery.contract import Options, TransformReport, transform
 
 GLOBAL_NORM = "BatchNormWithGlobalNormalization"     # the pre-fused op of old frozen graphs
 BATCH_NORM_OPS = tuple(FUSED_BATCH_NORM_OPS) + (GLOBAL_NORM,)
-LINEAR_OPS = ("Conv2D", "DepthwiseConv2dNative", "Conv3D", "MatMul", "Conv2DBackpropInput")
+LINEAR_OPS = ("Conv2D", "DepthwiseConv2dNative", "Conv3D", "MatMul", "Conv2DBackpropInput",
+              "Conv3DBackpropInputV2")
 
 
 # ---------------------------------------------------------------- the linear ops
@@ -76,16 +78,16 @@ def linear_op(graph: Graph, name: str) -> Optional[Linear]:
         axis = 0 if graph.attr(name, "transpose_b", False) else 1
         return Linear(name, weight_ref, weight, 2, 1, shape[axis] if shape else 0, dtype,
                       along(axis))
-    rank = 5 if op == "Conv3D" else 4
+    rank = 5 if op.startswith("Conv3D") else 4
     channel_axis = _data_format_axis(graph, name, rank)
     if op == "DepthwiseConv2dNative":       # kernel [h, w, in, multiplier]: channel = in*mult + m
         def scale_depthwise(w, s):
             return w * s.reshape(1, 1, w.shape[2], w.shape[3])
         return Linear(name, weight_ref, weight, 4, channel_axis,
                       shape[2] * shape[3] if shape else 0, dtype, scale_depthwise)
-    if op == "Conv2DBackpropInput":         # kernel [h, w, out, in]
-        return Linear(name, weight_ref, weight, 4, channel_axis, shape[2] if shape else 0, dtype,
-                      along(2))
+    if op in ("Conv2DBackpropInput", "Conv3DBackpropInputV2"):    # kernel [h, w, (d,) out, in]
+        return Linear(name, weight_ref, weight, rank, channel_axis,
+                      shape[rank - 2] if shape else 0, dtype, along(rank - 2))
     return Linear(name, weight_ref, weight, rank, channel_axis, shape[-1] if shape else 0, dtype,
                   along(rank - 1))
 
