@@ -383,3 +383,48 @@ def test_a_shift_before_a_transposed_or_padding_conv3d_stays(case, why):
     assert "AddV2" in ops(result.graph_def)
     assert any(why in reason for reason in skipped(result, "fold-affine-into-linear"))
     assert_matches(result, 1e-5)
+
+
+# ---------------------------------------------------------------- NCHW forms on any CPU
+def test_cpu_layout_runs_an_nchw_conv_with_explicit_padding_and_dilations():
+    """cpu_layout's channels-last form of an NCHW conv with EXPLICIT padding and dilations
+    computes what the same conv computes on NHWC data (built here in plain TF)."""
+    import oracle
+    from tfsurgery import cpu_layout
+    kernel, x = _r(3, 2, 3, 4), _r(2, 3, 11, 9)
+    pads = [[0, 0], [0, 0], [3, 1], [0, 2]]
+    with tf.Graph().as_default() as graph:
+        inp = tf1.placeholder(tf.float32, [None, 3, 11, 9], name="input")
+        tf.identity(tf.nn.conv2d(inp, kernel, [1, 1, 2, 1], pads, data_format="NCHW",
+                                 dilations=[1, 1, 2, 3]), name="output")
+    nchw = graph.as_graph_def()
+    conv = only(nchw, "Conv2D")
+    assert conv.attr["padding"].s == b"EXPLICIT"
+    (actual,) = oracle._run(cpu_layout.rewritten(nchw), {"input": x}, ["output"])
+    nhwc = [pads[0], pads[2], pads[3], pads[1]]
+    with tf.Graph().as_default(), tf1.Session(config=oracle.session_config()) as session:
+        expected = session.run(tf.transpose(tf.nn.conv2d(
+            tf.transpose(x, [0, 2, 3, 1]), kernel, [1, 2, 1, 1], nhwc, dilations=[1, 2, 3, 1]),
+            [0, 3, 1, 2]))
+    assert oracle.relative_error(expected, actual) <= 1e-6
+
+
+@pytest.mark.parametrize("rate", [2, 3])
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+def test_a_dilated_1d_convolution_becomes_one_dilated_conv(rate, padding):
+    """tf.nn.convolution on [batch, width, channels]: ExpandDims → Conv2D → Squeeze inside the
+    pair; a bias and a batch norm after it fold under --bn-fold."""
+    kernel = _r(3, 3, 4)
+    var = np.abs(_r(4)) + 0.5
+
+    def body(x):
+        y = tf.nn.bias_add(tf.nn.convolution(x, kernel, padding=padding, dilations=[rate]),
+                           _r(4))
+        y = (y - _r(4)) * (_r(4) / np.sqrt(var))        # a decomposed batch norm
+        return tf.nn.relu(y)
+    result = optimize(built(body, (None, 21, 3)), bn_fold=True)
+    conv = dilated(result)
+    assert list(conv.attr["dilations"].list.i) == [1, 1, rate, 1]
+    assert conv.attr["padding"].s == padding.encode()
+    assert not {"Sub", "Mul"} & set(ops(result.graph_def))
+    assert_matches(result, 1e-5)

@@ -14,7 +14,8 @@ S2B paddings (p0, p1) and B2S crops (c0, c1), for kernel taps t = 0..k-1:
 That is the conv with ``dilations = r`` and zero padding (p0 - c0) before, (p1 - c1) after:
 VALID when both are 0, SAME when they are SAME's split of (k - 1)·r (stride 1: independent of the
 size), else EXPLICIT. The batch axis only carries the phases there and back (the conv treats each
-batch entry alone). Per-pixel ops between the conv and the BatchToSpaceND (BiasAdd, an inference
+batch entry alone). A 1-D conv (``ExpandDims(axis 1)`` → Conv2D → ``Squeeze``, how TF writes
+``conv1d``: WaveNet/TCN stacks) is the same along its one axis; the ExpandDims then reads the input. Per-pixel ops between the conv and the BatchToSpaceND (BiasAdd, an inference
 batch norm, Mul/Add by per-channel constants, ReLU-like activations) commute with the rearranging and
 stay after the new conv; the batch norm after the BatchToSpaceND is then right after the conv,
 where ``fold-batch-norm`` folds it.
@@ -64,35 +65,61 @@ def flatten_atrous_conv(graph: Graph, options: Options) -> TransformReport:
     for s2b in graph.names_with_ops(("SpaceToBatchND",)):
         if s2b not in graph:
             continue
-        for conv in sorted(graph.consumer_nodes(s2b)):
-            if graph.op(conv) not in CONVS or graph.inputs(conv)[0] != Ref(s2b):
+        for reader in sorted(graph.consumer_nodes(s2b)):
+            conv, expand = _conv_reading(graph, reader, s2b)
+            if conv is None:
                 continue
             report.matched += 1
-            found = _pattern(graph, s2b, conv, options, params)
+            found = _pattern(graph, s2b, conv, expand, options, params)
             if isinstance(found, str):
                 report.skip(conv, found)
                 continue
             steps, b2s, atrous = found
-            _flatten(graph, s2b, conv, steps, b2s, atrous, options)
+            _flatten(graph, s2b, expand or conv, conv, steps, b2s, atrous, options)
             report.rewritten.append(f"{conv}: {s2b} and {b2s} became dilations "
                                     f"{atrous.dilations} ({atrous.padding} padding)")
     return report
 
 
 # ---------------------------------------------------------------- the checks
-def _pattern(graph: Graph, s2b: str, conv: str, options: Options,
+def _conv_reading(graph: Graph, reader: str, s2b: str) -> tuple:
+    """(conv, None) for a conv reading the SpaceToBatchND; (conv, ExpandDims) for a 1-D conv —
+    ``ExpandDims(axis 1)`` → Conv2D → ``Squeeze(1)``, as TF writes ``conv1d``; else (None, None)."""
+    if graph.inputs(reader)[:1] != [Ref(s2b)]:
+        return None, None
+    if graph.op(reader) in CONVS:
+        return reader, None
+    readers = graph.consumer_nodes(reader)
+    if graph.op(reader) != "ExpandDims" or len(readers) != 1 or \
+            _const_list(graph, graph.inputs(reader)[1]) not in ([1], [-3]):
+        return None, None
+    (conv,) = readers
+    if graph.op(conv) != "Conv2D" or graph.inputs(conv)[0] != Ref(reader) or \
+            graph.attr(conv, "data_format", "NHWC") != "NHWC":
+        return None, None
+    return conv, reader
+
+
+def _const_list(graph: Graph, ref: Ref):
+    value = graph.const_value(ref)
+    return None if value is None else [int(v) for v in np.ravel(value)]
+
+
+def _pattern(graph: Graph, s2b: str, conv: str, expand: Optional[str], options: Options,
              params: FlattenAtrousParams) -> Union[str, tuple]:
     """(per-pixel steps, the BatchToSpaceND, the dilated form) — or why not."""
     problem = _conv_problem(graph, conv)
     if problem:
         return problem
-    steps = _steps_to_batch_to_space(graph, conv, options)
+    if expand and (graph.control_inputs(expand) or graph.has_control_consumers(expand)):
+        return "the ExpandDims before the 1-D conv has control edges"
+    steps = _steps_to_batch_to_space(graph, conv, bool(expand), options)
     if isinstance(steps, str):
         return steps
     b2s = steps.pop()
     if graph.control_inputs(s2b) or graph.control_inputs(b2s):
         return "the SpaceToBatchND or BatchToSpaceND has control inputs"
-    atrous = _dilated_form(graph, s2b, conv, b2s)
+    atrous = _dilated_form(graph, s2b, conv, b2s, bool(expand))
     if isinstance(atrous, str):
         return atrous
     if graph.op(conv) == "DepthwiseConv2dNative":
@@ -117,10 +144,19 @@ def _conv_problem(graph: Graph, conv: str) -> Optional[str]:
     return None
 
 
-def _steps_to_batch_to_space(graph: Graph, conv: str, options: Options) -> Union[str, List[str]]:
-    """The per-pixel ops from the conv to the BatchToSpaceND, that op last (or why not)."""
+def _steps_to_batch_to_space(graph: Graph, conv: str, one_d: bool,
+                             options: Options) -> Union[str, List[str]]:
+    """The per-pixel ops from the conv to the BatchToSpaceND, that op last (or why not); a 1-D
+    conv's Squeeze first."""
     lin = linear_op(graph, conv)
     steps, current = [], conv
+    if one_d:
+        readers = graph.consumers(conv, control=True)
+        squeeze = readers[0].node if len(readers) == 1 else None
+        if squeeze is None or graph.op(squeeze) != "Squeeze" or conv in options.protected or \
+                graph.attr(squeeze, "squeeze_dims") not in ([1], [-3]):
+            return "the 1-D conv's output is not squeezed back on axis 1 alone"
+        steps, current = [squeeze], squeeze
     for _ in range(8):
         readers = graph.consumers(current, control=True)
         if len(readers) != 1 or current in options.protected or \
@@ -143,7 +179,8 @@ def _per_pixel(graph: Graph, name: str, incoming: Ref, lin) -> bool:
     return isinstance(affine_step(graph, name, incoming, lin), tuple)
 
 
-def _dilated_form(graph: Graph, s2b: str, conv: str, b2s: str) -> Union[str, Atrous]:
+def _dilated_form(graph: Graph, s2b: str, conv: str, b2s: str,
+                  one_d: bool) -> Union[str, Atrous]:
     block = graph.const_value(graph.inputs(s2b)[1])
     paddings = graph.const_value(graph.inputs(s2b)[2])
     crops = graph.const_value(graph.inputs(b2s)[2])
@@ -159,9 +196,9 @@ def _dilated_form(graph: Graph, s2b: str, conv: str, b2s: str) -> Union[str, Atr
     fmt = graph.attr(conv, "data_format", "NHWC")
     spatial = (2, 3) if fmt == "NCHW" else (1, 2)
     dilations, explicit = [1, 1, 1, 1], np.zeros((4, 2), np.int64)
-    for axis in range(1, 4):            # S2B's dimension `axis` is the block's axis - 1
-        i = axis - 1
-        r, (p0, p1), (c0, c1) = (1, (0, 0), (0, 0)) if i >= m else \
+    for axis in range(1, 4):       # the conv's axis; S2B's block index (1-D: the rows are new)
+        i = axis - 1 - one_d
+        r, (p0, p1), (c0, c1) = (1, (0, 0), (0, 0)) if not 0 <= i < m else \
             (int(block[i]), paddings[i], crops[i])
         if axis not in spatial:
             if (r, p0, p1, c0, c1) != (1, 0, 0, 0, 0):
@@ -182,16 +219,17 @@ def _dilated_form(graph: Graph, s2b: str, conv: str, b2s: str) -> Union[str, Atr
 
 
 # ---------------------------------------------------------------- the rewrite
-def _flatten(graph: Graph, s2b: str, conv: str, steps: List[str], b2s: str, atrous: Atrous,
-             options: Options) -> None:
-    graph.set_input(conv, 0, graph.inputs(s2b)[0])
+def _flatten(graph: Graph, s2b: str, reader: str, conv: str, steps: List[str], b2s: str,
+             atrous: Atrous, options: Options) -> None:
+    """``reader`` (the conv, or a 1-D conv's ExpandDims) reads the SpaceToBatchND's input."""
+    graph.set_input(reader, 0, graph.inputs(s2b)[0])
     node = graph.mutable(conv)
     node.attr["padding"].s = atrous.padding.encode()
     node.attr["dilations"].list.i[:] = atrous.dilations
     if "explicit_paddings" in node.attr or atrous.padding == "EXPLICIT":
         node.attr["explicit_paddings"].list.i[:] = \
             atrous.explicit if atrous.padding == "EXPLICIT" else []
-    for name in [conv] + steps:          # their spatial (and batch) sizes change
+    for name in {reader, conv, *steps}:      # their spatial (and batch) sizes change
         if "_output_shapes" in graph.node(name).attr:
             del graph.mutable(name).attr["_output_shapes"]
     end = Ref(steps[-1] if steps else conv)
