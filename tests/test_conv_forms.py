@@ -428,3 +428,33 @@ def test_a_dilated_1d_convolution_becomes_one_dilated_conv(rate, padding):
     assert conv.attr["padding"].s == padding.encode()
     assert not {"Sub", "Mul"} & set(ops(result.graph_def))
     assert_matches(result, 1e-5)
+
+
+def test_keras_dilated_conv_and_batch_norm_become_one_dilated_conv():
+    """Keras 3 writes Conv2D(dilation_rate=2) through tf.nn.convolution: the pair again."""
+    from tfsurgery.models import keras_models
+    layers = tf.keras.layers
+    model = tf.keras.Sequential([tf.keras.Input((13, 11, 3)),
+                                 layers.Conv2D(4, 3, dilation_rate=(2, 3), padding="same"),
+                                 layers.BatchNormalization(), layers.ReLU(),
+                                 layers.Conv2D(5, 2, dilation_rate=2, padding="valid")])
+    keras = keras_models._keras3_built(model, 23)
+    assert "SpaceToBatchND" in ops(keras.graph_def)
+    result = optimize(keras, bn_fold=True)
+    left = [o for o in ops(result.graph_def) if o not in ("Const", "Placeholder", "Identity")]
+    assert sorted(left) == ["BiasAdd", "BiasAdd", "Conv2D", "Conv2D", "Relu"], left
+    convs = [n for n in result.graph_def.node if n.op == "Conv2D"]
+    assert sorted(list(n.attr["dilations"].list.i) for n in convs) == [[1, 2, 2, 1], [1, 2, 3, 1]]
+    assert_matches(result, 1e-5)
+
+
+def test_a_pad_before_an_atrous_conv_ends_in_its_explicit_padding():
+    """Pad → (flattened) dilated conv with EXPLICIT padding: the pad's zeros join its own."""
+    kernel = _r(3, 3, 3, 4)
+    result = optimize(built(lambda x: _space_to_batch_conv(
+        tf.pad(x, [[0, 0], [1, 0], [0, 2], [0, 0]]), kernel, [2, 2], [[3, 2], [1, 3]],
+        [[0, 0], [0, 1]]), (None, 12, 10, 3)), bn_fold=False)
+    conv = dilated(result)
+    assert "Pad" not in ops(result.graph_def)
+    assert list(conv.attr["explicit_paddings"].list.i) == [0, 0, 4, 2, 1, 4, 0, 0]
+    assert_matches(result, 1e-5)

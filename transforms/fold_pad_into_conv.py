@@ -21,8 +21,8 @@ EXPLICIT padding (TF 2.21: "tensor_format.h Check failed ... Invalid index from 
 Refused (with a reason): a pad whose paddings are not a constant, that pads the batch or channel
 axis or is negative, a PadV2 whose fill is not zero, a pad that others read too (it must stay),
 a pad with control inputs or that is a graph output. MirrorPad never matches: its border is
-the image reflected, not zeros. A conv already EXPLICIT is left alone; a SAME conv whose input
-size is not static too (its SAME zeros are not known).
+the image reflected, not zeros. A conv already EXPLICIT adds the pad to its explicit paddings; a
+SAME conv whose input size is not static is left alone (its SAME zeros are not known).
 """
 from __future__ import annotations
 
@@ -73,8 +73,8 @@ def fold_pad_into_conv(graph: Graph, options: Options) -> TransformReport:
 
 def _why_not(graph: Graph, conv: str, pad: str, options: Options):
     """Why the pad cannot become the conv's padding (None when it can)."""
-    if graph.attr(conv, "padding") not in ("VALID", "SAME"):
-        return f"padding is {graph.attr(conv, 'padding')}, not VALID or SAME"
+    if graph.attr(conv, "padding") not in ("VALID", "SAME", "EXPLICIT"):
+        return f"padding is {graph.attr(conv, 'padding')}"
     inputs = graph.inputs(pad)
     paddings = graph.const_value(inputs[1])
     if paddings is None or paddings.shape != (4, 2):
@@ -124,6 +124,8 @@ def _total_padding(graph: Graph, conv: str, pad: str, shapes: StaticShapes):
     paddings = graph.const_value(graph.inputs(pad)[1]).astype(np.int64)
     if graph.attr(conv, "padding") == "VALID":
         return paddings
+    if graph.attr(conv, "padding") == "EXPLICIT":      # zeros after zeros: the sums
+        return paddings + np.reshape(graph.attr(conv, "explicit_paddings"), (4, 2))
     size, kernel = _input_size(graph, pad, shapes), graph.const_value(graph.inputs(conv)[1])
     if size is None or kernel is None:
         return None
