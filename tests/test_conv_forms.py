@@ -271,9 +271,8 @@ def test_an_atrous_conv_on_an_unknown_spatial_size_stays():
     assert_matches(result, 1e-5)
 
 
-def test_deeplab_atrous_blocks_fold_their_batch_norms_under_bn_fold():
-    """Atrous conv → BN → ReLU at rates 2 and 4 (DeepLab's backbone end and ASPP), each into
-    one dilated conv with the BN folded: nothing but convs, BiasAdds and ReLUs is left."""
+def _deeplab_blocks():
+    """Atrous conv → BN → ReLU at rate 2, then ASPP-like branches at rates 2 and 4 joined."""
     def bn(y, channels):
         var = np.abs(_r(channels)) + 0.5
         y, _, _ = tf1.nn.fused_batch_norm(y, _r(channels), _r(channels), _r(channels), var,
@@ -285,14 +284,36 @@ def test_deeplab_atrous_blocks_fold_their_batch_norms_under_bn_fold():
         branches = [tf.nn.relu(bn(tf.nn.atrous_conv2d(y, _r(3, 3, 6, 4), rate, "SAME"), 4))
                     for rate in (2, 4)]
         return tf.concat(branches, -1)
-    result = optimize(built(body, (None, 17, 15, 3)), bn_fold=True)
-    left = set(ops(result.graph_def))
+    return built(body, (None, 17, 15, 3))
+
+
+def _assert_lean_dilated(graph_def):
+    left = set(ops(graph_def))
     assert left == {"Placeholder", "Const", "Conv2D", "BiasAdd", "Relu", "ConcatV2",
                     "Identity"}, left
-    rates = sorted(n.attr["dilations"].list.i[1] for n in result.graph_def.node
-                   if n.op == "Conv2D")
+    rates = sorted(n.attr["dilations"].list.i[1] for n in graph_def.node if n.op == "Conv2D")
     assert rates == [2, 2, 4]
+
+
+def test_deeplab_atrous_blocks_fold_their_batch_norms_under_bn_fold():
+    """Each block becomes one dilated conv with its BN folded: nothing but convs, BiasAdds and
+    ReLUs is left."""
+    result = optimize(_deeplab_blocks(), bn_fold=True)
+    _assert_lean_dilated(result.graph_def)
     assert_matches(result, 1e-4)
+
+
+def test_deeplab_atrous_blocks_from_the_command_line(tmp_path):
+    import oracle
+    from tensorflow.core.framework import graph_pb2
+    from tfsurgery.cli import main
+    model = _deeplab_blocks()
+    (tmp_path / "deeplab.pb").write_bytes(model.graph_def.SerializeToString())
+    assert main([str(tmp_path / "deeplab.pb"), "-o", str(tmp_path / "lean.pb"), "--bn-fold",
+                 "-q"]) == 0
+    lean = graph_pb2.GraphDef.FromString((tmp_path / "lean.pb").read_bytes())
+    _assert_lean_dilated(lean)
+    oracle.assert_same_outputs(model.graph_def, lean, ["input"], ["output"], rtol=1e-4)
 
 
 # ---------------------------------------------------------------- scales into Conv3D / transposed convs
@@ -457,4 +478,34 @@ def test_a_pad_before_an_atrous_conv_ends_in_its_explicit_padding():
     conv = dilated(result)
     assert "Pad" not in ops(result.graph_def)
     assert list(conv.attr["explicit_paddings"].list.i) == [0, 0, 4, 2, 1, 4, 0, 0]
+    assert_matches(result, 1e-5)
+
+
+def test_one_space_to_batch_read_by_two_convs_flattens_both():
+    """Two atrous convs of one input at one rate share a SpaceToBatchND once duplicates merge."""
+    k1, k2 = _r(3, 3, 3, 4), _r(2, 2, 3, 4)
+
+    def body(x):
+        s2b = tf.raw_ops.SpaceToBatchND(input=x, block_shape=[2, 2], paddings=[[2, 3], [2, 2]])
+        ys = [tf.raw_ops.BatchToSpaceND(input=tf.nn.conv2d(s2b, k, 1, "VALID"),
+                                        block_shape=[2, 2], crops=crops)
+              for k, crops in ((k1, [[0, 1], [0, 0]]), (k2, [[0, 3], [0, 2]]))]
+        return ys[0][:, :9, :10] + ys[1][:, :9, :10]
+    result = optimize(built(body, (None, 11, 12, 3)), bn_fold=False)
+    assert not ATROUS_PAIR & set(ops(result.graph_def))
+    convs = sorted((n.attr["padding"].s, list(n.attr["explicit_paddings"].list.i))
+                   for n in result.graph_def.node if n.op == "Conv2D")
+    assert convs == [(b"EXPLICIT", [0, 0, 2, 0, 2, 0, 0, 0]), (b"SAME", [])]
+    assert_matches(result, 1e-5)
+
+
+def test_a_batch_to_space_that_is_the_graph_output_keeps_its_name():
+    kernel = _r(3, 3, 3, 4)
+    with tf.Graph().as_default() as graph:
+        x = tf1.placeholder(tf.float32, (None, 9, 10, 3), name="input")
+        tf.nn.atrous_conv2d(x, kernel, 3, "SAME", name="atrous")
+    model = BuiltModel(graph.as_graph_def(), ["input"], ["atrous/BatchToSpaceND"])
+    result = optimize(model, bn_fold=False)
+    assert not ATROUS_PAIR & set(ops(result.graph_def))
+    assert "atrous/BatchToSpaceND" in {n.name for n in result.graph_def.node}
     assert_matches(result, 1e-5)
