@@ -111,8 +111,9 @@ def _pattern(graph: Graph, s2b: str, conv: str, expand: Optional[str], options: 
     problem = _conv_problem(graph, conv)
     if problem:
         return problem
-    if expand and (graph.control_inputs(expand) or graph.has_control_consumers(expand)):
-        return "the ExpandDims before the 1-D conv has control edges"
+    if expand and (graph.control_inputs(expand) or graph.has_control_consumers(expand)
+                   or expand in options.protected):
+        return "the ExpandDims before the 1-D conv has control edges or is a graph output"
     steps = _steps_to_batch_to_space(graph, conv, bool(expand), options)
     if isinstance(steps, str):
         return steps
