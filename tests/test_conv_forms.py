@@ -509,3 +509,31 @@ def test_a_batch_to_space_that_is_the_graph_output_keeps_its_name():
     assert not ATROUS_PAIR & set(ops(result.graph_def))
     assert "atrous/BatchToSpaceND" in {n.name for n in result.graph_def.node}
     assert_matches(result, 1e-5)
+
+
+def test_flattened_dilated_convs_export_to_onnx_and_tflite(tmp_path):
+    """A dilated conv with EXPLICIT padding and one with SAME (+ folded BN) leave as one conv
+    each; onnxruntime and LiteRT, run here, compute what the original graph computes."""
+    import onnxruntime
+    import oracle
+    from ai_edge_litert.interpreter import Interpreter
+    from tfsurgery.cli import main
+    kernel = _r(3, 3, 3, 4)
+    model = built(lambda x: tf.nn.relu(_space_to_batch_conv(
+        x, kernel, [2, 2], [[3, 2], [1, 3]], [[0, 0], [0, 1]])) + tf.reduce_mean(
+        tf.nn.atrous_conv2d(x, _r(3, 3, 3, 4), 3, "SAME")), (None, 13, 12, 3))
+    (tmp_path / "m.pb").write_bytes(model.graph_def.SerializeToString())
+    assert main(["export", str(tmp_path / "m.pb"), "--bn-fold", "-q", "-o",
+                 str(tmp_path / "m.onnx"), "--tflite", str(tmp_path / "m.tflite")]) == 0
+    import onnx
+    onnx_ops = [n.op_type for n in onnx.load(str(tmp_path / "m.onnx")).graph.node]
+    assert onnx_ops.count("Conv") == 2 and not {"SpaceToDepth", "DepthToSpace"} & set(onnx_ops)
+    x = _r(1, 13, 12, 3)
+    (expected,) = oracle.run(model.graph_def, {"input": x}, ["output"])
+    session = onnxruntime.InferenceSession(str(tmp_path / "m.onnx"),
+                                           providers=["CPUExecutionProvider"])
+    (from_onnx,) = session.run(None, {session.get_inputs()[0].name: x})
+    runner = Interpreter(model_path=str(tmp_path / "m.tflite")).get_signature_runner()
+    from_tflite = runner(input=x)["output"]
+    assert oracle.relative_error(expected, from_onnx) <= 1e-5
+    assert oracle.relative_error(expected, from_tflite) <= 1e-5
