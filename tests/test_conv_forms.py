@@ -537,3 +537,22 @@ def test_flattened_dilated_convs_export_to_onnx_and_tflite(tmp_path):
     from_tflite = runner(input=x)["output"]
     assert oracle.relative_error(expected, from_onnx) <= 1e-5
     assert oracle.relative_error(expected, from_tflite) <= 1e-5
+
+
+def test_graph_transforms_flatten_atrous_case_ends_in_three_nodes():
+    """graph_transforms' TestFlattenAtrousConv2D (its input a placeholder here, so that nothing
+    folds it away): 3x3 input, block 2, paddings (1, 2), crops (0, 1), a 2x2 kernel → input,
+    weights and one SAME conv of rate 2 called ``output``."""
+    weights = _r(2, 2, 2, 1)
+    with tf.Graph().as_default() as graph:
+        x = tf1.placeholder(tf.float32, (1, 3, 3, 2), name="input")
+        s2b = tf.raw_ops.SpaceToBatchND(input=x, block_shape=[2, 2], paddings=[[1, 2], [1, 2]])
+        conv = tf.nn.conv2d(s2b, weights, 1, "VALID")
+        tf.raw_ops.BatchToSpaceND(input=conv, block_shape=[2, 2], crops=[[0, 1], [0, 1]],
+                                  name="output")
+    result = optimize(BuiltModel(graph.as_graph_def(), ["input"], ["output"]), bn_fold=False)
+    assert sorted(n.op for n in result.graph_def.node) == ["Const", "Conv2D", "Placeholder"]
+    conv = only(result.graph_def, "Conv2D")
+    assert conv.name == "output" and conv.attr["padding"].s == b"SAME"
+    assert list(conv.attr["dilations"].list.i) == [1, 2, 2, 1]
+    assert_matches(result, 1e-6)

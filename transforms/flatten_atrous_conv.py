@@ -18,7 +18,7 @@ batch entry alone). A 1-D conv (``ExpandDims(axis 1)`` → Conv2D → ``Squeeze`
 ``conv1d``: WaveNet/TCN stacks) is the same along its one axis; the ExpandDims then reads the input. Per-pixel ops between the conv and the BatchToSpaceND (BiasAdd, an inference
 batch norm, Mul/Add by per-channel constants, ReLU-like activations) commute with the rearranging and
 stay after the new conv; the batch norm after the BatchToSpaceND is then right after the conv,
-where ``fold-batch-norm`` folds it.
+where ``fold-batch-norm`` folds it. The last of them (or the conv) takes the BatchToSpaceND's name.
 
 Refused (with the reason): block shapes, paddings or crops that are not constants (TF computes
 them at run time when the input's spatial size is unknown), blocks that differ between the two ops
@@ -77,7 +77,8 @@ def flatten_atrous_conv(graph: Graph, options: Options) -> TransformReport:
             steps, b2s, atrous = found
             _flatten(graph, s2b, expand or conv, conv, steps, b2s, atrous, options)
             report.rewritten.append(f"{conv}: {s2b} and {b2s} became dilations "
-                                    f"{atrous.dilations} ({atrous.padding} padding)")
+                                    f"{atrous.dilations} ({atrous.padding} padding); "
+                                    f"{steps[-1] if steps else conv} is now called {b2s}")
     return report
 
 
@@ -233,12 +234,11 @@ def _flatten(graph: Graph, s2b: str, reader: str, conv: str, steps: List[str], b
     for name in {reader, conv, *steps}:      # their spatial (and batch) sizes change
         if "_output_shapes" in graph.node(name).attr:
             del graph.mutable(name).attr["_output_shapes"]
-    end = Ref(steps[-1] if steps else conv)
-    graph.move_control_consumers(b2s, end.node)
-    graph.rewire(Ref(b2s), end)
-    dtype = graph.node(b2s).attr["T"]
-    graph.remove([b2s])
-    if b2s in options.protected:         # a graph output keeps its name
-        graph.new_node("Identity", b2s, [end], {"T": dtype}, device=graph.node(conv).device)
+    # the last node takes the BatchToSpaceND's name (graph_transforms does the same): its
+    # readers, control edges and a graph output of that name read the same values
+    last = graph.node(steps[-1] if steps else conv)
+    inputs, attrs, device = list(last.input), dict(last.attr), last.device
+    graph.remove([b2s, last.name])
+    graph.new_node(last.op, b2s, inputs, attrs, device=device)
     if not graph.consumers(s2b, control=True) and s2b not in options.protected:
         graph.remove([s2b])
