@@ -556,3 +556,4 @@ def test_graph_transforms_flatten_atrous_case_ends_in_three_nodes():
     assert conv.name == "output" and conv.attr["padding"].s == b"SAME"
     assert list(conv.attr["dilations"].list.i) == [1, 2, 2, 1]
     assert_matches(result, 1e-6)
+
