@@ -160,7 +160,7 @@ def test_a_zero_pad_becomes_the_convs_explicit_padding(conv):
 
 @pytest.mark.parametrize("case,why", [
     (dict(mirror=True), None), (dict(pad_value=1.5), "not zero"),
-    (dict(other_reader=True), "other readers"), (dict(padding="SAME"), "not VALID")])
+    (dict(other_reader=True), "other readers")])
 def test_pads_that_are_not_zero_borders_of_one_conv_stay(case, why):
     result = optimize(_padded_conv("Conv2D", **case), bn_fold=False)
     assert {"Pad", "PadV2", "MirrorPad"} & set(ops(result.graph_def))

@@ -15,7 +15,7 @@ FORWARDING_OPS = IDENTITY_OPS | {"IdentityN", "ReadVariableOp"}
 # Batch norm as one op, and the linear layers a batch norm (or any per-channel affine) folds into.
 FUSED_BATCH_NORM_OPS = frozenset({"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})
 FOLDABLE_LINEAR_OPS = frozenset({"Conv2D", "DepthwiseConv2dNative", "Conv3D", "MatMul",
-                                 "Conv2DBackpropInput"})
+                                 "Conv2DBackpropInput", "Conv3DBackpropInputV2"})
 
 VARIABLE_OPS = frozenset({"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable",
                           "_VarHandlesOp"})

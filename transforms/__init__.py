@@ -4,8 +4,8 @@
 is added by ``--bn-fold``). To add a transform: write its module, mark its function with
 ``@transform("name")``, and put it in ``PIPELINE`` where it belongs.
 """
-from tfsurgery.transforms import (add_preprocessing, fold_affine_into_linear, fold_batch_norm,
-                                  fold_constants, fold_pad_into_conv,
+from tfsurgery.transforms import (add_preprocessing, flatten_atrous_conv, fold_affine_into_linear,
+                                  fold_batch_norm, fold_constants, fold_pad_into_conv,
                                   freeze_placeholder_defaults, freeze_training_flags,
                                   merge_duplicates, prune, remove_dropout, remove_identity,
                                   remove_switch_merge, simplify_arithmetic, strip_debug)
@@ -22,6 +22,8 @@ PIPELINE = (
     remove_identity.remove_identity,
     fold_constants.fold_constants,
     simplify_arithmetic.simplify_arithmetic,
+    # before BN folding: the batch norm after a BatchToSpaceND then follows the dilated conv
+    flatten_atrous_conv.flatten_atrous_conv,
     fold_batch_norm.fold_batch_norm,
     # after BN folding: two convs of one input merged first would share one output, and a
     # shared output blocks the fold of each conv's own batch norm

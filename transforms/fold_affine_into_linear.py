@@ -6,6 +6,11 @@ For a linear op y = sum_c W[.., c, ..] * x[c] over input channels c:
     W ⊛ reverse_c(x)   = reverse_c(W) ⊛ x       (the input channels of W permuted)
     W ⊛ (x + a)        = W ⊛ x + (W ⊛ a)        (only when no zero padding touches x: a MatMul,
                                                   or a VALID conv read directly, no Pad between)
+The same holds for Conv3D (weights [d, h, w, in, out]) and for the transposed convs
+Conv2DBackpropInput / Conv3DBackpropInputV2, whose data is their third input and whose filter
+[h, w, (d,) out, in] runs over the data's channels along its LAST axis. A shift before a transposed
+conv never folds (a constant input gives a border-dependent output: fewer taps reach the edges),
+nor before a Conv3D that pads.
 A zero border in the model's space is not a zero border in the raw space, so an additive constant
 before a padded conv stays; a scale before it moves after it so that the scale still folds:
     (x * s) + a        = (x + a / s) * s        (s nonzero; Keras Rescaling then Normalization)
@@ -26,7 +31,9 @@ import numpy as np
 from tfsurgery.graph import Graph, Ref
 from tfsurgery.contract import Options, TransformReport, transform
 
-LINEAR_OPS = ("Conv2D", "DepthwiseConv2dNative", "MatMul")
+LINEAR_OPS = ("Conv2D", "DepthwiseConv2dNative", "MatMul", "Conv3D", "Conv2DBackpropInput",
+              "Conv3DBackpropInputV2")
+TRANSPOSED = ("Conv2DBackpropInput", "Conv3DBackpropInputV2")   # inputs: sizes, filter, data
 SCALE_OPS = ("Mul", "RealDiv")
 SHIFT_OPS = ("Add", "AddV2", "Sub", "BiasAdd")
 MAX_STEPS = 16
@@ -45,6 +52,15 @@ def fold_affine_into_linear(graph: Graph, options: Options) -> TransformReport:
 
 
 # ---------------------------------------------------------------- the linear op's view
+def _rank(graph: Graph, lin: str) -> int:
+    op = graph.op(lin)
+    return 2 if op == "MatMul" else 5 if op.startswith("Conv3D") else 4
+
+
+def _data_index(graph: Graph, lin: str) -> int:
+    return 2 if graph.op(lin) in TRANSPOSED else 0
+
+
 def _input_axis(graph: Graph, lin: str, rank: int) -> Optional[int]:
     """Channel axis of the linear op's data input (None for a transpose_a MatMul)."""
     if graph.op(lin) == "MatMul":
@@ -53,10 +69,14 @@ def _input_axis(graph: Graph, lin: str, rank: int) -> Optional[int]:
 
 
 def _weight_in_axis(graph: Graph, lin: str) -> int:
-    """Axis of the weights over input channels: HWIO/[h,w,in,mult] → 2; MatMul → 0 (or 1)."""
-    if graph.op(lin) == "MatMul":
+    """Axis of the weights over input channels: HWIO/[h,w,in,mult] → 2; DHWIO → 3; a transposed
+    conv's [h,w,(d,)out,in] → the last; MatMul → 0 (or 1)."""
+    op = graph.op(lin)
+    if op == "MatMul":
         return 1 if graph.attr(lin, "transpose_b", False) else 0
-    return 2
+    if op in TRANSPOSED:
+        return _rank(graph, lin) - 1
+    return _rank(graph, lin) - 2
 
 
 def _channel_vector(value: np.ndarray, rank: int, axis: int, channels: int) -> Optional[np.ndarray]:
@@ -96,7 +116,7 @@ def _sole_reader(graph: Graph, name: str, reader: str) -> bool:
 # ---------------------------------------------------------------- one step
 def _fold_one(graph: Graph, lin: str, options: Options, report: TransformReport) -> bool:
     """Fold the op feeding ``lin`` (through a zero Pad for scales/reversals). True if it did."""
-    data = graph.inputs(lin)[0]
+    data = graph.inputs(lin)[_data_index(graph, lin)]
     pad = data.node if graph.op(data) == "Pad" and data.port == 0 else None
     producer = graph.inputs(pad)[0] if pad else data
     op = graph.op(producer)
@@ -110,7 +130,7 @@ def _fold_one(graph: Graph, lin: str, options: Options, report: TransformReport)
     if weight is None:
         report.skip(producer.node, f"{lin}: weights are not a constant")
         return False
-    rank = 2 if graph.op(lin) == "MatMul" else 4
+    rank = _rank(graph, lin)
     axis = _input_axis(graph, lin, rank)
     if axis is None:
         report.skip(producer.node, f"{lin}: MatMul with transpose_a")
@@ -167,7 +187,7 @@ def _along_channels(vector: np.ndarray, ndim: int, rank: int, axis: int) -> np.n
 
 def _zero_pad(graph: Graph, pad: str, lin: str) -> bool:
     paddings = graph.const_value(graph.inputs(pad)[1])
-    rank = 2 if graph.op(lin) == "MatMul" else 4
+    rank = _rank(graph, lin)
     axis = _input_axis(graph, lin, rank)
     return (paddings is not None and _sole_reader(graph, pad, lin) and axis is not None
             and paddings.shape == (rank, 2) and not paddings[axis].any())
@@ -265,8 +285,13 @@ def _border(graph: Graph, lin: str, data: Ref, shift: np.ndarray, pad: Optional[
     """How zero padding touches the shifted input: None (it does not), the [rank, 2] paddings a
     scalar shift can carry as a PadV2 value, or the reason the shift cannot fold (a str)."""
     padding = None if graph.op(lin) == "MatMul" else graph.attr(lin, "padding")
+    if graph.op(lin) in TRANSPOSED:
+        return "a shift before a transposed conv reaches the output's border unevenly"
     if pad is None and padding in (None, "VALID"):
         return None
+    if _rank(graph, lin) == 5:
+        return f"{padding} padding or a Pad before a Conv3D: the zero border is not zero " \
+               "before the shift"
     if pad is None and padding != "SAME":
         return f"{padding} padding: the zero border is not zero before the shift"
     if not np.all(shift == shift[0]):
@@ -315,7 +340,7 @@ def _pad_with(graph: Graph, lin: str, name: str, paddings: np.ndarray, value: fl
     border = graph.add_const(f"{lin}/shift_border", np.asarray(value, dtype_numpy(dtype)))
     padv2 = graph.new_node("PadV2", f"{pad or lin}/shift_pad", [source, pads, border],
                            {"T": dtype, "Tpaddings": _int32()}, device=graph.node(lin).device)
-    graph.set_input(lin, 0, Ref(padv2.name, 0))
+    graph.set_input(lin, _data_index(graph, lin), Ref(padv2.name, 0))
     if pad:
         graph.remove([pad])
     else:
@@ -349,6 +374,8 @@ def _weight_sum(graph, lin, weight, shift) -> np.ndarray:
         return (w @ shift) if graph.attr(lin, "transpose_b", False) else shift @ w
     if op == "Conv2D":
         return np.einsum("hwio,i->o", w, shift)
+    if op == "Conv3D":
+        return np.einsum("dhwio,i->o", w, shift)
     return np.einsum("hwim,i->im", w, shift).reshape(-1)      # depthwise: channel = in*mult+m
 
 
@@ -377,8 +404,9 @@ def _add_bias(graph: Graph, lin: str, delta: np.ndarray) -> None:
     dtype = graph.node(lin).attr["T"]
     const = graph.add_const(f"{lin}/folded_bias", delta.astype(dtype_numpy(dtype)))
     attrs = {"T": dtype}
-    if graph.op(lin) != "MatMul":
-        attrs["data_format"] = graph.attr(lin, "data_format", "NHWC")
+    if graph.op(lin) != "MatMul":      # BiasAdd names 5-D layouts by their 4-D names
+        attrs["data_format"] = "NCHW" if graph.attr(lin, "data_format", "NHWC").startswith(
+            "NC") else "NHWC"
     raw = graph.new_node("BiasAdd", f"{lin}/folded_shift", [lin, const], attrs,
                          device=graph.node(lin).device)
     graph.rewire(Ref(lin, 0), Ref(raw.name, 0), keep={raw.name})

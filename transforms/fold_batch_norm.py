@@ -9,8 +9,10 @@ A chain of them after a linear op z = W ⊛ x composes to one map z * S + B, and
 so the chain becomes the linear op with scaled weights plus a single BiasAdd. The BiasAdd takes the
 name of the chain's last node, so its consumers and the graph's outputs stay valid.
 
-Pattern: linear op (Conv2D, DepthwiseConv2dNative, Conv3D, MatMul, Conv2DBackpropInput) with a
-constant weight, whose output — and every intermediate output of the chain — has exactly one consumer.
+Pattern: linear op (Conv2D, DepthwiseConv2dNative, Conv3D, MatMul, Conv2DBackpropInput,
+Conv3DBackpropInputV2 — a transposed conv's filter is [h, w, (d,) out, in]) with a
+constant weight, whose output — and every intermediate output of the chain — has exactly one consumer
+(a BatchToSpaceND or a Squeeze of spatial axes right after the op is passed: see passes_through).
 Skipped, with the reason in the report: training-mode BN, non-constant BN parameters or weights, a
 conv/matmul output that others also read, a BN whose channel axis does not match.
 A shared weight constant is copied, not changed in place.
@@ -35,7 +37,8 @@ from tfsurgery.contract import Options, TransformReport, transform
 
 GLOBAL_NORM = "BatchNormWithGlobalNormalization"     # the pre-fused op of old frozen graphs
 BATCH_NORM_OPS = tuple(FUSED_BATCH_NORM_OPS) + (GLOBAL_NORM,)
-LINEAR_OPS = ("Conv2D", "DepthwiseConv2dNative", "Conv3D", "MatMul", "Conv2DBackpropInput")
+LINEAR_OPS = ("Conv2D", "DepthwiseConv2dNative", "Conv3D", "MatMul", "Conv2DBackpropInput",
+              "Conv3DBackpropInputV2")
 
 
 # ---------------------------------------------------------------- the linear ops
@@ -76,16 +79,16 @@ def linear_op(graph: Graph, name: str) -> Optional[Linear]:
         axis = 0 if graph.attr(name, "transpose_b", False) else 1
         return Linear(name, weight_ref, weight, 2, 1, shape[axis] if shape else 0, dtype,
                       along(axis))
-    rank = 5 if op == "Conv3D" else 4
+    rank = 5 if op.startswith("Conv3D") else 4
     channel_axis = _data_format_axis(graph, name, rank)
     if op == "DepthwiseConv2dNative":       # kernel [h, w, in, multiplier]: channel = in*mult + m
         def scale_depthwise(w, s):
             return w * s.reshape(1, 1, w.shape[2], w.shape[3])
         return Linear(name, weight_ref, weight, 4, channel_axis,
                       shape[2] * shape[3] if shape else 0, dtype, scale_depthwise)
-    if op == "Conv2DBackpropInput":         # kernel [h, w, out, in]
-        return Linear(name, weight_ref, weight, 4, channel_axis, shape[2] if shape else 0, dtype,
-                      along(2))
+    if op in ("Conv2DBackpropInput", "Conv3DBackpropInputV2"):    # kernel [h, w, (d,) out, in]
+        return Linear(name, weight_ref, weight, rank, channel_axis,
+                      shape[rank - 2] if shape else 0, dtype, along(rank - 2))
     return Linear(name, weight_ref, weight, rank, channel_axis, shape[-1] if shape else 0, dtype,
                   along(rank - 1))
 
@@ -195,12 +198,24 @@ def single_consumer(graph: Graph, name: str, options: Options) -> Optional[str]:
     return None if graph.input_refs(reader)[index].control else reader
 
 
+def passes_through(graph: Graph, name: str, current: str, lin: Linear) -> bool:
+    """Whether node ``name``, reading ``current``, commutes with any per-channel map (channels
+    last): a BatchToSpaceND moves whole pixels, a Squeeze of size-1 spatial axes drops them (a
+    1-D conv is ExpandDims → Conv2D → Squeeze)."""
+    if lin.channel_axis != lin.rank - 1 or graph.inputs(name)[:1] != [Ref(current)]:
+        return False
+    if graph.op(name) in CHANNEL_PRESERVING_OPS:
+        return True
+    dims = graph.attr(name, "squeeze_dims") or []
+    return graph.op(name) == "Squeeze" and bool(dims) and \
+        all(d % lin.rank not in (0, lin.rank - 1) for d in dims)
+
+
 def affine_chain(graph: Graph, lin: Linear, options: Options) -> Chain:
     chain = Chain(lin.name, [], np.ones(lin.channels), np.zeros(lin.channels), [])
     current = lin.name
     nxt = single_consumer(graph, current, options)
-    if graph.op(nxt) in CHANNEL_PRESERVING_OPS and lin.channel_axis == lin.rank - 1 \
-            and graph.inputs(nxt)[0] == Ref(current):
+    if nxt is not None and passes_through(graph, nxt, current, lin):
         chain.start = current = nxt             # a pass-through: the chain starts after it
         nxt = single_consumer(graph, current, options)
     while True:

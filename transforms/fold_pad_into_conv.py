@@ -1,8 +1,13 @@
-"""fold-pad-into-conv: a zero Pad right before a VALID convolution becomes the conv's padding.
+"""fold-pad-into-conv: a zero Pad right before a convolution becomes the conv's padding.
 
 ``Conv2D(Pad(x, p), padding=VALID)`` = ``Conv2D(x, padding=EXPLICIT, explicit_paddings=p)``: the
 pad's zeros are exactly what explicit padding adds. Every Keras ``ZeroPadding2D`` before a strided
 conv is this pattern (ResNet50, MobileNetV2, EfficientNet).
+
+A ``SAME`` conv pads its input (the pad's output, of size n + p0 + p1) by SAME's own zeros, so
+    Conv2D(Pad(x, p), SAME) = Conv2D(x, EXPLICIT, p + same(n + p0 + p1))
+per spatial axis; SAME's amount depends on that size, so the input's static spatial size must be
+known (else refused).
 
 When the pad is exactly what ``SAME`` padding adds for the input's static size (Keras'
 ``correct_pad`` before a stride-2 conv on an even size: one row and column after), the conv becomes
@@ -16,7 +21,8 @@ EXPLICIT padding (TF 2.21: "tensor_format.h Check failed ... Invalid index from 
 Refused (with a reason): a pad whose paddings are not a constant, that pads the batch or channel
 axis or is negative, a PadV2 whose fill is not zero, a pad that others read too (it must stay),
 a pad with control inputs or that is a graph output. MirrorPad never matches: its border is
-the image reflected, not zeros. A conv already SAME/EXPLICIT is left alone.
+the image reflected, not zeros. A conv already EXPLICIT adds the pad to its explicit paddings; a
+SAME conv whose input size is not static is left alone (its SAME zeros are not known).
 """
 from __future__ import annotations
 
@@ -50,20 +56,25 @@ def fold_pad_into_conv(graph: Graph, options: Options) -> TransformReport:
         if problem:
             report.skip(node.name, problem)
             continue
-        same = _is_same_padding(graph, node.name, pad_ref.node, shapes)
-        if not same and graph.op(node.name) == "DepthwiseConv2dNative":
+        total = _total_padding(graph, node.name, pad_ref.node, shapes)
+        if total is None:
+            report.skip(node.name, "SAME padding after the pad depends on the input's spatial "
+                                   "size, which is not static")
+            continue
+        form = _padding_form(graph, node.name, pad_ref.node, total, shapes)
+        if form == "EXPLICIT" and graph.op(node.name) == "DepthwiseConv2dNative":
             report.skip(node.name, DEPTHWISE_REFUSAL)
             continue
-        _fold(graph, node.name, pad_ref.node, "SAME" if same else "EXPLICIT")
+        _fold(graph, node.name, pad_ref.node, form, total)
         report.rewritten.append(f"{node.name}: {pad_ref.node} became its "
-                                f"{'SAME' if same else 'explicit'} padding")
+                                f"{form.lower() if form != 'EXPLICIT' else 'explicit'} padding")
     return report
 
 
 def _why_not(graph: Graph, conv: str, pad: str, options: Options):
     """Why the pad cannot become the conv's padding (None when it can)."""
-    if graph.attr(conv, "padding") != "VALID":
-        return f"padding is {graph.attr(conv, 'padding')}, not VALID"
+    if graph.attr(conv, "padding") not in ("VALID", "SAME", "EXPLICIT"):
+        return f"padding is {graph.attr(conv, 'padding')}"
     inputs = graph.inputs(pad)
     paddings = graph.const_value(inputs[1])
     if paddings is None or paddings.shape != (4, 2):
@@ -84,35 +95,71 @@ def _why_not(graph: Graph, conv: str, pad: str, options: Options):
     return None
 
 
-def _is_same_padding(graph: Graph, conv: str, pad: str, shapes: StaticShapes) -> bool:
-    """The pad adds exactly SAME's rows and columns for the pad input's static size: per spatial
-    axis, total = max((ceil(size / stride) - 1) * stride + (k - 1) * dilation + 1 - size, 0),
-    total // 2 before and the rest after (TensorFlow's GetWindowedOutputSize)."""
+def same_padding(size: int, k: int, stride: int, dilation: int) -> tuple:
+    """SAME's (before, after) zeros on an axis of ``size``: the total
+    max((ceil(size / stride) - 1) * stride + (k - 1) * dilation + 1 - size, 0), the odd one after
+    (TensorFlow's GetWindowedOutputSize)."""
+    total = max((-(-size // stride) - 1) * stride + (k - 1) * dilation + 1 - size, 0)
+    return total // 2, total - total // 2
+
+
+def _spatial(graph: Graph, conv: str) -> tuple:
+    return (1, 2) if graph.attr(conv, "data_format", "NHWC") == "NHWC" else (2, 3)
+
+
+def _window(graph: Graph, conv: str, axis: int, k: int) -> tuple:
+    strides, dilations = graph.attr(conv, "strides"), graph.attr(conv, "dilations") or [1] * 4
+    return k, strides[axis], dilations[axis]
+
+
+def _input_size(graph: Graph, pad: str, shapes: StaticShapes):
     source = graph.inputs(pad)[0]
     size = shapes.get(source.node) if not source.port else None
-    kernel = graph.const_value(graph.inputs(conv)[1])
-    if size is None or len(size) != 4 or kernel is None:
-        return False
-    paddings = graph.const_value(graph.inputs(pad)[1])
-    spatial = (1, 2) if graph.attr(conv, "data_format", "NHWC") == "NHWC" else (2, 3)
-    strides, dilations = graph.attr(conv, "strides"), graph.attr(conv, "dilations") or [1] * 4
-    for axis, k in zip(spatial, kernel.shape[:2]):
+    return size if size is not None and len(size) == 4 else None
+
+
+def _total_padding(graph: Graph, conv: str, pad: str, shapes: StaticShapes):
+    """The [4, 2] zeros the conv sees around the pad's input: the pad's, plus SAME's own for
+    the padded size on a SAME conv (None when that size is not static)."""
+    paddings = graph.const_value(graph.inputs(pad)[1]).astype(np.int64)
+    if graph.attr(conv, "padding") == "VALID":
+        return paddings
+    if graph.attr(conv, "padding") == "EXPLICIT":      # zeros after zeros: the sums
+        return paddings + np.reshape(graph.attr(conv, "explicit_paddings"), (4, 2))
+    size, kernel = _input_size(graph, pad, shapes), graph.const_value(graph.inputs(conv)[1])
+    if size is None or kernel is None:
+        return None
+    total = paddings.copy()
+    for axis, k in zip(_spatial(graph, conv), kernel.shape[:2]):
         if size[axis] is None:
-            return False
-        stride, dilation = strides[axis], dilations[axis]
-        total = max((-(-size[axis] // stride) - 1) * stride + (k - 1) * dilation + 1
-                    - size[axis], 0)
-        if list(paddings[axis]) != [total // 2, total - total // 2]:
-            return False
-    return True
+            return None
+        total[axis] += same_padding(size[axis] + int(paddings[axis].sum()),
+                                    *_window(graph, conv, axis, k))
+    return total
 
 
-def _fold(graph: Graph, conv: str, pad: str, padding: str) -> None:
-    paddings = graph.const_value(graph.inputs(pad)[1])
+def _padding_form(graph: Graph, conv: str, pad: str, total: np.ndarray,
+                  shapes: StaticShapes) -> str:
+    """VALID for no zeros at all; SAME when ``total`` is exactly what SAME adds for the pad
+    input's static size (Keras' ``correct_pad``); else EXPLICIT."""
+    if not total.any():
+        return "VALID"
+    size, kernel = _input_size(graph, pad, shapes), graph.const_value(graph.inputs(conv)[1])
+    if size is None or kernel is None:
+        return "EXPLICIT"
+    for axis, k in zip(_spatial(graph, conv), kernel.shape[:2]):
+        if size[axis] is None or \
+                tuple(total[axis]) != same_padding(size[axis], *_window(graph, conv, axis, k)):
+            return "EXPLICIT"
+    return "SAME"
+
+
+def _fold(graph: Graph, conv: str, pad: str, padding: str, total: np.ndarray) -> None:
     graph.set_input(conv, 0, graph.inputs(pad)[0])
     node = graph.mutable(conv)
     node.attr["padding"].s = padding.encode()
-    if padding == "EXPLICIT":
+    if "explicit_paddings" in node.attr:
         del node.attr["explicit_paddings"].list.i[:]
-        node.attr["explicit_paddings"].list.i.extend(int(v) for v in paddings.reshape(-1))
+    if padding == "EXPLICIT":
+        node.attr["explicit_paddings"].list.i.extend(int(v) for v in total.reshape(-1))
     graph.remove([pad])
