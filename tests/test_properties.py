@@ -51,8 +51,13 @@ def _skips(result):
 
 def _bias_in_sibling(out, linear) -> bool:
     """Two folded branches summed share one bias (simplify-arithmetic): the linear op is read by
-    an Add alone, whose other operand is the sibling branch's BiasAdd."""
+    an Add alone, whose other operand is the sibling branch's BiasAdd — or, when the two branches'
+    linear ops were one computation (merge-duplicates), by that BiasAdd and the Add of both."""
     readers = out.consumers(linear, control=True)
+    if len(readers) == 2:       # the sibling was the same conv, merged: its folded BiasAdd, and
+        # the sibling branch (its own lone bias Add, or the sum once the biases are one)
+        ops = sorted(out.op(r.node) for r in readers)
+        return ops in (["Add", "BiasAdd"], ["AddV2", "BiasAdd"])
     if len(readers) != 1 or out.op(readers[0].node) not in ("Add", "AddV2"):
         return False
     others = [ref for ref in out.inputs(readers[0].node) if ref.node != linear]
@@ -116,7 +121,11 @@ def check_optimized(built):
 
     # 2. lean: every safe batch norm folded, only unsafe ones left, no control flow left
     out = Graph(result.graph_def)
+    merged = {line.split(":")[0] for r in result.reports if r.name == "merge-duplicates"
+              for line in r.rewritten}
     for linear in built.fold_linear:
+        if linear not in out and linear in merged:
+            continue            # the same computation as a linear op that is checked itself
         readers = [c.node for c in out.consumers(linear, control=True)]
         # a scale-only chain folds to a zero bias, which simplify-arithmetic removes: the linear
         # op is then read by one op that is no affine step at all (an activation, an output's

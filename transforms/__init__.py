@@ -23,11 +23,12 @@ PIPELINE = (
     fold_constants.fold_constants,
     simplify_arithmetic.simplify_arithmetic,
     fold_batch_norm.fold_batch_norm,
-    # after BN folding: two convs of one input merged first would share one output, and a
-    # shared output blocks the fold of each conv's own batch norm
-    merge_duplicates.merge_duplicates,
     fold_affine_into_linear.fold_affine_into_linear,
     fold_pad_into_conv.fold_pad_into_conv,
+    # after every fold: two convs of one input merged first would share one output, and a shared
+    # output blocks the fold of each conv's own batch norm or scale. The folds repeat in the
+    # fixpoint rounds, so what a merge exposes to them (a BN now behind a shared conv) is done.
+    merge_duplicates.merge_duplicates,
     prune.prune,
     float16_weights.float16_weights,
 )
