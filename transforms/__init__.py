@@ -8,7 +8,8 @@ from tfsurgery.transforms import (add_preprocessing, fold_affine_into_linear, fo
                                   fold_constants, fold_pad_into_conv,
                                   freeze_placeholder_defaults, freeze_training_flags,
                                   merge_duplicates, prune, remove_dropout, remove_identity,
-                                  remove_switch_merge, simplify_arithmetic, strip_debug)
+                                  remove_switch_merge, simplify_algebra, simplify_arithmetic,
+                                  strip_debug)
 from tfsurgery.transforms import float16_weights, inline_functions
 
 PIPELINE = (
@@ -22,6 +23,7 @@ PIPELINE = (
     remove_identity.remove_identity,
     fold_constants.fold_constants,
     simplify_arithmetic.simplify_arithmetic,
+    simplify_algebra.simplify_algebra,
     fold_batch_norm.fold_batch_norm,
     fold_affine_into_linear.fold_affine_into_linear,
     fold_pad_into_conv.fold_pad_into_conv,
