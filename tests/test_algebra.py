@@ -26,8 +26,8 @@ def build(body, dtype=tf.float32, shape=(3, 4), inputs=2):
 def feeds(built, dtype=np.float32, special=True):
     out = {}
     for name in built.inputs:
-        shape = [d.size for d in next(n for n in built.graph_def.node if n.name == name)
-                 .attr["shape"].shape.dim]
+        shape = [d.size if d.size >= 0 else 2 for d in next(
+            n for n in built.graph_def.node if n.name == name).attr["shape"].shape.dim]
         if np.dtype(dtype).kind in "iu":
             value = R.integers(-5, 5, size=shape).astype(dtype)
         elif np.dtype(dtype).kind == "c":
@@ -313,3 +313,43 @@ def test_stateful_ops_are_never_merged():
     built = BuiltModel(graph.as_graph_def(), ["input"], ["output"])
     result = optimize(built, bn_fold=False, verify=False)
     assert ops(result.graph_def).count("RandomUniform") == 2
+
+
+# ---------------------------------------------------------------- materialize-shapes
+def shape_graph(batch):
+    """Shape/Rank/Size of an input with a known or an unknown batch, and Keras' batch-keeping
+    Reshape(x, concat(shape(x)[:1], [3, 4, 4]))."""
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, (batch, 3, 4, 4), name="input")
+        y = x * tf.constant(R.standard_normal(4).astype(np.float32))
+        shape = tf.shape(y)
+        same = tf.reshape(y, tf.concat([shape[:1], [3, 4, 4]], 0))
+        counts = tf.cast(tf.size(y), tf.float32) + tf.cast(tf.rank(y), tf.float32) + \
+            tf.cast(tf.reduce_sum(tf.shape_n([y, y])[1]), tf.float32)
+        tf.identity(same * counts, name="output")
+    return BuiltModel(graph.as_graph_def(), ["input"], ["output"])
+
+
+def test_shapes_of_a_fully_known_tensor_become_constants_and_fold():
+    result, kept = simplified(shape_graph(2))
+    assert not {"Shape", "ShapeN", "Size", "Rank", "Reshape", "ConcatV2"} & set(kept), kept
+    assert report_of(result, "materialize-shapes").rewritten
+    same_bits(result)
+
+
+def test_an_unknown_batch_keeps_shape_and_size_but_rank_and_the_reshape_go():
+    result, kept = simplified(shape_graph(None))
+    assert "Rank" not in kept and "Reshape" not in kept, kept
+    assert "Size" in kept and ("Shape" in kept or "ShapeN" in kept), kept  # batch unknown
+    assert any("not fully known" in why for _, why in
+               report_of(result, "materialize-shapes").skipped)
+    same_bits(result)
+
+
+def test_a_reshape_to_another_shape_with_an_unknown_batch_stays():
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, (None, 3, 4, 4), name="input")
+        tf.identity(tf.reshape(x, tf.concat([tf.shape(x)[:1], [4, 3, 4]], 0)), name="output")
+    result, kept = simplified(BuiltModel(graph.as_graph_def(), ["input"], ["output"]))
+    assert "Reshape" in kept
+    same_bits(result)

@@ -7,7 +7,8 @@ is added by ``--bn-fold``). To add a transform: write its module, mark its funct
 from tfsurgery.transforms import (add_preprocessing, fold_affine_into_linear, fold_batch_norm,
                                   fold_constants, fold_pad_into_conv,
                                   freeze_placeholder_defaults, freeze_training_flags,
-                                  merge_duplicates, prune, remove_dropout, remove_identity,
+                                  materialize_shapes, merge_duplicates, prune, remove_dropout,
+                                  remove_identity,
                                   remove_switch_merge, simplify_algebra, simplify_arithmetic,
                                   strip_debug)
 from tfsurgery.transforms import float16_weights, inline_functions
@@ -21,6 +22,7 @@ PIPELINE = (
     remove_switch_merge.remove_switch_merge,
     remove_dropout.remove_dropout,
     remove_identity.remove_identity,
+    materialize_shapes.materialize_shapes,     # its constants are folded next
     fold_constants.fold_constants,
     simplify_arithmetic.simplify_arithmetic,
     simplify_algebra.simplify_algebra,
