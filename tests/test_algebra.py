@@ -353,3 +353,31 @@ def test_a_reshape_to_another_shape_with_an_unknown_batch_stays():
     result, kept = simplified(BuiltModel(graph.as_graph_def(), ["input"], ["output"]))
     assert "Reshape" in kept
     same_bits(result)
+
+
+def test_exact_flag_on_the_command_line_keeps_the_common_factor(tmp_path, capsys):
+    import json
+    from tensorflow.core.framework import graph_pb2
+    from tfsurgery.cli import main
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, (3, 4), name="input")
+        y = tf.compat.v1.placeholder(tf.float32, (3, 4), name="other")
+        tf.identity(x * y + (y + 1.0) * x, name="output")
+    path = tmp_path / "g.pb"
+    path.write_bytes(graph.as_graph_def().SerializeToString())
+    muls = {}
+    for flag in ([], ["--exact"]):
+        out, report = tmp_path / f"o{len(flag)}.pb", tmp_path / f"r{len(flag)}.json"
+        assert main([str(path), "-o", str(out), "--report-json", str(report), *flag]) == 0, \
+            capsys.readouterr().err
+        result = graph_pb2.GraphDef.FromString(out.read_bytes())
+        muls[bool(flag)] = ops(result).count("Mul")
+        given = {"input": R.standard_normal((3, 4)).astype(np.float32),
+                 "other": R.standard_normal((3, 4)).astype(np.float32)}
+        before, after = (oracle.run(g, given, ["output"])[0]
+                         for g in (graph.as_graph_def(), result))
+        np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-6)
+        algebra = next(t for t in json.loads(report.read_text())["transforms"]
+                       if t["name"] == "simplify-algebra")
+        assert bool(flag) == any("--exact" in s["reason"] for s in algebra["skipped"])
+    assert muls == {False: 1, True: 2}

@@ -253,7 +253,9 @@ class _Rules:
             swapped = list(range(rank - 2)) + [rank - 1, rank - 2]
             if rank < 2 or perm.tolist() != swapped or (op == "MatMul" and rank != 2):
                 continue
-            if op != "MatMul" and graph.node(name).attr["T"].type in COMPLEX:
+            attrs = graph.node(name).attr      # BatchMatMulV3: one dtype per operand
+            dtype = attrs[("Ta", "Tb")[index]].type if "Ta" in attrs else attrs["T"].type
+            if op != "MatMul" and dtype in COMPLEX:
                 self.report.skip(name, f"{flag} conjugates complex values; a Transpose does not")
                 continue
             node = graph.mutable(name)
