@@ -381,3 +381,18 @@ def test_exact_flag_on_the_command_line_keeps_the_common_factor(tmp_path, capsys
                        if t["name"] == "simplify-algebra")
         assert bool(flag) == any("--exact" in s["reason"] for s in algebra["skipped"])
     assert muls == {False: 1, True: 2}
+
+
+@pytest.mark.parametrize("form", ["ones_like", "not_not"])
+def test_a_bypassed_output_keeps_its_name(form):
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.int32, (3, 4), name="in0")
+        if form == "ones_like":
+            tf.math.multiply(x, tf.raw_ops.OnesLike(x=x), name="output")
+        else:
+            tf.math.logical_not(tf.logical_not(x > 2), name="output")
+    result, kept = simplified(BuiltModel(graph.as_graph_def(), ["in0"], ["output"]))
+    assert "OnesLike" not in kept and "LogicalNot" not in kept, kept
+    output = next(n for n in result.graph_def.node if n.name == "output").op
+    assert output == ("Identity" if form == "ones_like" else "Greater"), output   # ¬¬: ¬(≤)
+    same_bits(result, np.int32)

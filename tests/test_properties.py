@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from conftest import optimize, property_examples
 from tfsurgery.models.common import BuiltModel
-from strategies import BN_OPS, build, graph_specs
+from strategies import ALGEBRA_GONE, BN_OPS, build, graph_specs
 from tfsurgery import verify
 from tfsurgery.errors import VerificationFailed
 from tfsurgery.graph import Graph
@@ -141,6 +141,7 @@ def check_optimized(built):
     assert left <= set(built.may_keep_bn), (left - set(built.may_keep_bn), _skips(result))
     ops = {n.op for n in result.graph_def.node}
     assert not ops & {"Switch", "Merge", "RandomUniform"}, ops
+    assert not ops & ALGEBRA_GONE, (ops & ALGEBRA_GONE, built.spec.head)   # simplify-algebra
     assert "training" not in out, "the training flag survived"
 
     # 3. a fixed point

@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from tensorflow.core.framework import types_pb2
+from tensorflow.core.framework import attr_value_pb2, types_pb2
 
 from tfsurgery.graph import Graph, Ref
 from tfsurgery.tfsession import StaticShapes
@@ -283,7 +283,8 @@ class _Rules:
         """Readers of ``name`` read ``source`` instead; an output keeps its name as an Identity."""
         graph = self.graph
         node = graph.node(name)
-        dtype = node.attr["T"].type if "T" in node.attr else types_pb2.DT_BOOL   # LogicalNot
+        dtype = attr_value_pb2.AttrValue(type=node.attr["T"].type if "T" in node.attr
+                                         else types_pb2.DT_BOOL)       # LogicalNot has no T
         if name in self.options.protected:
             graph.remove([name])
             graph.new_node("Identity", name, [source], {"T": dtype}, device=node.device)
