@@ -396,3 +396,27 @@ def test_a_bypassed_output_keeps_its_name(form):
     output = next(n for n in result.graph_def.node if n.name == "output").op
     assert output == ("Identity" if form == "ones_like" else "Greater"), output   # ¬¬: ¬(≤)
     same_bits(result, np.int32)
+
+
+def test_peer_duplicates_merge_in_a_plain_run():
+    """graph_transforms' merge-duplicates tests and Grappler's dedup: two equal Transposes of one
+    tensor, Add(a, b) computed twice, three equal constants — one of each is left (no --bn-fold,
+    no --enable)."""
+    c = R.standard_normal((4, 3)).astype(np.float32)
+    with tf.Graph().as_default() as graph:
+        a = tf.compat.v1.placeholder(tf.float32, (3, 4), name="in0")
+        b = tf.compat.v1.placeholder(tf.float32, (3, 4), name="in1")
+        t1, t2 = tf.transpose(a), tf.transpose(a)
+        s1, s2 = tf.add(a, b), tf.add(a, b)
+        k1, k2, k3 = (tf.constant(c.copy()) for _ in range(3))
+        out = tf.concat([t1 * k1, t2 * k2, tf.transpose(s1) * k3, tf.transpose(s2)], 0)
+        tf.identity(out, name="output")
+    built = BuiltModel(graph.as_graph_def(), ["in0", "in1"], ["output"])
+    result, kept = simplified(built)
+    assert kept.count("Transpose") == 2 and kept.count("AddV2") == 1, kept
+    assert kept.count("Mul") == 2, kept       # t*k twice is one; transpose(s)*k the other
+    weights = [n for n in result.graph_def.node if n.op == "Const" and
+               n.attr["value"].tensor.tensor_shape.dim and
+               [d.size for d in n.attr["value"].tensor.tensor_shape.dim] == [4, 3]]
+    assert len(weights) == 1, [n.name for n in weights]
+    same_bits(result)
