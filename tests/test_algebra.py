@@ -270,6 +270,12 @@ def test_random_chains_of_the_rules_keep_the_numbers(chain, exact):
     if not exact:
         assert "Reciprocal" not in left and "ZerosLike" not in left, (chain, left)
     same_bits(result, special=False, exact=exact and "recip-recip" not in chain)
+    notes = [note for r in result.reports for note in r.notes if note.startswith("pipeline:")]
+    assert notes and notes[-1].endswith("fixpoint reached"), notes
+    again = optimize(BuiltModel(result.graph_def, result.inputs, result.outputs), bn_fold=False,
+                     exact=exact, verify=False)
+    assert again.graph_def.SerializeToString(deterministic=True) == \
+        result.graph_def.SerializeToString(deterministic=True), chain     # a true fixpoint
 
 
 # ---------------------------------------------------------------- merge-duplicates by default
