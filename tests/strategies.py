@@ -81,6 +81,19 @@ class HeadSpec:
     decomposed: Steps
     param_shape: str                  # "vector" | "broadcast" ([1, U]) | "scalar"
     activation: Optional[str]
+    algebra: Optional[str] = None     # a form simplify-algebra removes, after the bias (ALGEBRA)
+
+
+# Algebraic no-ops (and near no-ops) simplify-algebra must remove without moving the numbers.
+ALGEBRA = {
+    "ones_like": lambda tf, y: y * tf.raw_ops.OnesLike(x=y),
+    "zeros_like": lambda tf, y: y + tf.raw_ops.ZerosLike(x=y),
+    "split": lambda tf, y: tf.raw_ops.Split(axis=1, value=y, num_split=1)[0],
+    "minus_neg": lambda tf, y: tf.nn.relu(y) - (-y),            # Sub(Neg) → AddV2
+    "plus_neg": lambda tf, y: tf.nn.relu(y) + (-y),             # Add(Neg) → Sub
+    "double": lambda tf, y: tf.nn.relu(y) + tf.nn.relu(y),      # merged, then p * 2
+}
+ALGEBRA_GONE = {"OnesLike", "ZerosLike", "Split", "Neg"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +176,8 @@ def head_specs(draw) -> HeadSpec:
         bias=draw(st.sampled_from(_BIASES)),
         decomposed=draw(decomposed_chain()) if has_bn else (),
         param_shape=draw(st.sampled_from(_PARAM_SHAPES)),
-        activation=draw(st.sampled_from(_ACTIVATIONS)))
+        activation=draw(st.sampled_from(_ACTIVATIONS)),
+        algebra=draw(st.sampled_from((None,) + tuple(sorted(ALGEBRA)))))
 
 
 @st.composite
@@ -428,6 +442,8 @@ class _Builder:
             if _worth_folding(steps) and head.kernel != "placeholder":
                 self.fold_linear.append(z.op.name)
         y = self.read_kernel_elsewhere(y, x)
+        if head.algebra:
+            y = ALGEBRA[head.algebra](tf, y)
         return self.activation(y, head.activation)
 
     def run(self) -> Built:

@@ -149,9 +149,9 @@ def test_bad_plugins_are_one_line(users, tmp_path, capsys):
 
 
 def test_enable_and_disable_edit_the_default_pipeline():
-    chosen = api.choose_transforms(enable=["merge-duplicates"], disable=["prune"])
-    assert "merge-duplicates" in chosen and "prune" not in chosen
-    assert chosen.index("merge-duplicates") < chosen.index("fold-affine-into-linear")
+    chosen = api.choose_transforms(enable=["fold-batch-norm"], disable=["merge-duplicates"])
+    assert "fold-batch-norm" in chosen and "merge-duplicates" not in chosen
+    assert chosen.index("fold-batch-norm") < chosen.index("fold-affine-into-linear")
     assert api.choose_transforms(["default"], bn_fold=True) == \
         api.choose_transforms(bn_fold=True)
 

@@ -286,7 +286,8 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
              keep_asserts: bool = False, seed: int = 0,
              preprocess: Optional[preprocessing.Requested] = None,
              weights: str = "float32", samples=None, check_n: int = 1,
-             transform_params: Optional[Mapping[str, Mapping[str, object]]] = None) -> Result:
+             transform_params: Optional[Mapping[str, Mapping[str, object]]] = None,
+             exact: bool = False) -> Result:
     """Run ``transforms`` on the source graph, then check the numbers (``VerificationFailed``
     when they moved or could not be compared).
 
@@ -301,7 +302,8 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
     detected training flags and dropout knobs. ``preprocess`` (input dtype, channel reversal,
     mean/scale) bakes the input pipeline into the graph (add-preprocessing, run first).
     ``weights="float16"`` stores large float32 weights as float16 (float16-weights, run last)
-    and verifies with ``FLOAT16_TOLERANCE`` unless a tolerance is given."""
+    and verifies with ``FLOAT16_TOLERANCE`` unless a tolerance is given. ``exact``: only rewrites
+    that are bit-exact in IEEE arithmetic (simplify-algebra's reassociations are off)."""
     if interface is not None:
         inputs, outputs, training_flags = interface.inputs, interface.outputs, \
             interface.training_flags
@@ -332,7 +334,8 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
     specs = preprocessing.resolve(original, inputs, preprocess or preprocessing.Requested())
     if specs and "add-preprocessing" not in transforms:
         transforms = ["add-preprocessing"] + list(transforms)
-    params = transform_parameters(transform_params, keep_asserts=keep_asserts, specs=specs)
+    params = transform_parameters(transform_params, keep_asserts=keep_asserts, specs=specs,
+                                  exact=exact)
     options = Options(inputs=inputs, outputs=outputs, training_flags=flags,
                       inference_values=values, params=params)
     progress.say(f"optimizing {len(original.node)} nodes: {', '.join(transforms)}")
@@ -373,10 +376,11 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
 
 
 def transform_parameters(given: Optional[Mapping[str, Mapping[str, object]]] = None, *,
-                         keep_asserts: bool = False, specs=None) -> Dict[str, object]:
+                         keep_asserts: bool = False, specs=None,
+                         exact: bool = False) -> Dict[str, object]:
     """Each transform's own parameters for a run: ``given`` ({"fold-constants": {"max_bytes":
     1 << 20}}; values may be text, converted by the field's type), plus what the interface
-    options decide (--keep-asserts, the preprocessing specs). Unknown names: ``InputError``."""
+    options decide (--keep-asserts, --exact, the preprocessing specs). Unknown names: ``InputError``."""
     params: Dict[str, object] = {}
     for name, values in dict(given or {}).items():
         fn = pipeline.lookup(name)
@@ -391,6 +395,10 @@ def transform_parameters(given: Optional[Mapping[str, Mapping[str, object]]] = N
         params["strip-debug"] = dataclasses.replace(
             params.get("strip-debug") or pipeline.lookup("strip-debug").params_type(),
             keep_asserts=True)
+    if exact:
+        params["simplify-algebra"] = dataclasses.replace(
+            params.get("simplify-algebra") or pipeline.lookup("simplify-algebra").params_type(),
+            exact=True)
     if specs:
         params["add-preprocessing"] = dataclasses.replace(
             params.get("add-preprocessing") or

@@ -54,6 +54,9 @@ def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
                         metavar="TRANSFORM.NAME=VALUE",
                         help="a transform's own parameter, e.g. fold-constants.max_bytes=1048576 "
                              "(repeatable; --list-transforms lists them)")
+    parser.add_argument("--exact", action="store_true",
+                        help="only rewrites that are bit-exact in IEEE arithmetic (no "
+                             "reassociation: simplify-algebra.exact=true)")
     parser.add_argument("--list-transforms", action="store_true",
                         help="list every transform (ours, --plugin's, installed) and exit")
     parser.add_argument("--training-flag", action="append", default=[], type=_setting,
@@ -443,7 +446,7 @@ def _interface(args) -> dict:
             "keep_asserts": args.keep_asserts, "preprocess": args.preprocess,
             "weights": args.weights, "samples": getattr(args, "samples", None),
             "check_n": getattr(args, "check_n", 1),
-            "transform_params": _params(args.param)}
+            "transform_params": _params(args.param), "exact": args.exact}
 
 
 def _say(args, text: str = "") -> None:

@@ -7,8 +7,10 @@ is added by ``--bn-fold``). To add a transform: write its module, mark its funct
 from tfsurgery.transforms import (add_preprocessing, flatten_atrous_conv, fold_affine_into_linear,
                                   fold_batch_norm, fold_constants, fold_pad_into_conv,
                                   freeze_placeholder_defaults, freeze_training_flags,
-                                  merge_duplicates, prune, remove_dropout, remove_identity,
-                                  remove_switch_merge, simplify_arithmetic, strip_debug)
+                                  materialize_shapes, merge_duplicates, prune, remove_dropout,
+                                  remove_identity,
+                                  remove_switch_merge, simplify_algebra, simplify_arithmetic,
+                                  strip_debug)
 from tfsurgery.transforms import float16_weights, inline_functions
 
 PIPELINE = (
@@ -20,16 +22,19 @@ PIPELINE = (
     remove_switch_merge.remove_switch_merge,
     remove_dropout.remove_dropout,
     remove_identity.remove_identity,
+    materialize_shapes.materialize_shapes,     # its constants are folded next
     fold_constants.fold_constants,
     simplify_arithmetic.simplify_arithmetic,
+    simplify_algebra.simplify_algebra,
     # before BN folding: the batch norm after a BatchToSpaceND then follows the dilated conv
     flatten_atrous_conv.flatten_atrous_conv,
     fold_batch_norm.fold_batch_norm,
-    # after BN folding: two convs of one input merged first would share one output, and a
-    # shared output blocks the fold of each conv's own batch norm
-    merge_duplicates.merge_duplicates,
     fold_affine_into_linear.fold_affine_into_linear,
     fold_pad_into_conv.fold_pad_into_conv,
+    # after every fold: two convs of one input merged first would share one output, and a shared
+    # output blocks the fold of each conv's own batch norm or scale. The folds repeat in the
+    # fixpoint rounds, so what a merge exposes to them (a BN now behind a shared conv) is done.
+    merge_duplicates.merge_duplicates,
     prune.prune,
     float16_weights.float16_weights,
 )

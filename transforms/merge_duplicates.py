@@ -19,7 +19,7 @@ from tfsurgery.contract import Options, TransformReport, transform
 MAX_ROUNDS = 5
 
 
-@transform("merge-duplicates", default=False, repeat=True)
+@transform("merge-duplicates", repeat=True)
 def merge_duplicates(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("merge-duplicates")
     if options.outputs:     # what no output needs goes anyway: merging it would be wasted work
