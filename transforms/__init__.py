@@ -10,7 +10,7 @@ from tfsurgery.transforms import (add_preprocessing, flatten_atrous_conv, fold_a
                                   materialize_shapes, merge_duplicates, prune, remove_dropout,
                                   remove_identity,
                                   remove_switch_merge, simplify_algebra, simplify_arithmetic,
-                                  strip_debug)
+                                  strip_debug, to_nhwc)
 from tfsurgery.transforms import float16_weights, inline_functions
 
 PIPELINE = (
@@ -31,6 +31,8 @@ PIPELINE = (
     fold_batch_norm.fold_batch_norm,
     fold_affine_into_linear.fold_affine_into_linear,
     fold_pad_into_conv.fold_pad_into_conv,
+    # after the folds (they read either layout), before merging: --layout NHWC
+    to_nhwc.to_nhwc,
     # after every fold: two convs of one input merged first would share one output, and a shared
     # output blocks the fold of each conv's own batch norm or scale. The folds repeat in the
     # fixpoint rounds, so what a merge exposes to them (a BN now behind a shared conv) is done.

@@ -1,0 +1,484 @@
+"""layout-nhwc: a channels-first (NCHW) graph computed channels-last (NHWC), the same numbers.
+
+Off by default (``--layout NHWC``, ``api.optimize(..., layout="NHWC")``). TensorFlow's default CPU
+kernels refuse NCHW convolutions and pooling; the result runs without oneDNN
+(``TF_ENABLE_ONEDNN_OPTS=0``) and without the transposes oneDNN adds around each NCHW op.
+
+For a 4-D tensor ``x`` in NCHW its NHWC form is ``x' = transpose(x, [0, 2, 3, 1])``, and NCHW axis
+``a`` is NHWC axis ``(0, 3, 1, 2)[a]``. Each op below maps ``x'`` to ``y'`` exactly when its NCHW
+form maps ``x`` to ``y`` (values are only moved, never rounded differently by the layout):
+
+    Conv2D, DepthwiseConv2dNative, MaxPool, AvgPool, BiasAdd, FusedBatchNorm*
+        data_format NHWC; strides, ksize, dilations and explicit paddings permuted like the axes.
+        Filters are HWIO in both layouts: no weight changes.
+    element-wise ops (Relu, Relu6, Sigmoid, Tanh, Add, Mul, Sub, Maximum, Cast, Identity, ...)
+        unchanged; a constant operand broadcast against the 4-D input is made 4-D, transposed,
+        and its leading 1s dropped ([C, 1, 1] → [C]); scalars stay. A computed operand must be
+        4-D (it gets the transpose) or a scalar: [C, 1, 1] computed at run time is refused.
+    ConcatV2 on axis a → axis (0, 3, 1, 2)[a]
+    Pad, PadV2, MirrorPad: the rows of the constant paddings permuted
+    Mean, Sum, Max, Min, Prod, All, Any over constant axes: the axes mapped. With keep_dims the
+        result is 4-D NHWC; without, the result is the NCHW op's own when the kept axes keep
+        their order (N, C after a global pool), else refused.
+    Transpose(x, p) with a constant p reads x' as Transpose(x', q), q[k] = (0, 3, 1, 2)[p[k]]
+
+Which ops: every NCHW op of the first group, and every op of the others joined to one by a 4-D
+tensor, forward and backward, to a fixpoint. Where a converted tensor meets the rest a Transpose
+is inserted — to NHWC entering (a constant is transposed instead), back to NCHW leaving, one per
+tensor; a converted graph output keeps its name as that transpose back — so the graph's interface
+is unchanged. A Transpose reading a Transpose is composed into one, and pairs that cancel go (the
+NHWC→NCHW input transpose of a graph converted from ONNX disappears).
+
+Left NCHW, reported with why: a protected (output) FusedBatchNorm (its other outputs keep the
+name), and every op a converted tensor reaches that has no NHWC rule here — Reshape, Squeeze,
+Shape, SpaceToDepth, a reduction whose kept axes change order — which reads the NCHW tensor
+through a transpose back (and, if it feeds the converted part again, a transpose in).
+Refused as a whole: a graph with TF1 while loops (constants created here would sit outside the
+loop's frame).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Set, Tuple, Union
+
+import numpy as np
+
+from tfsurgery.contract import Options, TransformReport, transform
+from tfsurgery.graph import Graph, Ref
+from tfsurgery.ops import FRAME_OPS, FUSED_BATCH_NORM_OPS
+from tfsurgery.tfsession import StaticShapes
+
+TO_NHWC = (0, 2, 3, 1)          # transpose(x_nchw, TO_NHWC) = x_nhwc
+TO_NCHW = (0, 3, 1, 2)          # transpose(x_nhwc, TO_NCHW) = x_nchw
+NHWC_AXIS = TO_NCHW             # NCHW axis a is NHWC axis NHWC_AXIS[a]
+
+FORMATTED = frozenset({"Conv2D", "DepthwiseConv2dNative", "MaxPool", "AvgPool", "BiasAdd"}) \
+    | FUSED_BATCH_NORM_OPS
+PER_AXIS_ATTRS = ("strides", "ksize", "dilations")
+ELEMENTWISE = frozenset({
+    "Relu", "Relu6", "Elu", "Selu", "LeakyRelu", "Sigmoid", "Tanh", "Softplus", "Softsign",
+    "Identity", "Snapshot", "StopGradient", "Neg", "Abs", "Exp", "Expm1", "Log", "Log1p", "Sqrt",
+    "Rsqrt", "Square", "Reciprocal", "Floor", "Ceil", "Round", "Rint", "Sign", "Sin", "Cos",
+    "Erf", "Cast",
+    "Add", "AddV2", "Sub", "Mul", "RealDiv", "Div", "DivNoNan", "MulNoNan", "Maximum", "Minimum",
+    "SquaredDifference", "Pow", "FloorDiv", "FloorMod", "AddN", "ClipByValue"})
+PADS = frozenset({"Pad", "PadV2", "MirrorPad"})
+REDUCTIONS = frozenset({"Mean", "Sum", "Max", "Min", "Prod", "All", "Any"})
+AGNOSTIC = ELEMENTWISE | PADS | REDUCTIONS | {"ConcatV2", "Transpose"}
+NO_RULE = "has no NHWC rule here (its result may depend on the memory order of its input)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How a node takes part: the input slots that read NHWC tensors once converted, the output
+    ports that are NHWC once converted (none: its result is the NCHW op's own), and the input
+    slots holding constants to convert."""
+
+    layout_in: Tuple[int, ...]
+    layout_out: Tuple[int, ...]
+    constants: Tuple[int, ...] = ()
+
+
+@transform("layout-nhwc", default=False)
+def to_nhwc(graph: Graph, options: Options) -> TransformReport:
+    report = TransformReport("layout-nhwc")
+    seeds = [name for name in graph.names_with_ops(FORMATTED)
+             if graph.attr(name, "data_format", "NHWC") == "NCHW"]
+    if not seeds:
+        return report
+    report.matched = len(seeds)
+    if graph.names_with_ops(FRAME_OPS):
+        for name in seeds:
+            report.skip(name, "the graph has TF1 while loops: constants and transposes made here "
+                              "would sit outside their frames; the graph keeps NCHW")
+        return report
+    layout = _Layout(graph, options, report)
+    inside = layout.spread(seeds)
+    if inside:
+        layout.convert(inside)
+    return report
+
+
+class _Layout:
+    def __init__(self, graph: Graph, options: Options, report: TransformReport):
+        self.graph, self.options, self.report = graph, options, report
+        self.shapes = StaticShapes(graph, options.outputs)
+        self.plans: Dict[str, Union[Plan, str]] = {}
+        self.perms: Dict[Tuple[int, ...], str] = {}
+        self.transposes: List[str] = []          # made here (to simplify at the end)
+        self.sinks: List[str] = []               # converted Transposes (their perm changed)
+        self.maybe_unread: Set[str] = set()      # nodes whose readers were taken away
+
+    # ------------------------------------------------------------ which nodes
+    def plan(self, name: str) -> Union[Plan, str]:
+        """``name``'s Plan, or why it cannot be converted."""
+        if name not in self.plans:
+            self.plans[name] = _plan(self.graph, name, self.rank, self.options.protected)
+        return self.plans[name]
+
+    def rank(self, ref: Ref) -> Optional[int]:
+        value = self.graph.const_value(ref)
+        if value is not None:
+            return value.ndim
+        op = self.graph.op(ref.node)
+        if op in FORMATTED:
+            return 4 if ref.port == 0 else 1
+        if ref.port:
+            return None
+        shape = self.shapes.get(ref.node)
+        return len(shape) if shape is not None else None
+
+    def spread(self, seeds: List[str]) -> Set[str]:
+        """The seeds that convert, and every op joined to them through an NHWC tensor."""
+        graph, inside, work = self.graph, set(), []
+        for name in seeds:
+            plan = self.plan(name)
+            if isinstance(plan, str):
+                self.report.skip(name, plan)
+            else:
+                inside.add(name)
+                work.append(name)
+        while work:
+            name = work.pop()
+            plan = self.plans[name]
+            joined = [(c.node, c.index, None) for port in plan.layout_out
+                      for c in graph.consumers(name, port)]
+            joined += [(ref.node, None, ref.port) for ref in
+                       (graph.inputs(name)[slot] for slot in plan.layout_in)]
+            for other, slot, port in joined:
+                if other in inside or graph.op(other) not in AGNOSTIC:
+                    continue
+                other_plan = self.plan(other)
+                if isinstance(other_plan, str):
+                    continue
+                if (slot is not None and slot in other_plan.layout_in) or \
+                        (port is not None and port in other_plan.layout_out):
+                    inside.add(other)
+                    work.append(other)
+        return inside
+
+    def reads_nhwc(self, ref: Ref, inside: Set[str]) -> bool:
+        return ref.node in inside and ref.port in self.plans[ref.node].layout_out
+
+    # ------------------------------------------------------------ rewriting
+    def convert(self, inside: Set[str]) -> None:
+        graph, report = self.graph, self.report
+        protected = self.options.protected
+        named_back: Dict[Tuple[str, int], str] = {}     # an output's transpose back keeps its name
+        for name in sorted(inside):
+            if name in protected and self.plans[name].layout_out:
+                moved = self.move_aside(name)
+                inside.discard(name)
+                inside.add(moved)
+                self.plans[moved] = self.plans.pop(name)
+                named_back[(moved, 0)] = name
+        order = [name for name in (node.name for node in graph) if name in inside]
+        for name in order:
+            self.rewrite(name)
+            report.rewritten.append(f"{named_back.get((name, 0), name)}: {graph.op(name)} "
+                                    "computed in NHWC")
+        entering: Dict[Ref, Ref] = {}
+        for name in order:
+            for slot in self.plans[name].layout_in:
+                ref = graph.inputs(name)[slot]
+                if not self.reads_nhwc(ref, inside):
+                    if ref not in entering:
+                        entering[ref] = self.to_nhwc(ref, _input_type(graph, name),
+                                                     graph.node(name).device)
+                    graph.set_input(name, slot, entering[ref])
+        kept: Dict[str, str] = {}
+        for name in order:
+            for port in self.plans[name].layout_out:
+                self.leave(name, port, inside, named_back.get((name, port)), kept)
+        for reader, why in kept.items():
+            report.skip(reader, why)
+        for moved in named_back:               # an output Identity: its transpose back is enough
+            self.drop_identity(moved[0])
+        made = len(self.transposes)
+        self.simplify_transposes()
+        self.drop_unread()
+        left = sum(1 for name in self.transposes if graph.op(name) == "Transpose")
+        report.notes.append(f"{len(inside)} ops computed in NHWC; {made} transposes made at the "
+                            f"boundary, {left} left after composing and cancelling")
+
+    def move_aside(self, name: str) -> str:
+        """A protected node to convert: the op moves to a new name (the name becomes its
+        transpose back to NCHW, made later)."""
+        graph = self.graph
+        node = type(graph.node(name))()
+        node.CopyFrom(graph.node(name))
+        node.name = graph.unique_name(f"{name}/nhwc")
+        graph.add_node(node)
+        for consumer in graph.consumers(name):
+            graph.set_input(consumer.node, consumer.index, Ref(node.name, consumer.ref.port))
+        graph.move_control_consumers(name, node.name)
+        graph.remove([name])
+        return node.name
+
+    def drop_identity(self, name: str) -> None:
+        graph = self.graph
+        if graph.op(name) in ("Identity", "Snapshot") and not graph.control_inputs(name) and \
+                not graph.has_control_consumers(name):
+            graph.rewire(name, graph.inputs(name)[0])
+            graph.remove([name])
+
+    def rewrite(self, name: str) -> None:
+        """Attributes and constant inputs in NHWC terms."""
+        graph, op = self.graph, self.graph.op(name)
+        plan, inputs = self.plans[name], graph.inputs(name)
+        if op in FORMATTED:
+            node = graph.mutable(name)
+            node.attr["data_format"].s = b"NHWC"
+            for key in PER_AXIS_ATTRS:
+                if key in node.attr and len(node.attr[key].list.i) == 4:
+                    values = list(node.attr[key].list.i)
+                    node.attr[key].list.i[:] = [values[axis] for axis in TO_NHWC]
+            if "explicit_paddings" in node.attr and len(node.attr["explicit_paddings"].list.i) == 8:
+                pairs = np.reshape(list(node.attr["explicit_paddings"].list.i), (4, 2))
+                node.attr["explicit_paddings"].list.i[:] = [int(v) for v in
+                                                            pairs[list(TO_NHWC)].ravel()]
+        if op == "Transpose":
+            self.sinks.append(name)
+        for slot in plan.constants:
+            value = graph.const_value(inputs[slot])
+            self.set_constant(name, slot, _converted_constant(op, value))
+        if plan.layout_out and "_output_shapes" in graph.node(name).attr:
+            del graph.mutable(name).attr["_output_shapes"]        # recorded in NCHW
+
+    def set_constant(self, name: str, slot: int, value: np.ndarray) -> None:
+        graph = self.graph
+        old = graph.inputs(name)[slot]
+        source = graph.resolve(old)
+        dtype = graph.node(source.node).attr["dtype"].type if graph.op(source.node) == "Const" \
+            else None
+        const = graph.add_const(f"{name}/nhwc_{slot}", value, dtype=dtype,
+                                device=graph.node(name).device)
+        graph.set_input(name, slot, const)
+        self.maybe_unread.add(old.node)
+
+    def to_nhwc(self, ref: Ref, dtype, device: str) -> Ref:
+        """``ref`` entering the converted part: a constant transposed, else a Transpose."""
+        graph = self.graph
+        value = graph.const_value(ref)
+        if value is not None and value.ndim == 4:
+            return Ref(graph.add_const(f"{ref.node}/nhwc",
+                                       np.ascontiguousarray(np.transpose(value, TO_NHWC)),
+                                       device=device), 0)
+        return Ref(self.transpose(f"{ref.node}/to_nhwc" + (f"_{ref.port}" if ref.port else ""),
+                                  ref, TO_NHWC, dtype, device), 0)
+
+    def leave(self, name: str, port: int, inside: Set[str], named: Optional[str],
+              kept: Dict[str, str]) -> None:
+        """Readers outside the converted part read ``name:port`` through a transpose back."""
+        graph = self.graph
+        outside = [c for c in graph.consumers(name, port)
+                   if not (c.node in inside and c.index in self.plans[c.node].layout_in)]
+        if not outside and named is None:
+            return
+        back = self.transpose(named or f"{name}/to_nchw" + (f"_{port}" if port else ""),
+                              Ref(name, port), TO_NCHW, _output_type(graph, name),
+                              graph.node(name).device)
+        for consumer in outside:
+            graph.set_input(consumer.node, consumer.index, Ref(back, 0))
+            plan = self.plans.get(consumer.node)
+            why = plan if isinstance(plan, str) else NO_RULE
+            kept.setdefault(consumer.node, f"{graph.op(consumer.node)} {why}: it stays NCHW and "
+                                           "reads the NCHW tensor through a transpose")
+
+    def transpose(self, name: str, ref: Ref, perm, dtype, device: str) -> str:
+        node = self.graph.new_node("Transpose", name, [ref, self.perm(perm)],
+                                   {"T": dtype, "Tperm": _int32()}, device=device)
+        self.transposes.append(node.name)
+        return node.name
+
+    def perm(self, perm) -> str:
+        perm = tuple(int(axis) for axis in perm)
+        if perm not in self.perms or self.perms[perm] not in self.graph:
+            self.perms[perm] = self.graph.add_const(
+                "layout_nhwc/perm_" + "".join(map(str, perm)), np.asarray(perm, np.int32))
+        return self.perms[perm]
+
+    # ------------------------------------------------------------ transposes that meet
+    def simplify_transposes(self) -> None:
+        """A Transpose reading a Transpose reads its input by the composed permutation; one by
+        the identity goes (an output keeps its name as an Identity)."""
+        graph = self.graph
+        work = list(self.transposes) + self.sinks
+        work += [c.node for name in self.transposes if name in graph
+                 for c in graph.consumers(name) if graph.op(c.node) == "Transpose"]
+        for name in work:
+            while name in graph and graph.op(name) == "Transpose" and self.simplify(name):
+                pass
+
+    def simplify(self, name: str) -> bool:
+        graph = self.graph
+        x, perm_ref = graph.inputs(name)
+        perm = graph.const_value(perm_ref)
+        if perm is None or perm.ndim != 1:
+            return False
+        if np.array_equal(perm, np.arange(perm.size)):
+            self.bypass(name, x)
+            return False
+        if graph.op(x.node) != "Transpose" or x.port:
+            return False
+        inner_x, inner_perm_ref = graph.inputs(x.node)
+        inner_perm = graph.const_value(inner_perm_ref)
+        if inner_perm is None or inner_perm.shape != perm.shape:
+            return False
+        composed = inner_perm[perm]          # transpose(transpose(a, q), p) = transpose(a, q[p])
+        graph.set_input(name, 0, inner_x)
+        graph.set_input(name, 1, self.perm(composed))
+        self.maybe_unread.update({x.node, perm_ref.node})
+        return True
+
+    def bypass(self, name: str, source: Ref) -> None:
+        graph = self.graph
+        if graph.control_inputs(name):
+            return                       # its readers wait for those too: it stays
+        self.maybe_unread.add(graph.inputs(name)[1].node)
+        if name in self.options.protected:
+            node = graph.node(name)
+            dtype, device = type(node.attr["T"])(), node.device
+            dtype.CopyFrom(node.attr["T"])
+            graph.remove([name])
+            graph.new_node("Identity", name, [source], {"T": dtype}, device=device)
+            return
+        graph.rewire(name, source)
+        graph.move_control_consumers(name, source.node)
+        graph.remove([name])
+        self.maybe_unread.add(source.node)
+
+    def drop_unread(self) -> None:
+        """Constants, identities and transposes nobody reads any more (ours, or left by us)."""
+        graph, protected = self.graph, self.options.protected
+        work = list(self.maybe_unread) + list(self.perms.values())
+        while work:
+            name = work.pop()
+            if name not in graph or name in protected or graph.reader_count(name) or \
+                    graph.op(name) not in ("Const", "Identity", "Transpose"):
+                continue
+            work.extend(ref.node for ref in graph.input_refs(name))
+            graph.remove([name])
+
+
+# ---------------------------------------------------------------- plans, op by op
+def _plan(graph: Graph, name: str, rank, protected) -> Union[Plan, str]:
+    op, inputs = graph.op(name), graph.inputs(name)
+    if op in FORMATTED:
+        return _formatted_plan(graph, name, protected)
+    if not inputs:
+        return "has no inputs"
+    if op in ELEMENTWISE:
+        return _elementwise_plan(graph, inputs, rank)
+    if rank(inputs[0]) != 4:
+        return "its input is not known to be 4-D"
+    if op == "ConcatV2":
+        values = inputs[:-1]
+        if graph.const_value(inputs[-1]) is None:
+            return "its axis is not a constant"
+        if any(rank(ref) != 4 for ref in values):
+            return "not every input is known to be 4-D"
+        return Plan(tuple(range(len(values))), (0,), (len(values),))
+    if op in PADS:
+        paddings = graph.const_value(inputs[1])
+        if paddings is None or paddings.shape != (4, 2):
+            return "its paddings are not a constant 4x2 table"
+        return Plan((0,), (0,), (1,))
+    if op in REDUCTIONS:
+        return _reduction_plan(graph, name, inputs)
+    if op == "Transpose":
+        perm = graph.const_value(inputs[1])
+        if perm is None or perm.shape != (4,):
+            return "its permutation is not a constant of 4 axes"
+        return Plan((0,), (), (1,))
+    return NO_RULE
+
+
+def _formatted_plan(graph: Graph, name: str, protected) -> Union[Plan, str]:
+    node = graph.node(name)
+    for key in PER_AXIS_ATTRS:
+        if key in node.attr and len(node.attr[key].list.i) not in (0, 4):
+            return f"its {key} do not have 4 values"
+    if graph.op(name) in FUSED_BATCH_NORM_OPS and name in protected:
+        return ("a graph output with several outputs: renaming it would change its other "
+                "outputs' names")
+    return Plan((0,), (0,))
+
+
+def _elementwise_plan(graph: Graph, inputs: List[Ref], rank) -> Union[Plan, str]:
+    """4-D computed inputs read NHWC; constants broadcast against them are converted; computed
+    scalars stay; a computed operand of another rank broadcasts by the layout: refused."""
+    layout_in, constants = [], []
+    for slot, ref in enumerate(inputs):
+        value = graph.const_value(ref)
+        if value is not None:
+            if value.ndim > 4:
+                return f"input {slot} is a constant of rank {value.ndim}"
+            if value.ndim:
+                constants.append(slot)
+            continue
+        r = rank(ref)
+        if r == 4:
+            layout_in.append(slot)
+        elif r != 0:
+            return (f"input {slot} has rank {r}: how it broadcasts depends on the layout" if r
+                    is not None else f"the rank of input {slot} is not known")
+    if not layout_in:
+        return "no computed input is 4-D"
+    return Plan(tuple(layout_in), (0,), tuple(constants))
+
+
+def _reduction_plan(graph: Graph, name: str, inputs: List[Ref]) -> Union[Plan, str]:
+    axes = graph.const_value(inputs[1])
+    if axes is None or axes.ndim > 1:
+        return "its axes are not a constant"
+    if graph.attr(name, "keep_dims", False):
+        return Plan((0,), (0,), (1,))
+    reduced = {int(a) % 4 for a in np.reshape(axes, -1)}
+    kept = [axis for axis in range(4) if axis not in reduced]
+    if kept != sorted(kept, key=lambda axis: NHWC_AXIS[axis]):
+        return (f"without keep_dims its result keeps NCHW axes {kept}, which NHWC orders "
+                "differently")
+    return Plan((0,), (), (1,))
+
+
+def _converted_constant(op: str, value: np.ndarray) -> np.ndarray:
+    """A constant input of a converted op, in NHWC terms."""
+    if op == "ConcatV2":
+        return np.asarray(NHWC_AXIS[int(value) % 4], value.dtype)
+    if op in PADS:
+        return np.ascontiguousarray(value[list(TO_NHWC)])
+    if op in REDUCTIONS:
+        return np.asarray([NHWC_AXIS[int(a) % 4] for a in np.reshape(value, -1)],
+                          value.dtype).reshape(value.shape)
+    if op == "Transpose":
+        return np.asarray([TO_NCHW[int(axis)] for axis in value], value.dtype)
+    # an element-wise operand broadcast against 4-D tensors
+    four = np.reshape(value, (1,) * (4 - value.ndim) + value.shape)
+    converted = np.transpose(four, TO_NHWC)
+    while converted.ndim and converted.shape[0] == 1:
+        converted = converted[0]
+    return np.ascontiguousarray(converted)
+
+
+def _input_type(graph: Graph, name: str):
+    """The dtype of a converted node's NHWC inputs."""
+    node = graph.node(name)
+    key = "SrcT" if node.op == "Cast" else "T"
+    return node.attr[key] if key in node.attr else _float32()
+
+
+def _output_type(graph: Graph, name: str):
+    node = graph.node(name)
+    key = "DstT" if node.op == "Cast" else "T"
+    return node.attr[key] if key in node.attr else _float32()
+
+
+def _float32():
+    import tensorflow as tf
+    return tf.float32
+
+
+def _int32():
+    import tensorflow as tf
+    return tf.int32
