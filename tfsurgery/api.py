@@ -287,7 +287,7 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
              preprocess: Optional[preprocessing.Requested] = None,
              weights: str = "float32", samples=None, check_n: int = 1,
              transform_params: Optional[Mapping[str, Mapping[str, object]]] = None,
-             exact: bool = False) -> Result:
+             exact: bool = False, layout: Optional[str] = None) -> Result:
     """Run ``transforms`` on the source graph, then check the numbers (``VerificationFailed``
     when they moved or could not be compared).
 
@@ -303,7 +303,8 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
     mean/scale) bakes the input pipeline into the graph (add-preprocessing, run first).
     ``weights="float16"`` stores large float32 weights as float16 (float16-weights, run last)
     and verifies with ``FLOAT16_TOLERANCE`` unless a tolerance is given. ``exact``: only rewrites
-    that are bit-exact in IEEE arithmetic (simplify-algebra's reassociations are off)."""
+    that are bit-exact in IEEE arithmetic (simplify-algebra's reassociations are off).
+    ``layout="NHWC"``: NCHW ops computed channels-last (layout-nhwc)."""
     if interface is not None:
         inputs, outputs, training_flags = interface.inputs, interface.outputs, \
             interface.training_flags
@@ -316,6 +317,10 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
     transforms = list(transforms) if transforms and all(isinstance(t, str) for t in transforms) \
         and pipeline.DEFAULT_WORD not in transforms else choose_transforms(transforms)
     transforms, default_tolerance = _with_weights(transforms, weights)
+    if layout not in (None, "NHWC"):
+        raise InputError(f"layout {layout!r}: only 'NHWC' is offered")
+    if layout and "layout-nhwc" not in transforms:
+        transforms = pipeline.resolve_transforms(transforms, enable=["layout-nhwc"])
     tolerance = default_tolerance if tolerance is None else tolerance
     timeout = verify_mod.DEFAULT_TIMEOUT if verify_timeout is None else verify_timeout
     flags = list(dict.fromkeys(list(training_flags) + source.training_flags))

@@ -54,6 +54,9 @@ def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
                         metavar="TRANSFORM.NAME=VALUE",
                         help="a transform's own parameter, e.g. fold-constants.max_bytes=1048576 "
                              "(repeatable; --list-transforms lists them)")
+    parser.add_argument("--layout", choices=("NHWC",), default=None,
+                        help="NHWC: compute NCHW convs, pools, batch norms and the ops between "
+                             "them channels-last, runnable without oneDNN (layout-nhwc)")
     parser.add_argument("--exact", action="store_true",
                         help="only rewrites that are bit-exact in IEEE arithmetic (no "
                              "reassociation: simplify-algebra.exact=true)")
@@ -412,7 +415,8 @@ def _run(args) -> int:
                                              "parameters (--param)")))
         return 0
     transforms = api.choose_transforms(_split(args.transforms), bn_fold=args.bn_fold,
-                                       enable=args.enable, disable=args.disable)
+                                       enable=args.enable + (["layout-nhwc"] if args.layout
+                                                             else []), disable=args.disable)
     args.preprocess = _preprocess(args)       # bad values: exit 2 before loading the model
     saved_model = _saved_model_path(args)
     api.check_outputs([getattr(args, option, None)              # before minutes of work
