@@ -345,3 +345,58 @@ def test_a_graph_with_while_loops_is_refused():
     result, skipped = _transformed(graph_def)
     assert "while loops" in skipped["Conv2D"]
     assert channels_first(result.graph_def) == ["Conv2D"]
+
+
+# ---------------------------------------------------------------- more ops: a decoder
+def decoder_net(fmt: str, seed: int = 1):
+    """conv → Split on channels → Relu·Sigmoid (gated) → transposed conv (stride 2) →
+    DepthToSpace → MaxPoolV2 → SplitV on channels, concat swapped → an NHWC-only op between
+    two transposes, as ONNX→TF writes Resize → ClipByValue → AddN → output. The NHWC twin has
+    no transposes around the resize."""
+    r = np.random.default_rng(seed)
+    nchw = fmt == "NCHW"
+    channel = 1 if nchw else 3
+
+    def per_axis(h, w):
+        return [1, 1, h, w] if nchw else [1, h, w, 1]
+
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4, 6, 6] if nchw else [None, 6, 6, 4],
+                                     name="input")
+        y = tf.nn.conv2d(x, r.standard_normal([3, 3, 4, 8]).astype(np.float32) / 6, 1, "SAME",
+                         data_format=fmt)
+        a, b = tf.split(y, 2, axis=channel)
+        y = tf.nn.relu(a) * tf.sigmoid(b)
+        kernel = r.standard_normal([3, 3, 8, 4]).astype(np.float32) / 6   # [h, w, out, in]
+        y = tf.nn.conv2d_transpose(y, kernel, [2, 8, 12, 12] if nchw else [2, 12, 12, 8], 2,
+                                   "SAME", data_format=fmt)
+        y = tf.nn.depth_to_space(y, 2, data_format=fmt)                    # [2, 2, 24, 24]
+        y = tf.raw_ops.MaxPoolV2(input=y, ksize=per_axis(2, 2), strides=per_axis(2, 2),
+                                 padding="VALID", data_format=fmt)          # [2, 2, 12, 12]
+        first, second = tf.split(y, [1, 1], axis=channel)                   # SplitV
+        y = tf.concat([second, first], channel)
+        resize_in = tf.transpose(y, [0, 2, 3, 1]) if nchw else y
+        resized = tf.compat.v1.image.resize_bilinear(resize_in, [16, 16])
+        z = tf.transpose(resized, [0, 3, 1, 2]) if nchw else resized
+        z = tf.clip_by_value(z, -0.5, 0.5)
+        tf.identity(tf.math.add_n([z, tf.nn.relu(z)]), name="output")
+    return graph.as_graph_def()
+
+
+def test_decoder_ops_convert_and_transposes_cancel_around_an_nhwc_only_op():
+    original = decoder_net("NCHW")
+    result = api.optimize(original, ["layout-nhwc"], inputs=["input"], outputs=["output"])
+    assert result.verification.passed
+    assert channels_first(result.graph_def) == []
+    report = next(r for r in result.reports if r.name == "layout-nhwc")
+    assert not report.skipped, report.skipped
+    converted = {line.split(":")[0] for line in report.rewritten}
+    assert {"split", "split_1", "conv2d_transpose", "DepthToSpace", "MaxPoolV2", "concat",
+            "clip_by_value", "AddN"} <= converted, converted
+    # only the interface's two remain: the resize's pair met the inserted ones and cancelled
+    assert sorted(transposes_4d(result.graph_def)) == ["input/to_nhwc", "output"]
+    value = np.random.default_rng(8).standard_normal([2, 6, 6, 4]).astype(np.float32)
+    want = oracle.run(decoder_net("NHWC"), {"input": value}, ["output"])[0]
+    got = oracle._run(result.graph_def, {"input": np.transpose(value, [0, 3, 1, 2])},
+                      ["output"])[0]
+    assert oracle.relative_error(np.transpose(want, [0, 3, 1, 2]), got) < 1e-5

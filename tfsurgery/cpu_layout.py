@@ -32,6 +32,8 @@ CHANNELS_FIRST_ONLY_WITH_ONEDNN = {
     "AvgPool": 0, "MaxPoolV2": 0, "SpaceToDepth": 0, "DepthToSpace": 0,
     "Conv3D": 0, "MaxPool3D": 0, "AvgPool3D": 0, "Conv3DBackpropInputV2": 2,
 }
+# ...of which oneDNN has no channels-first kernel either (TF 2.21): wrapped on every CPU.
+CHANNELS_FIRST_NEVER_ON_CPU = frozenset({"MaxPoolV2", "SpaceToDepth", "DepthToSpace"})
 # Per-dimension list attributes, in the op's data format.
 PER_DIMENSION_ATTRS = ("strides", "ksize", "dilations")
 # Inputs holding a shape or per-dimension sizes in the op's data format.
@@ -69,38 +71,40 @@ def channels_first_runs() -> bool:
 
 def channels_first_nodes(graph_def) -> List[str]:
     """The nodes this CPU could not run as written."""
-    return [node.name for node in graph_def.node if _channels_first(node)]
+    only = None if not channels_first_runs() else CHANNELS_FIRST_NEVER_ON_CPU
+    return [node.name for node in graph_def.node if _channels_first(node, only)]
 
 
 def runnable(graph_def, *, label: str = "the graph"):
     """``graph_def`` in a form this process can run, computing the same values under the same
     names (the GraphDef itself when nothing needs to change)."""
-    if channels_first_runs():
-        return graph_def
     names = channels_first_nodes(graph_def)
     if not names:
         return graph_def
     log.debug("%s: %d NCHW ops run through transposes (TensorFlow's oneDNN kernels are off on "
-              "this CPU; the written graph keeps its layout)", label, len(names))
-    return rewritten(graph_def)
+              "this CPU, or have none for them; the written graph keeps its layout)", label,
+              len(names))
+    return rewritten(graph_def, only=None if not channels_first_runs()
+                     else CHANNELS_FIRST_NEVER_ON_CPU)
 
 
-def rewritten(graph_def):
-    """Every channels-first op of the table above wrapped in transposes (whatever the CPU)."""
+def rewritten(graph_def, only=None):
+    """Every channels-first op of the table above (or of ``only``) wrapped in transposes
+    (whatever the CPU)."""
     from tensorflow.core.framework import graph_pb2
     result = graph_pb2.GraphDef()
     result.versions.CopyFrom(graph_def.versions)
     result.library.CopyFrom(graph_def.library)
     for node in graph_def.node:
-        if _channels_first(node):
+        if _channels_first(node, only):
             result.node.extend(_wrapped(node))
         else:
             result.node.add().CopyFrom(node)
     return result
 
 
-def _channels_first(node) -> bool:
-    if node.op not in CHANNELS_FIRST_ONLY_WITH_ONEDNN or "data_format" not in node.attr:
+def _channels_first(node, only=None) -> bool:
+    if node.op not in (only or CHANNELS_FIRST_ONLY_WITH_ONEDNN) or "data_format" not in node.attr:
         return False
     return node.attr["data_format"].s.decode(errors="replace").startswith("NC")
 

@@ -8,31 +8,39 @@ For a 4-D tensor ``x`` in NCHW its NHWC form is ``x' = transpose(x, [0, 2, 3, 1]
 ``a`` is NHWC axis ``(0, 3, 1, 2)[a]``. Each op below maps ``x'`` to ``y'`` exactly when its NCHW
 form maps ``x`` to ``y`` (values are only moved, never rounded differently by the layout):
 
-    Conv2D, DepthwiseConv2dNative, MaxPool, AvgPool, BiasAdd, FusedBatchNorm*
-        data_format NHWC; strides, ksize, dilations and explicit paddings permuted like the axes.
-        Filters are HWIO in both layouts: no weight changes.
+    Conv2D, DepthwiseConv2dNative, Conv2DBackpropInput, MaxPool, MaxPoolV2, AvgPool, BiasAdd,
+    FusedBatchNorm*, SpaceToDepth, DepthToSpace
+        data_format NHWC; strides, ksize, dilations, explicit paddings and constant per-axis
+        sizes (MaxPoolV2's ksize/strides, a transposed conv's output shape) permuted like the
+        axes. Filters are HWIO in both layouts: no weight changes. (SpaceToDepth's channel
+        order is (block row, block column, channel) in both layouts.)
     element-wise ops (Relu, Relu6, Sigmoid, Tanh, Add, Mul, Sub, Maximum, Cast, Identity, ...)
         unchanged; a constant operand broadcast against the 4-D input is made 4-D, transposed,
         and its leading 1s dropped ([C, 1, 1] → [C]); scalars stay. A computed operand must be
         4-D (it gets the transpose) or a scalar: [C, 1, 1] computed at run time is refused.
-    ConcatV2 on axis a → axis (0, 3, 1, 2)[a]
+    ConcatV2, Split, SplitV on axis a → axis (0, 3, 1, 2)[a]
     Pad, PadV2, MirrorPad: the rows of the constant paddings permuted
     Mean, Sum, Max, Min, Prod, All, Any over constant axes: the axes mapped. With keep_dims the
         result is 4-D NHWC; without, the result is the NCHW op's own when the kept axes keep
         their order (N, C after a global pool), else refused.
-    Transpose(x, p) with a constant p reads x' as Transpose(x', q), q[k] = (0, 3, 1, 2)[p[k]]
+    Transpose(x, p) with a constant p reading x': Transpose(x', q), q[k] = (0, 3, 1, 2)[p[k]];
+        and Transpose(x, (0, 3, 1, 2)) (NHWC → NCHW) whose result would be wanted in NHWC:
+        that result is x itself.
 
 Which ops: every NCHW op of the first group, and every op of the others joined to one by a 4-D
-tensor, forward and backward, to a fixpoint. Where a converted tensor meets the rest a Transpose
-is inserted — to NHWC entering (a constant is transposed instead), back to NCHW leaving, one per
-tensor; a converted graph output keeps its name as that transpose back — so the graph's interface
-is unchanged. A Transpose reading a Transpose is composed into one, and pairs that cancel go (the
-NHWC→NCHW input transpose of a graph converted from ONNX disappears).
+tensor, forward and backward, to a fixpoint; then every NHWC → NCHW Transpose feeding an op that
+converts, and what joins those. Where a converted tensor meets the rest a Transpose is inserted
+— to NHWC entering (a constant is transposed instead), back to NCHW leaving, one per tensor; a
+converted graph output keeps its name as that transpose back — so the graph's interface is
+unchanged. A Transpose reading a Transpose is composed into one, and one by the identity goes:
+the NHWC→NCHW input transpose of a graph converted from ONNX cancels, and so do the pairs it
+wraps around NHWC-only ops (Resize).
 
-Left NCHW, reported with why: a protected (output) FusedBatchNorm (its other outputs keep the
-name), and every op a converted tensor reaches that has no NHWC rule here — Reshape, Squeeze,
-Shape, SpaceToDepth, a reduction whose kept axes change order — which reads the NCHW tensor
-through a transpose back (and, if it feeds the converted part again, a transpose in).
+Left NCHW, reported with why: a FusedBatchNorm or Split that is a graph output (renaming it
+would rename its other outputs), and every op a converted tensor reaches that has no NHWC rule
+here — Reshape, Squeeze, Shape, an element-wise op with a computed [C, 1, 1] operand, a
+reduction whose kept axes change order — which reads the NCHW tensor through a transpose back
+(and, if it feeds the converted part again, a transpose in).
 Refused as a whole: a graph with TF1 while loops (constants created here would sit outside the
 loop's frame).
 """
@@ -52,8 +60,11 @@ TO_NHWC = (0, 2, 3, 1)          # transpose(x_nchw, TO_NHWC) = x_nhwc
 TO_NCHW = (0, 3, 1, 2)          # transpose(x_nhwc, TO_NCHW) = x_nchw
 NHWC_AXIS = TO_NCHW             # NCHW axis a is NHWC axis NHWC_AXIS[a]
 
-FORMATTED = frozenset({"Conv2D", "DepthwiseConv2dNative", "MaxPool", "AvgPool", "BiasAdd"}) \
-    | FUSED_BATCH_NORM_OPS
+# Ops with a data_format → (the input slot of the image, inputs holding per-axis sizes)
+FORMATTED = {"Conv2D": (0, ()), "DepthwiseConv2dNative": (0, ()), "MaxPool": (0, ()),
+             "AvgPool": (0, ()), "MaxPoolV2": (0, (1, 2)), "BiasAdd": (0, ()),
+             "Conv2DBackpropInput": (2, (0,)), "SpaceToDepth": (0, ()), "DepthToSpace": (0, ()),
+             **{op: (0, ()) for op in FUSED_BATCH_NORM_OPS}}
 PER_AXIS_ATTRS = ("strides", "ksize", "dilations")
 ELEMENTWISE = frozenset({
     "Relu", "Relu6", "Elu", "Selu", "LeakyRelu", "Sigmoid", "Tanh", "Softplus", "Softsign",
@@ -62,9 +73,11 @@ ELEMENTWISE = frozenset({
     "Erf", "Cast",
     "Add", "AddV2", "Sub", "Mul", "RealDiv", "Div", "DivNoNan", "MulNoNan", "Maximum", "Minimum",
     "SquaredDifference", "Pow", "FloorDiv", "FloorMod", "AddN", "ClipByValue"})
+NO_BROADCAST = frozenset({"AddN", "ClipByValue"})     # operands: the shape of x, or scalars
+SPLITS = {"Split": (1, 0), "SplitV": (0, 2)}          # → (the value's slot, the axis's slot)
 PADS = frozenset({"Pad", "PadV2", "MirrorPad"})
 REDUCTIONS = frozenset({"Mean", "Sum", "Max", "Min", "Prod", "All", "Any"})
-AGNOSTIC = ELEMENTWISE | PADS | REDUCTIONS | {"ConcatV2", "Transpose"}
+AGNOSTIC = ELEMENTWISE | PADS | REDUCTIONS | frozenset(SPLITS) | {"ConcatV2", "Transpose"}
 NO_RULE = "has no NHWC rule here (its result may depend on the memory order of its input)"
 
 
@@ -77,6 +90,10 @@ class Plan:
     layout_in: Tuple[int, ...]
     layout_out: Tuple[int, ...]
     constants: Tuple[int, ...] = ()
+    source: bool = False      # a Transpose NHWC → NCHW whose result becomes NHWC: its input
+
+
+SOURCE = Plan((), (0,), (1,), source=True)
 
 
 @transform("layout-nhwc", default=False)
@@ -120,24 +137,53 @@ class _Layout:
         value = self.graph.const_value(ref)
         if value is not None:
             return value.ndim
+        plan = self.plans.get(ref.node)
+        if isinstance(plan, Plan) and ref.port in plan.layout_out:
+            return 4                                   # what converts is 4-D
         op = self.graph.op(ref.node)
-        if op in FORMATTED:
+        if op in FORMATTED and op != "BiasAdd":       # (BiasAdd takes any rank from 2 up)
             return 4 if ref.port == 0 else 1
+        if op in SPLITS:                               # every piece has the input's rank
+            return self.rank(self.graph.inputs(ref.node)[SPLITS[op][0]])
         if ref.port:
             return None
         shape = self.shapes.get(ref.node)
         return len(shape) if shape is not None else None
 
     def spread(self, seeds: List[str]) -> Set[str]:
-        """The seeds that convert, and every op joined to them through an NHWC tensor."""
-        graph, inside, work = self.graph, set(), []
+        """The seeds that convert, and every op joined to them through an NHWC tensor; then
+        the transposes NHWC → NCHW that feed such ops (their input is the NHWC tensor), and
+        what those join."""
+        graph, inside = self.graph, set()
         for name in seeds:
             plan = self.plan(name)
             if isinstance(plan, str):
                 self.report.skip(name, plan)
             else:
                 inside.add(name)
-                work.append(name)
+        self.grow(inside, list(inside))
+        sources = [name for name in graph.names_with_ops(["Transpose"])
+                   if name not in inside and self.is_source(name, inside)]
+        for name in sources:
+            self.plans[name] = SOURCE
+            inside.add(name)
+        self.grow(inside, sources)
+        return inside
+
+    def is_source(self, name: str, inside: Set[str]) -> bool:
+        perm = self.graph.const_value(self.graph.inputs(name)[1])
+        if perm is None or tuple(np.reshape(perm, -1)) != TO_NCHW:
+            return False
+        for consumer in self.graph.consumers(name, 0):
+            plan = self.plans.get(consumer.node) if consumer.node in inside else \
+                self.plan(consumer.node) if self.graph.op(consumer.node) in AGNOSTIC else None
+            if isinstance(plan, Plan) and consumer.index in plan.layout_in:
+                return True
+        return False
+
+    def grow(self, inside: Set[str], work: List[str]) -> None:
+        """Add to ``inside`` every op that can convert joined to it by an NHWC tensor."""
+        graph = self.graph
         while work:
             name = work.pop()
             plan = self.plans[name]
@@ -155,7 +201,6 @@ class _Layout:
                         (port is not None and port in other_plan.layout_out):
                     inside.add(other)
                     work.append(other)
-        return inside
 
     def reads_nhwc(self, ref: Ref, inside: Set[str]) -> bool:
         return ref.node in inside and ref.port in self.plans[ref.node].layout_out
@@ -241,7 +286,8 @@ class _Layout:
             self.sinks.append(name)
         for slot in plan.constants:
             value = graph.const_value(inputs[slot])
-            self.set_constant(name, slot, _converted_constant(op, value))
+            self.set_constant(name, slot, value[list(TO_NHWC)] if plan.source
+                              else _converted_constant(op, value))
         if plan.layout_out and "_output_shapes" in graph.node(name).attr:
             del graph.mutable(name).attr["_output_shapes"]        # recorded in NCHW
 
@@ -364,12 +410,22 @@ class _Layout:
 # ---------------------------------------------------------------- plans, op by op
 def _plan(graph: Graph, name: str, rank, protected) -> Union[Plan, str]:
     op, inputs = graph.op(name), graph.inputs(name)
-    if op in FORMATTED:
-        return _formatted_plan(graph, name, protected)
     if not inputs:
         return "has no inputs"
+    if name in protected and len(_output_ports(graph, name)) > 1:
+        return ("a graph output with several outputs: renaming it would change its other "
+                "outputs' names")
+    if op in FORMATTED:
+        return _formatted_plan(graph, name, inputs, rank)
     if op in ELEMENTWISE:
-        return _elementwise_plan(graph, inputs, rank)
+        return _elementwise_plan(graph, op, inputs, rank)
+    if op in SPLITS:
+        value, axis = SPLITS[op]
+        if rank(inputs[value]) != 4:
+            return "its input is not known to be 4-D"
+        if graph.const_value(inputs[axis]) is None:
+            return "its axis is not a constant"
+        return Plan((value,), _output_ports(graph, name), (axis,))
     if rank(inputs[0]) != 4:
         return "its input is not known to be 4-D"
     if op == "ConcatV2":
@@ -394,25 +450,38 @@ def _plan(graph: Graph, name: str, rank, protected) -> Union[Plan, str]:
     return NO_RULE
 
 
-def _formatted_plan(graph: Graph, name: str, protected) -> Union[Plan, str]:
+def _formatted_plan(graph: Graph, name: str, inputs: List[Ref], rank) -> Union[Plan, str]:
+    data, sizes = FORMATTED[graph.op(name)]
     node = graph.node(name)
     for key in PER_AXIS_ATTRS:
         if key in node.attr and len(node.attr[key].list.i) not in (0, 4):
             return f"its {key} do not have 4 values"
-    if graph.op(name) in FUSED_BATCH_NORM_OPS and name in protected:
-        return ("a graph output with several outputs: renaming it would change its other "
-                "outputs' names")
-    return Plan((0,), (0,))
+    if rank(inputs[data]) != 4 and graph.op(name) == "BiasAdd":
+        return "its input is not known to be 4-D"
+    for slot in sizes:
+        value = graph.const_value(inputs[slot])
+        if value is None or value.shape not in ((4,), (2,)):
+            return f"input {slot} (per-axis sizes) is not a constant of 4 values"
+    return Plan((data,), (0,), sizes)
 
 
-def _elementwise_plan(graph: Graph, inputs: List[Ref], rank) -> Union[Plan, str]:
+def _output_ports(graph: Graph, name: str) -> Tuple[int, ...]:
+    op = graph.op(name)
+    if op in FUSED_BATCH_NORM_OPS:
+        return tuple(range(6 if op == "FusedBatchNormV3" else 5))
+    if op in SPLITS:
+        return tuple(range(graph.attr(name, "num_split", 1)))
+    return (0,)
+
+
+def _elementwise_plan(graph: Graph, op: str, inputs: List[Ref], rank) -> Union[Plan, str]:
     """4-D computed inputs read NHWC; constants broadcast against them are converted; computed
     scalars stay; a computed operand of another rank broadcasts by the layout: refused."""
     layout_in, constants = [], []
     for slot, ref in enumerate(inputs):
         value = graph.const_value(ref)
         if value is not None:
-            if value.ndim > 4:
+            if value.ndim > 4 or (op in NO_BROADCAST and value.ndim not in (0, 4)):
                 return f"input {slot} is a constant of rank {value.ndim}"
             if value.ndim:
                 constants.append(slot)
@@ -444,8 +513,10 @@ def _reduction_plan(graph: Graph, name: str, inputs: List[Ref]) -> Union[Plan, s
 
 def _converted_constant(op: str, value: np.ndarray) -> np.ndarray:
     """A constant input of a converted op, in NHWC terms."""
-    if op == "ConcatV2":
+    if op == "ConcatV2" or op in SPLITS:
         return np.asarray(NHWC_AXIS[int(value) % 4], value.dtype)
+    if op in FORMATTED:                         # per-axis sizes ([H, W] alone stay)
+        return np.ascontiguousarray(value[list(TO_NHWC)]) if value.shape == (4,) else value
     if op in PADS:
         return np.ascontiguousarray(value[list(TO_NHWC)])
     if op in REDUCTIONS:
@@ -456,7 +527,7 @@ def _converted_constant(op: str, value: np.ndarray) -> np.ndarray:
     # an element-wise operand broadcast against 4-D tensors
     four = np.reshape(value, (1,) * (4 - value.ndim) + value.shape)
     converted = np.transpose(four, TO_NHWC)
-    while converted.ndim and converted.shape[0] == 1:
+    while op not in NO_BROADCAST and converted.ndim and converted.shape[0] == 1:
         converted = converted[0]
     return np.ascontiguousarray(converted)
 
