@@ -400,3 +400,36 @@ def test_decoder_ops_convert_and_transposes_cancel_around_an_nhwc_only_op():
     got = oracle._run(result.graph_def, {"input": np.transpose(value, [0, 3, 1, 2])},
                       ["output"])[0]
     assert oracle.relative_error(np.transpose(want, [0, 3, 1, 2]), got) < 1e-5
+
+
+def onnx_tf_net(seed: int = 2):
+    """What onnx-tf writes: an NCHW interface, each conv and pool NHWC inside its own transpose
+    pair, the element-wise ops between them in NCHW (per-channel constants [C, 1, 1])."""
+    r = np.random.default_rng(seed)
+
+    def wrapped(x, op):
+        return tf.transpose(op(tf.transpose(x, [0, 2, 3, 1])), [0, 3, 1, 2])
+
+    def conv(cin, cout):
+        kernel = (r.standard_normal([3, 3, cin, cout]) / np.sqrt(9 * cin)).astype(np.float32)
+        return lambda x: tf.nn.conv2d(x, kernel, 1, "SAME")
+
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3, 8, 8], name="input")
+        y = tf.nn.relu(wrapped(x, conv(3, 6)) + r.normal(0, 0.5, [6, 1, 1]).astype(np.float32))
+        skip = wrapped(y, lambda t: tf.nn.max_pool2d(t, 2, 2, "VALID"))
+        y = tf.nn.relu(wrapped(skip, conv(6, 6)))
+        y = wrapped(y, conv(6, 6)) * r.uniform(0.5, 1.5, [6, 1, 1]).astype(np.float32) + skip
+        tf.identity(tf.nn.relu(y), name="output")
+    return graph.as_graph_def()
+
+
+def test_onnx_tf_transpose_pairs_between_nhwc_ops_cancel():
+    """No NCHW op at all, 8 transposes: the ones between the ops meet and cancel, the element-wise
+    ops between them compute NHWC, and the interface's two remain."""
+    original = onnx_tf_net()
+    assert len(transposes_4d(original)) == 8
+    result, skipped = _transformed(original)            # the oracle: the original, as written
+    assert skipped == {}
+    assert len(transposes_4d(result.graph_def)) == 2
+    assert channels_first(result.graph_def) == []

@@ -34,7 +34,8 @@ converts, and what joins those. Where a converted tensor meets the rest a Transp
 converted graph output keeps its name as that transpose back — so the graph's interface is
 unchanged. A Transpose reading a Transpose is composed into one, and one by the identity goes:
 the NHWC→NCHW input transpose of a graph converted from ONNX cancels, and so do the pairs it
-wraps around NHWC-only ops (Resize).
+wraps around NHWC-only ops (Resize). A graph with no NCHW op at all whose NHWC ops each sit in a
+transpose pair (as onnx-tf writes every Conv and pool) keeps only the outermost transposes.
 
 Left NCHW, reported with why: a FusedBatchNorm or Split that is a graph output (renaming it
 would rename its other outputs), and every op a converted tensor reaches that has no NHWC rule
@@ -101,9 +102,8 @@ def to_nhwc(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("layout-nhwc")
     seeds = [name for name in graph.names_with_ops(FORMATTED)
              if graph.attr(name, "data_format", "NHWC") == "NCHW"]
-    if not seeds:
+    if not seeds and not graph.names_with_ops(["Transpose"]):
         return report
-    report.matched = len(seeds)
     if graph.names_with_ops(FRAME_OPS):
         for name in seeds:
             report.skip(name, "the graph has TF1 while loops: constants and transposes made here "
@@ -111,6 +111,7 @@ def to_nhwc(graph: Graph, options: Options) -> TransformReport:
         return report
     layout = _Layout(graph, options, report)
     inside = layout.spread(seeds)
+    report.matched = len(seeds) + layout.sources
     if inside:
         layout.convert(inside)
     return report
@@ -125,6 +126,7 @@ class _Layout:
         self.transposes: List[str] = []          # made here (to simplify at the end)
         self.sinks: List[str] = []               # converted Transposes (their perm changed)
         self.maybe_unread: Set[str] = set()      # nodes whose readers were taken away
+        self.sources = 0
 
     # ------------------------------------------------------------ which nodes
     def plan(self, name: str) -> Union[Plan, str]:
@@ -164,6 +166,7 @@ class _Layout:
         self.grow(inside, list(inside))
         sources = [name for name in graph.names_with_ops(["Transpose"])
                    if name not in inside and self.is_source(name, inside)]
+        self.sources = len(sources)
         for name in sources:
             self.plans[name] = SOURCE
             inside.add(name)
@@ -365,7 +368,7 @@ class _Layout:
         if np.array_equal(perm, np.arange(perm.size)):
             self.bypass(name, x)
             return False
-        if graph.op(x.node) != "Transpose" or x.port:
+        if graph.op(x.node) != "Transpose" or x.port or graph.control_inputs(x.node):
             return False
         inner_x, inner_perm_ref = graph.inputs(x.node)
         inner_perm = graph.const_value(inner_perm_ref)
