@@ -4,6 +4,7 @@
     python scripts/benchmark.py --quick              # small models, no 200k-node run
     python scripts/benchmark.py --models ResNet50 --repeats 5 --training-ops
     python scripts/benchmark.py --peer-graphs       # only the peer simplification cases (~10 s)
+    python scripts/benchmark.py --layout            # only NCHW vs --layout NHWC, printed
 
 The logic lives in benchmarks/harness.py (a development tool, not installed); this file only parses options and writes the results.
 """
@@ -43,6 +44,9 @@ def parse_args(argv=None):
     parser.add_argument("--localize", action="store_true",
                         help="only time localizing a failed check (a BN fold broken on purpose) "
                              "against verification, on --models (benchmarks/localize.py)")
+    parser.add_argument("--layout", action="store_true",
+                        help="only time an NCHW ResNet-style graph against its --layout NHWC "
+                             "result, oneDNN on and off (benchmarks/layout.py)")
     parser.add_argument("--int8", action="store_true",
                         help="also time our float ONNX against its static int8 (ResNet50, "
                              "MobileNetV2) in onnxruntime, each in its own process")
@@ -74,6 +78,10 @@ def main(argv=None) -> int:
         return 0
     if args.peer_graphs:
         return peer_graphs(args)
+    if args.layout:
+        from benchmarks import layout
+        print(layout.render(layout.measure(runs=max(args.deploy_runs, 5))))
+        return 0
     blocks = () if args.no_scaling else (
         benchmark.QUICK_SCALING_BLOCKS if args.quick else benchmark.SCALING_BLOCKS)
     result = benchmark.run(args.models, repeats=args.repeats, input_size=args.input_size,
