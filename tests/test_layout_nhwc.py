@@ -433,3 +433,26 @@ def test_onnx_tf_transpose_pairs_between_nhwc_ops_cancel():
     assert skipped == {}
     assert len(transposes_4d(result.graph_def)) == 2
     assert channels_first(result.graph_def) == []
+
+
+def test_asymmetric_strides_dilations_windows_and_explicit_paddings():
+    """Every per-axis attribute different on H and W, so a wrong permutation shows: explicit
+    paddings, strides, dilations, pooling windows (TF's CPU depthwise kernel takes equal strides
+    only), a depthwise multiplier of 2."""
+    r = np.random.default_rng(11)
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3, 11, 9], name="input")
+        y = tf.nn.conv2d(x, r.standard_normal([3, 2, 3, 4]).astype(np.float32),
+                         [1, 1, 1, 2], [[0, 0], [0, 0], [2, 1], [0, 1]], data_format="NCHW")
+        y = tf.nn.conv2d(y, r.standard_normal([2, 3, 4, 4]).astype(np.float32), 1, "SAME",
+                         dilations=[1, 1, 2, 1], data_format="NCHW")
+        y = tf.nn.max_pool2d(y, [3, 2], [2, 1], "SAME", data_format="NCHW")
+        y = tf.nn.depthwise_conv2d(y, r.standard_normal([2, 3, 4, 2]).astype(np.float32),
+                                   [1, 1, 2, 2], "VALID", data_format="NCHW")
+        y = tf.nn.avg_pool2d(y, [2, 1], [1, 2], "VALID", data_format="NCHW")
+        tf.identity(y, name="output")
+    graph_def = graph.as_graph_def()
+    result, skipped = _transformed(graph_def)            # the oracle runs the original itself
+    assert skipped == {}
+    assert channels_first(result.graph_def) == []
+    assert sorted(transposes_4d(result.graph_def)) == ["input/to_nhwc", "output"]
