@@ -53,7 +53,7 @@ from typing import Dict, List, Optional, Set, Tuple, Union
 import numpy as np
 
 from tfsurgery.contract import Options, TransformReport, transform
-from tfsurgery.graph import Graph, Ref
+from tfsurgery.graph import Graph, Ref, num_outputs, op_def
 from tfsurgery.ops import FRAME_OPS, FUSED_BATCH_NORM_OPS
 from tfsurgery.tfsession import StaticShapes
 
@@ -73,12 +73,15 @@ ELEMENTWISE = frozenset({
     "Rsqrt", "Square", "Reciprocal", "Floor", "Ceil", "Round", "Rint", "Sign", "Sin", "Cos",
     "Erf", "Cast",
     "Add", "AddV2", "Sub", "Mul", "RealDiv", "Div", "DivNoNan", "MulNoNan", "Maximum", "Minimum",
-    "SquaredDifference", "Pow", "FloorDiv", "FloorMod", "AddN", "ClipByValue"})
+    "SquaredDifference", "Pow", "FloorDiv", "FloorMod", "AddN", "ClipByValue", "SelectV2",
+    "Greater", "GreaterEqual", "Less", "LessEqual", "Equal", "NotEqual", "LogicalAnd",
+    "LogicalOr", "LogicalNot", "IsNan", "IsFinite"})
 NO_BROADCAST = frozenset({"AddN", "ClipByValue"})     # operands: the shape of x, or scalars
 SPLITS = {"Split": (1, 0), "SplitV": (0, 2)}          # → (the value's slot, the axis's slot)
 PADS = frozenset({"Pad", "PadV2", "MirrorPad"})
 REDUCTIONS = frozenset({"Mean", "Sum", "Max", "Min", "Prod", "All", "Any"})
 AGNOSTIC = ELEMENTWISE | PADS | REDUCTIONS | frozenset(SPLITS) | {"ConcatV2", "Transpose"}
+DT_INT32 = 3
 NO_RULE = "has no NHWC rule here (its result may depend on the memory order of its input)"
 
 
@@ -231,7 +234,7 @@ class _Layout:
                 ref = graph.inputs(name)[slot]
                 if not self.reads_nhwc(ref, inside):
                     if ref not in entering:
-                        entering[ref] = self.to_nhwc(ref, _input_type(graph, name),
+                        entering[ref] = self.to_nhwc(ref, _tensor_type(graph, name, slot, False),
                                                      graph.node(name).device)
                     graph.set_input(name, slot, entering[ref])
         kept: Dict[str, str] = {}
@@ -325,7 +328,7 @@ class _Layout:
         if not outside and named is None:
             return
         back = self.transpose(named or f"{name}/to_nchw" + (f"_{port}" if port else ""),
-                              Ref(name, port), TO_NCHW, _output_type(graph, name),
+                              Ref(name, port), TO_NCHW, _tensor_type(graph, name, port, True),
                               graph.node(name).device)
         for consumer in outside:
             graph.set_input(consumer.node, consumer.index, Ref(back, 0))
@@ -336,7 +339,8 @@ class _Layout:
 
     def transpose(self, name: str, ref: Ref, perm, dtype, device: str) -> str:
         node = self.graph.new_node("Transpose", name, [ref, self.perm(perm)],
-                                   {"T": dtype, "Tperm": _int32()}, device=device)
+                                   {"T": _dtype(dtype), "Tperm": _dtype(DT_INT32)},
+                                   device=device)
         self.transposes.append(node.name)
         return node.name
 
@@ -387,10 +391,9 @@ class _Layout:
         self.maybe_unread.add(graph.inputs(name)[1].node)
         if name in self.options.protected:
             node = graph.node(name)
-            dtype, device = type(node.attr["T"])(), node.device
-            dtype.CopyFrom(node.attr["T"])
+            dtype, device = node.attr["T"].type, node.device
             graph.remove([name])
-            graph.new_node("Identity", name, [source], {"T": dtype}, device=device)
+            graph.new_node("Identity", name, [source], {"T": _dtype(dtype)}, device=device)
             return
         graph.rewire(name, source)
         graph.move_control_consumers(name, source.node)
@@ -469,12 +472,7 @@ def _formatted_plan(graph: Graph, name: str, inputs: List[Ref], rank) -> Union[P
 
 
 def _output_ports(graph: Graph, name: str) -> Tuple[int, ...]:
-    op = graph.op(name)
-    if op in FUSED_BATCH_NORM_OPS:
-        return tuple(range(6 if op == "FusedBatchNormV3" else 5))
-    if op in SPLITS:
-        return tuple(range(graph.attr(name, "num_split", 1)))
-    return (0,)
+    return tuple(range(num_outputs(graph.node(name)) or 1))
 
 
 def _elementwise_plan(graph: Graph, op: str, inputs: List[Ref], rank) -> Union[Plan, str]:
@@ -535,24 +533,25 @@ def _converted_constant(op: str, value: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(converted)
 
 
-def _input_type(graph: Graph, name: str):
-    """The dtype of a converted node's NHWC inputs."""
-    node = graph.node(name)
-    key = "SrcT" if node.op == "Cast" else "T"
-    return node.attr[key] if key in node.attr else _float32()
+def _tensor_type(graph: Graph, name: str, index: int, output: bool):
+    """The dtype of input slot (or output port) ``index`` of node ``name``, from its OpDef."""
+    node, definition = graph.node(name), op_def(graph.op(name))
+    position = 0
+    for arg in (definition.output_arg if output else definition.input_arg):
+        count = node.attr[arg.number_attr].i if arg.number_attr else \
+            len(node.attr[arg.type_list_attr].list.type) if arg.type_list_attr else 1
+        if index < position + count:
+            if arg.type_list_attr:
+                return node.attr[arg.type_list_attr].list.type[index - position]
+            if arg.type:
+                return arg.type
+            if arg.type_attr in node.attr:
+                return node.attr[arg.type_attr].type
+            return next(a.default_value.type for a in definition.attr if a.name == arg.type_attr)
+        position += count
+    raise ValueError(f"{name} has no {'output' if output else 'input'} {index}")
 
 
-def _output_type(graph: Graph, name: str):
-    node = graph.node(name)
-    key = "DstT" if node.op == "Cast" else "T"
-    return node.attr[key] if key in node.attr else _float32()
-
-
-def _float32():
+def _dtype(enum: int):
     import tensorflow as tf
-    return tf.float32
-
-
-def _int32():
-    import tensorflow as tf
-    return tf.int32
+    return tf.dtypes.as_dtype(enum)
