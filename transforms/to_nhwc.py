@@ -467,7 +467,7 @@ def _formatted_plan(graph: Graph, name: str, inputs: List[Ref], rank) -> Union[P
     for slot in sizes:
         value = graph.const_value(inputs[slot])
         if value is None or value.shape not in ((4,), (2,)):
-            return f"input {slot} (per-axis sizes) is not a constant of 4 values"
+            return f"input {slot} (per-axis sizes) is not a constant of 4 (or 2 spatial) values"
     return Plan((data,), (0,), sizes)
 
 
