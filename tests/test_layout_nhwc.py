@@ -198,36 +198,72 @@ def test_an_op_without_nhwc_rule_stays_behind_a_transpose_pair_and_is_reported(r
     assert len(transposes_4d(result.graph_def)) == 4
 
 
+RUN_IN_A_FRESH_PROCESS = (
+    "import sys, numpy as np, tensorflow as tf\n"
+    "cfg = tf.compat.v1.ConfigProto()\n"
+    "cfg.graph_options.rewrite_options.disable_meta_optimizer = True\n"
+    "for name in sys.argv[1:]:\n"
+    "    g = tf.compat.v1.GraphDef.FromString(open(name + '.pb', 'rb').read())\n"
+    "    feeds = dict(np.load(name + '.in.npz'))\n"
+    "    with tf.Graph().as_default() as graph:\n"
+    "        tf.compat.v1.import_graph_def(g, name='')\n"
+    "        with tf.compat.v1.Session(graph=graph, config=cfg) as s:\n"
+    "            try:\n"
+    "                out = s.run(['output:0', 'feature:0'], {k + ':0': v for k, v in "
+    "feeds.items()})\n"
+    "            except tf.errors.OpError as error:\n"
+    "                print('REFUSED', name, ' '.join(str(error).split())[:200])\n"
+    "                continue\n"
+    "    np.savez(name + '.out.npz', output=out[0], feature=out[1])\n")
+
+
+def run_in_a_fresh_process(graphs, folder: Path, onednn: bool):
+    """{variant: (output, feature), or None where TensorFlow refused to run it}, each graph
+    (variant → GraphDef) run as written in a new process with oneDNN on or off."""
+    for variant, graph_def in graphs.items():
+        (folder / f"{variant}.pb").write_bytes(graph_def.SerializeToString())
+        np.savez(folder / f"{variant}.in.npz", **feeds_for(variant)[0])
+    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1" if onednn else "0",
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run([sys.executable, "-c", RUN_IN_A_FRESH_PROCESS,
+                           *(str(folder / variant) for variant in graphs)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = {}
+    for variant in graphs:
+        path = folder / f"{variant}.out.npz"
+        found[variant] = (np.load(path)["output"], np.load(path)["feature"]) \
+            if path.exists() else None
+    return found, done.stdout
+
+
 def test_result_runs_without_onednn_in_a_fresh_process(results, tmp_path):
     """TF_ENABLE_ONEDNN_OPTS=0: TensorFlow's default kernels, which refuse NCHW conv/pool, run
     every result as written, with the twins' numbers."""
-    script = ("import sys, numpy as np, tensorflow as tf\n"
-              "cfg = tf.compat.v1.ConfigProto()\n"
-              "cfg.graph_options.rewrite_options.disable_meta_optimizer = True\n"
-              "for name in sys.argv[1:]:\n"
-              "    g = tf.compat.v1.GraphDef.FromString(open(name + '.pb', 'rb').read())\n"
-              "    feeds = dict(np.load(name + '.in.npz'))\n"
-              "    with tf.Graph().as_default() as graph:\n"
-              "        tf.compat.v1.import_graph_def(g, name='')\n"
-              "        with tf.compat.v1.Session(graph=graph, config=cfg) as s:\n"
-              "            out = s.run(['output:0', 'feature:0'], {k + ':0': v for k, v in "
-              "feeds.items()})\n"
-              "    np.savez(name + '.out.npz', output=out[0], feature=out[1])\n")
-    names = []
-    for variant, (_, result) in results.items():
-        stem = tmp_path / variant
-        stem.with_suffix(".pb").write_bytes(result.graph_def.SerializeToString())
-        np.savez(f"{stem}.in.npz", **feeds_for(variant)[0])
-        names.append(str(stem))
-    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    done = subprocess.run([sys.executable, "-c", script, *names], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    for variant, stem in zip(results, names):
-        got = np.load(f"{stem}.out.npz")
-        want = reference(variant)
-        assert oracle.relative_error(want[0], got["output"]) < 1e-5
-        assert oracle.relative_error(want[1], got["feature"]) < 1e-5
+    got, said = run_in_a_fresh_process({v: r.graph_def for v, (_, r) in results.items()},
+                                       tmp_path, onednn=False)
+    for variant, outputs in got.items():
+        assert outputs is not None, said
+        for want, have in zip(reference(variant), outputs):
+            assert oracle.relative_error(want, have) < 1e-5
+
+
+def test_original_with_onednn_agrees_with_the_twin(results, tmp_path):
+    """The originals as written, in a process with oneDNN on (whatever this one has), compute
+    the twins' numbers — where the CPU's oneDNN runs NCHW at all; the refusal without oneDNN is
+    asserted too (it is why the transform exists)."""
+    graphs = {v: original for v, (original, _) in results.items()}
+    with_onednn, said = run_in_a_fresh_process(graphs, tmp_path, onednn=True)
+    for variant, outputs in with_onednn.items():
+        if outputs is None:             # a CPU where oneDNN is not used: the twin stands alone
+            assert "NHWC" in said or "data_format" in said, said
+            continue
+        for want, have in zip(reference(variant), outputs):
+            assert oracle.relative_error(want, have) < 1e-5
+    (tmp_path / "off").mkdir()
+    without, said = run_in_a_fresh_process({"plain": graphs["plain"]}, tmp_path / "off",
+                                           onednn=False)
+    assert without["plain"] is None and "NHWC" in said, said
 
 
 def test_cli_layout_nhwc_verifies_and_writes_without_onednn(tmp_path):
