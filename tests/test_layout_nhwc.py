@@ -510,6 +510,55 @@ def test_comparisons_and_selects_convert_with_their_bool_tensors():
     types = {n.name: n.attr["T"].type for n in result.graph_def.node if n.op == "Transpose"}
     assert types["mask/to_nhwc"] == tf.bool.as_datatype_enum
 
+
+def test_int64_permutations_compose():
+    """An ONNX-style graph whose transposes take int64 permutations (Tperm int64): composed with
+    the inserted int32 ones, each keeps a permutation of its own Tperm."""
+    r = np.random.default_rng(3)
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 6, 6, 4], name="input")
+        y = tf.transpose(x, tf.constant([0, 3, 1, 2], tf.int64))
+        y = tf.nn.conv2d(y, r.standard_normal([3, 3, 4, 4]).astype(np.float32), 1, "SAME",
+                         data_format="NCHW")
+        y = tf.transpose(tf.nn.relu(y), tf.constant([0, 2, 1, 3], tf.int64))   # NCHW → NHCW
+        tf.identity(y, name="output")
+    result, skipped = _transformed(graph.as_graph_def())
+    assert skipped == {}
+    nodes = {n.name: n for n in result.graph_def.node}
+    assert [n.op for n in nodes.values() if n.op == "Transpose"] == ["Transpose"]
+    left = next(n for n in nodes.values() if n.op == "Transpose")
+    assert left.attr["Tperm"].type == tf.int64.as_datatype_enum
+    assert nodes[left.input[1]].attr["dtype"].type == tf.int64.as_datatype_enum
+
+
+def test_an_int64_transpose_composed_onto_keeps_its_permutation_type():
+    """NHWC input → Transpose to NCHW → Transpose swapping H and W → NCHW conv, both original
+    transposes int64 and listed in reverse order in the GraphDef (TensorFlow allows any order):
+    the second is composed onto the first, and its new permutation is int64 like its Tperm."""
+    r = np.random.default_rng(4)
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 6, 7, 4], name="input")
+        y = tf.transpose(x, tf.constant([0, 3, 1, 2], tf.int64), name="to_nchw")
+        y = tf.transpose(y, tf.constant([0, 1, 3, 2], tf.int64), name="swap_hw")
+        tf.identity(y, name="side")                       # swap_hw stays: it is read here
+        y = tf.nn.conv2d(y, r.standard_normal([3, 2, 4, 4]).astype(np.float32), 1, "SAME",
+                         data_format="NCHW")
+        tf.identity(y, name="output")
+    graph_def = graph.as_graph_def()
+    nodes = list(graph_def.node)
+    first, second = (next(i for i, n in enumerate(nodes) if n.name == name)
+                     for name in ("to_nchw", "swap_hw"))
+    nodes[first], nodes[second] = nodes[second], nodes[first]
+    del graph_def.node[:]
+    graph_def.node.extend(nodes)
+    result, skipped = _transformed(graph_def, outputs=("output", "side"))
+    assert skipped == {}
+    assert {n.name: n.input[:1] for n in result.graph_def.node}["swap_hw"] == ["input"]
+    for node in result.graph_def.node:
+        if node.op == "Transpose":
+            perm = next(n for n in result.graph_def.node if n.name == node.input[1])
+            assert perm.attr["dtype"].type == node.attr["Tperm"].type, node.name
+
 # ---------------------------------------------------------------- property: random graphs
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 

@@ -125,7 +125,7 @@ class _Layout:
         self.graph, self.options, self.report = graph, options, report
         self.shapes = StaticShapes(graph, options.outputs)
         self.plans: Dict[str, Union[Plan, str]] = {}
-        self.perms: Dict[Tuple[int, ...], str] = {}
+        self.perms: Dict[Tuple[Tuple[int, ...], str], str] = {}
         self.transposes: List[str] = []          # made here (to simplify at the end)
         self.sinks: List[str] = []               # converted Transposes (their perm changed)
         self.maybe_unread: Set[str] = set()      # nodes whose readers were taken away
@@ -344,12 +344,15 @@ class _Layout:
         self.transposes.append(node.name)
         return node.name
 
-    def perm(self, perm) -> str:
-        perm = tuple(int(axis) for axis in perm)
-        if perm not in self.perms or self.perms[perm] not in self.graph:
-            self.perms[perm] = self.graph.add_const(
-                "layout_nhwc/perm_" + "".join(map(str, perm)), np.asarray(perm, np.int32))
-        return self.perms[perm]
+    def perm(self, perm, dtype=np.int32) -> str:
+        """A shared constant permutation (of the dtype the Transpose's ``Tperm`` says)."""
+        key = (tuple(int(axis) for axis in perm), np.dtype(dtype).name)
+        if key not in self.perms or self.perms[key] not in self.graph:
+            suffix = "" if key[1] == "int32" else f"_{key[1]}"
+            self.perms[key] = self.graph.add_const(
+                "layout_nhwc/perm_" + "".join(map(str, key[0])) + suffix,
+                np.asarray(key[0], dtype))
+        return self.perms[key]
 
     # ------------------------------------------------------------ transposes that meet
     def simplify_transposes(self) -> None:
@@ -380,7 +383,8 @@ class _Layout:
             return False
         composed = inner_perm[perm]          # transpose(transpose(a, q), p) = transpose(a, q[p])
         graph.set_input(name, 0, inner_x)
-        graph.set_input(name, 1, self.perm(composed))
+        tperm = _dtype(graph.attr(name, "Tperm", DT_INT32)).as_numpy_dtype
+        graph.set_input(name, 1, self.perm(composed, tperm))
         self.maybe_unread.update({x.node, perm_ref.node})
         return True
 
