@@ -27,7 +27,7 @@ from tfsurgery.errors import (ExportError, InputError, OriginalDoesNotRun,  # no
                               StructureError, TransformError, UnknownTransform, Unverified,
                               VerificationError, VerificationFailed)
 from tfsurgery.graph import Graph
-from tfsurgery.interface import (check_fed, find_dropout_knobs, find_training_flags,
+from tfsurgery.interface import (check_fed, find_dropout_knobs, find_training_flags, indexed,
                                  resolve_interface, unused_inputs, with_declared_inputs)
 from tfsurgery.ops import PLACEHOLDER_OPS, node_name
 from tfsurgery.report import format_table, op_histogram, summary, transform_lines  # noqa: F401
@@ -79,6 +79,8 @@ class Result:
     samples: Optional[samples_mod.Samples] = None   # the user's input values (--samples)
     params: Dict[str, object] = dataclasses.field(default_factory=dict)   # transforms' own
     check_n: int = 1                    # seeded random batches compared (--check-n)
+    # outputs that may be class scores (top-1 agreement is checked): found on the run's index
+    class_outputs: Optional[List[str]] = None
 
     def save(self, path, *, allow_unverified: bool = False) -> Path:
         """Write the optimized graph (see :func:`save`)."""
@@ -322,7 +324,11 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
     original = source.graph_def
     if input_shapes or any(_names_a_non_placeholder(original, name) for name in inputs):
         original = with_declared_inputs(original, list(inputs), dict(input_shapes or {}))
-    values = {**find_dropout_knobs(original, exclude=list(inputs)), **(inference_values or {})}
+    # The run's one index: read first for the interface (dropout knobs, preprocessing, class
+    # scores), then handed to the pipeline, which edits it (copy-on-write: ``original`` itself,
+    # the verifier's reference, stays as given).
+    graph = Graph(original)
+    values = {**find_dropout_knobs(graph, exclude=list(inputs)), **(inference_values or {})}
     inputs, outputs = resolve_interface(original, list(inputs) or source.inputs,
                                         list(outputs) or source.outputs, flags)
     inputs = [name for name in inputs if name.split(":")[0] not in values]
@@ -331,7 +337,9 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
         raise InputError(f"--check-n must be at least 1, not {check_n}")
     if samples is not None and not isinstance(samples, samples_mod.Samples):
         samples = samples_mod.load(samples, samples_mod.input_specs(original, inputs))
-    specs = preprocessing.resolve(original, inputs, preprocess or preprocessing.Requested())
+    specs = preprocessing.resolve(graph, inputs, preprocess or preprocessing.Requested())
+    preprocess_hook = preprocessing.preprocessor(graph, specs)     # the original's input dtypes
+    class_outputs = class_score_outputs(graph, outputs)
     if specs and "add-preprocessing" not in transforms:
         transforms = ["add-preprocessing"] + list(transforms)
     params = transform_parameters(transform_params, keep_asserts=keep_asserts, specs=specs,
@@ -340,22 +348,23 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
                       inference_values=values, params=params)
     progress.say(f"optimizing {len(original.node)} nodes: {', '.join(transforms)}")
     try:
-        graph_def, reports = pipeline.run(original, transforms, options)
+        reports = pipeline.apply(graph, transforms, options)
     except TransformError as error:
         raise InputError(str(error)) from None
+    settings = {**{name: False for name in find_training_flags(original, flags)}, **values}
+    switches = list(settings)
+    inputs, unused = _drop_unused_inputs(original, graph, inputs, outputs, given=feeds,
+                                         seed=seed)
+    graph_def = graph.to_graph_def()
     for r in reports:
         if r.name == "add-preprocessing":
             r.notes.extend(preprocessing.outcome(graph_def, specs, reports))
-    settings = {**{name: False for name in find_training_flags(original, flags)}, **values}
-    switches = list(settings)
-    graph_def, inputs, unused = _drop_unused_inputs(original, graph_def, inputs, outputs,
-                                                    given=feeds, seed=seed)
     settings.update(unused)
     result = Result(graph_def, reports, inputs, outputs, switches, original, tolerance,
                     settings=settings, timeout=timeout, given=dict(feeds or {}),
-                    preprocess=preprocessing.preprocessor(original, specs), weights=weights,
+                    preprocess=preprocess_hook, weights=weights,
                     unused_inputs=unused, frozen_form=source.frozen_form, samples=samples,
-                    check_n=check_n, params=params)
+                    check_n=check_n, params=params, class_outputs=class_outputs)
     if not verify:
         result.verify_skipped = True
         return result
@@ -444,7 +453,7 @@ def _localize(result: Result, original, transforms, options) -> Optional[localiz
     passes = localize.quick_check(original, result.outputs,
                                   feeds=result.verification.worst_feeds, settings=settings,
                                   allowed=result.verification.allowed,
-                                  class_outputs=class_score_outputs(original, result.outputs),
+                                  class_outputs=_class_outputs(result),
                                   timeout=result.timeout)
     try:
         changed = {r.name for r in result.reports
@@ -470,20 +479,19 @@ def require_verified(result: Result, *, allow_unverified: bool = False) -> None:
                          "(verify=True) or pass allow_unverified=True (the CLI: --no-verify)")
 
 
-def _drop_unused_inputs(original, graph_def, inputs: List[str], outputs: List[str], *, given,
-                        seed: int):
-    """Inputs no output of the optimized graph reads (a ``dropout`` rate that fed only the
-    training side of a cond) leave its interface and the graph: no value of theirs matters. The
-    original is fed a stand-in there (the user's --feed value, else a seeded random one; a
-    scalar where the rank is unknown). Returns (graph, inputs, {dropped input: stand-in})."""
-    unused = unused_inputs(graph_def, inputs, outputs)
+def _drop_unused_inputs(original, graph: Graph, inputs: List[str], outputs: List[str], *,
+                        given, seed: int):
+    """Inputs no output of the optimized ``graph`` reads (a ``dropout`` rate that fed only the
+    training side of a cond) leave its interface and the graph (edited in place): no value of
+    theirs matters. The original is fed a stand-in there (the user's --feed value, else a seeded
+    random one; a scalar where the rank is unknown). Returns (inputs, {dropped input: stand-in})."""
+    unused = unused_inputs(graph, inputs, outputs)
     if not unused:
-        return graph_def, inputs, {}
-    graph = Graph(graph_def, check_inputs=False)
+        return inputs, {}
     graph.remove([node_name(name) for name in unused])
     stand_ins = verify_mod.make_feeds(original, unused, seed, given=given,
                                       scalar_if_unknown_rank=True)
-    return graph.to_graph_def(), [n for n in inputs if n not in unused], stand_ins
+    return [n for n in inputs if n not in unused], stand_ins
 
 
 def _with_weights(transforms: Sequence[str], weights: str):
@@ -509,8 +517,8 @@ def check(result: Result, *, feeds: Optional[Mapping[str, object]] = None,
         return verify_mod.verify_batches(
             result.before, result.graph_def, result.inputs, result.outputs, result.settings,
             batches=check_batches(result, feeds, seed), tolerance=result.tolerance,
-            class_outputs=class_score_outputs(result.before, result.outputs),
-            timeout=result.timeout, preprocess=result.preprocess,
+            class_outputs=_class_outputs(result), timeout=result.timeout,
+            preprocess=result.preprocess,
             reference_note=_reference_note(result.settings, bool(result.preprocess)))
     except OriginalDoesNotRun as error:
         raise InputError(str(error)) from None
@@ -549,12 +557,19 @@ def _stackable(result: Result) -> bool:
 CLASS_SCORE_OPS = frozenset({"Softmax", "LogSoftmax", "MatMul", "BiasAdd"})
 
 
-def class_score_outputs(graph_def, outputs: Sequence[str]) -> List[str]:
+def class_score_outputs(graph, outputs: Sequence[str]) -> List[str]:
     """Outputs that may be class scores — a Softmax/LogSoftmax, or logits from a dense layer
-    (through Identity); verification checks the rank (2) and width (≥ 2) on the values."""
-    graph = Graph(graph_def, check_inputs=False)
+    (through Identity); verification checks the rank (2) and width (≥ 2) on the values.
+    ``graph``: the original, as a Graph (the run's index) or a GraphDef."""
+    graph = indexed(graph)
     return [name for name in outputs
             if graph.op(graph.resolve(name)) in CLASS_SCORE_OPS]
+
+
+def _class_outputs(result: Result) -> List[str]:
+    if result.class_outputs is None:            # a Result built by hand
+        result.class_outputs = class_score_outputs(result.before, result.outputs)
+    return result.class_outputs
 
 
 def _reference_note(settings: Mapping[str, object], preprocessed: bool = False) -> str:
