@@ -27,6 +27,7 @@ import numpy as np
 
 from benchmarks.common import markdown_table, source_of  # noqa: F401
 from tfsurgery import api, onnx_export, onnx_tidy, pipeline, verify
+from tfsurgery.contract import Options
 from tfsurgery.constants import constant_nodes
 from tfsurgery.ops import FUSED_BATCH_NORM_OPS, first_line
 
@@ -267,7 +268,7 @@ def scaling_run(blocks: Sequence[int] = SCALING_BLOCKS, repeats: int = 3) -> Lis
     rows = []
     for n in blocks:
         built = repeated_blocks(n)
-        options = pipeline.Options(inputs=list(built.inputs), outputs=list(built.outputs))
+        options = Options(inputs=list(built.inputs), outputs=list(built.outputs))
         data = built.graph_def.SerializeToString()
         timed = time_interleaved({
             "floor": lambda: parse_and_serialize(data),

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tfsurgery import io
+from tfsurgery.contract import Options
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = 20_000                       # x 10 nodes per block = 200k nodes
@@ -39,7 +40,7 @@ _MEASURE = textwrap.dedent("""
                 if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
 
-    options = pipeline.Options(inputs=["input"], outputs=["output"])
+    options = Options(inputs=["input"], outputs=["output"])
     # every transform but float16-weights (a storage format, not a simplification: it turns each
     # weight into two nodes, which the node count and memory bounds below do not describe)
     order = [name for name in pipeline.ORDER if name != "float16-weights"]

@@ -46,10 +46,10 @@ def _fresh_pipeline_run(result, flags):
     from a second index of its output."""
     inputs = list(result.inputs) + list(result.unused_inputs)
     options = Options(inputs=inputs, outputs=list(result.outputs), training_flags=flags,
-                      inference_values=find_dropout_knobs(result.before, exclude=inputs),
+                      inference_values=find_dropout_knobs(result.original, exclude=inputs),
                       params=result.params)
     transforms = api.choose_transforms(bn_fold=True)
-    graph_def, _ = pipeline.run(result.before, transforms, options)
+    graph_def, _ = pipeline.run(result.original, transforms, options)
     if result.unused_inputs:
         graph = Graph(graph_def, check_inputs=False)
         graph.remove([node_name(name) for name in result.unused_inputs])
@@ -84,4 +84,4 @@ def test_a_graph_def_source_is_left_as_given():
     before = built.graph_def.SerializeToString(deterministic=True)
     result = api.optimize(source_of(built), api.choose_transforms(bn_fold=True))
     assert built.graph_def.SerializeToString(deterministic=True) == before
-    assert result.before.SerializeToString(deterministic=True) == before
+    assert result.original.SerializeToString(deterministic=True) == before

@@ -248,7 +248,7 @@ def _book_pruning(reports: Dict[str, TransformReport]) -> None:
     prune = reports.setdefault("prune", TransformReport("prune"))
     for name, pruned in early:
         prune.matched += len(pruned)
-        prune.rewritten.extend(pruned)
+        prune.removed.extend(pruned)
         prune.removed_nodes += len(pruned)
         prune.notes.append(f"{len(pruned)} of the removed nodes pruned before {name} ran "
                            "(readers no output needs must not block it)")
@@ -264,6 +264,7 @@ def _book(reports: Dict[str, TransformReport], name: str, report: TransformRepor
     repeated = [entry for entry in report.skipped if entry in known]
     first.matched += report.matched - len(repeated)    # a skip seen before is no new match
     first.rewritten.extend(report.rewritten)
+    first.removed.extend(report.removed)
     first.skipped.extend(entry for entry in report.skipped if entry not in known)
     first.notes.extend(note for note in report.notes if note not in first.notes)
     first.removed_nodes += report.removed_nodes

@@ -318,7 +318,7 @@ def run_reference(original, inputs: Sequence[str], outputs: Sequence[str],
                   size: Optional[int] = None):
     """Feeds for which the original runs with non-empty outputs, and its outputs. An original
     that cannot run at all is the user's input at fault."""
-    size = test_size(original, inputs, outputs, given) if size is None else size
+    size = free_dim_size(original, inputs, outputs, given) if size is None else size
     feeds = make_feeds(original, inputs, seed, given=given, unknown_dim=size)
     try:
         expected = run_graph(original, {**feeds, **settings}, outputs, timeout=timeout,
@@ -335,7 +335,7 @@ def run_reference(original, inputs: Sequence[str], outputs: Sequence[str],
     return feeds, expected, size
 
 
-def test_size(graph_def, inputs: Sequence[str], outputs: Sequence[str], given=None) -> int:
+def free_dim_size(graph_def, inputs: Sequence[str], outputs: Sequence[str], given=None) -> int:
     """The size for free dimensions: the first of UNKNOWN_DIMS for which TensorFlow's shape
     inference gives every output a non-empty shape (five poolings leave nothing of 16). Decided
     statically: running a kernel on an empty tensor can crash the process."""
@@ -507,7 +507,7 @@ def _second_size(reference, optimized, inputs, outputs, settings, first: int, **
 
 def _preprocessed_feeds(original, optimized, inputs, outputs, preprocess, *, seed, given):
     """Raw feeds for the optimized graph (the user's where given) and the original's feeds."""
-    size = test_size(original, inputs, outputs, given)
+    size = free_dim_size(original, inputs, outputs, given)
     made = make_feeds(optimized, inputs, seed, given=given, unknown_dim=size)
     fixed = {node_name(k) for k in (given or {})}
     raw = {**preprocess.raw_feeds(made, seed),
