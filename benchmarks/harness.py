@@ -282,7 +282,7 @@ def scaling_run(blocks: Sequence[int] = SCALING_BLOCKS, repeats: int = 3) -> Lis
     return rows
 
 
-# ---------------------------------------------------------------- training ops (issue 4)
+# ---------------------------------------------------------------- training ops (ONNX training export)
 def training_ops_section(repeats: int = 10) -> dict:
     """`benchmarks.training.adam_step_benchmark` if it exists, else why not."""
     try:
@@ -323,7 +323,7 @@ def machine_info() -> dict:
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
-# the simplification issue: fewer TF nodes than Grappler on every model, these counts at most
+# the simplification goal: fewer TF nodes than Grappler on every model, these counts at most
 LEAN_TF_NODES = {"EfficientNetB0": 560, "ResNet50": 285, "MobileNetV2": 262}
 LEAN_ONNX_NODES = {"EfficientNetB0": 235}           # after onnxruntime's basic rewrites
 FLOOR_RATIO = 15                                    # scaling: pipeline time per node vs the floor

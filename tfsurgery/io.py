@@ -19,7 +19,8 @@ from tensorflow.core.framework import graph_pb2
 
 from tfsurgery.errors import GraphError, InputError
 from tfsurgery.graph import check_structure
-from tfsurgery.ops import CONTROL_FLOW_V1_OPS, VARIABLE_OPS, first_line, node_name
+from tfsurgery.ops import (CONTROL_FLOW_V1_OPS, FUNCTIONAL_CONTROL_FLOW_OPS, VARIABLE_OPS,
+                           first_line, node_name)
 
 TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
 
@@ -137,8 +138,7 @@ def freeze_concrete_function(function, where: str) -> Loaded:
                   frozen_form=f"{how}; {control_flow_form(graph_def)}")
 
 
-FUNCTIONAL_CONTROL_FLOW = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case",
-                                     "StatelessCase"})
+FUNCTIONAL_CONTROL_FLOW = FUNCTIONAL_CONTROL_FLOW_OPS      # the one set, in tfsurgery.ops
 
 
 def control_flow_form(graph_def: graph_pb2.GraphDef) -> str:
