@@ -121,3 +121,54 @@ def test_float_equality_of_the_demo_through_the_renamed_check(article):
              .astype(np.float32)}
     again = api.verify_result(result, feeds=feeds)
     assert again.passed and np.array_equal(again.feeds["input"], feeds["input"])
+
+
+def test_op_sets_live_in_ops():
+    """§3.3: the functional control-flow vocabulary is ops.py's, not a copy per module."""
+    from tfsurgery import ops
+    from tfsurgery.transforms import inline_functions
+    assert io.FUNCTIONAL_CONTROL_FLOW is ops.FUNCTIONAL_CONTROL_FLOW_OPS
+    assert inline_functions.LOOP_OPS is ops.FUNCTIONAL_WHILE_OPS
+    assert inline_functions.IF_OPS | inline_functions.CASE_OPS | inline_functions.LOOP_OPS == \
+        ops.FUNCTIONAL_CONTROL_FLOW_OPS
+    assert inline_functions.CALL_OPS is ops.FUNCTION_CALL_OPS
+
+
+DUPLICATE_FOLDS = """
+import sys, numpy as np, tensorflow as tf
+from tfsurgery import api
+with tf.Graph().as_default() as g:
+    x = tf.compat.v1.placeholder(tf.float32, [None, 12], name="input")
+    outs = []
+    for k in range(8):                       # 8 pairs of equal constant subgraphs to fold
+        for twin in "ab":
+            shape = tf.concat([tf.constant([-1], name=f"b{k}{twin}"),
+                               tf.constant([3, 4], name=f"r{k}{twin}")], 0, name=f"s{k}{twin}")
+            outs.append(tf.reshape(x * float(k + 1), shape))
+    tf.identity(tf.add_n(outs), name="output")
+result = api.optimize(g.as_graph_def(), ["fold-constants", "merge-duplicates", "prune"])
+sys.stdout.buffer.write(result.graph_def.SerializeToString(deterministic=True))
+"""
+
+
+def test_the_same_input_gives_the_same_bytes_whatever_the_hash_seed():
+    """fold-constants folded in a set's order, which Python's string hashing changes from one
+    process to the next: merge-duplicates then kept a different twin, run to run."""
+    import os
+    import subprocess
+    import sys
+    import tensorflow as tf
+    outputs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        done = subprocess.run([sys.executable, "-c", DUPLICATE_FOLDS], capture_output=True,
+                              env=env, timeout=300)
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1]
+    graph_def = tf.compat.v1.GraphDef.FromString(outputs[0])
+    assert not {n.op for n in graph_def.node} & {"ConcatV2"}      # really folded
+    x = np.random.default_rng(3).standard_normal((5, 12)).astype(np.float32)
+    (actual,) = oracle.run(graph_def, {"input": x}, ["output"])
+    expected = sum(np.reshape(x * (k + 1), (-1, 3, 4)) for k in range(8) for _ in "ab")
+    assert oracle.relative_error(expected, actual) < 1e-6
