@@ -42,6 +42,10 @@ def test_prune_reports_removals_not_rewrites(article):
     line = next(l for l in transform_lines(result.reports) if l.startswith("prune "))
     assert "changed    0" in line and f"removed {prune.removed_nodes:>5} nodes" in line
     assert prune.as_dict()["removed"] == prune.removed
+    switch_merge = next(r for r in result.reports if r.name == "remove-switch-merge")
+    (note,) = [n for n in switch_merge.notes if "dead branches" in n]
+    dead = int(note.split("removed, ")[1].split()[0])      # U6: one count, said once
+    assert 0 < dead < switch_merge.removed_nodes
 
 
 # ---------------------------------------------------------------- §3.3 one helper per rule
