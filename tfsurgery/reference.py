@@ -57,8 +57,8 @@ def comparable_reference(original, optimized,
         if node.op in SEEDED_OPS and node.name not in kept.keys() & {n.name for n in random_nodes}:
             seeded = seeded or Graph(optimized, check_inputs=False)
             _fix_seed(seeded, node.name)
-    note = f"its {len(neutral)} random op(s) at their expected or neutral value" if neutral \
-        else None
+    note = (f"its {len(neutral)} random op(s) at their expected or neutral value (dropout "
+            "off, noise 0)") if neutral else None
     # the optimized graph is copied only where it keeps random ops to seed
     return reference.to_graph_def(), (optimized if seeded is None else seeded.to_graph_def()), \
         note
