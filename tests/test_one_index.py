@@ -25,15 +25,26 @@ def constructions(monkeypatch):
     return built
 
 
-def test_one_optimize_of_the_demo_builds_at_most_two_indexes(constructions):
+def test_one_optimize_of_the_demo_builds_at_most_two_indexes(constructions, monkeypatch):
+    written_back = []           # whole graphs turned back into GraphDefs
+    to_graph_def = Graph.to_graph_def
+
+    def counting(self, nodes=None):
+        if nodes is None:
+            written_back.append(len(self))
+        return to_graph_def(self, nodes)
+    monkeypatch.setattr(Graph, "to_graph_def", counting)
     source = api.demo()
     result = api.optimize(source, api.choose_transforms(bn_fold=True))
     assert result.verified
     # 2: the run's index of the input (read for the interface, then edited by the pipeline),
     # and the verifier's reference — a copy of the original whose removed dropout is set to its
-    # expected value (the original itself must stay as given). Nothing else indexes a graph.
+    # expected value (the original itself must stay as given). Nothing else indexes a graph,
+    # and each of the two becomes a GraphDef once (the result; the reference to run).
     assert len(constructions) <= 2, constructions
     assert constructions[0] == len(source.graph_def.node)
+    assert len(written_back) <= 2, written_back
+    assert written_back[0] == len(result.graph_def.node)
 
 
 def test_verification_of_several_batches_builds_its_reference_once(constructions):
