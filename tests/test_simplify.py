@@ -6,6 +6,7 @@ import tensorflow as tf
 from hypothesis import given, settings, strategies as st
 
 from conftest import assert_matches, ops, optimize, property_examples, report_of
+from tfsurgery.contract import Options
 from tfsurgery.models.common import BuiltModel
 
 R = np.random.default_rng(11)
