@@ -5,7 +5,7 @@ Memory is measured in a fresh subprocess as the peak resident set (Linux VmHWM, 
 the run through /proc/self/clear_refs) minus the resident set before it. Against the graph as it
 lives in memory (upb holds a parsed GraphDef in ~2.8x its wire size) the peak is ~2.9x — the input
 stays, the output is a second graph, the index and the folded weights are the rest; that is the
-issue's "~3x the graph's size". Against the wire size it is ~7-8x.
+target, "~3x the graph's size". Against the wire size it is ~7-8x.
 """
 import json
 import os
@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from tfsurgery import io
-from tfsurgery.contract import Options
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = 20_000                       # x 10 nodes per block = 200k nodes
@@ -33,6 +32,7 @@ _MEASURE = textwrap.dedent("""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from tfsurgery.models import synthetic
     from tfsurgery import pipeline
+    from tfsurgery.contract import Options
 
     def status(key):
         with open("/proc/self/status") as f:
