@@ -114,9 +114,9 @@ class Result:
             extra["verification_skipped"] = True
         if self.divergence is not None:
             extra["divergence"] = self.divergence.as_dict()
-        return report.build_report(self.original, self.graph_def, self.reports, inputs=self.inputs,
-                                   outputs=self.outputs, verification=self.verification,
-                                   extra=extra)
+        return report.build_report(self.original, self.graph_def, self.reports,
+                                   inputs=self.inputs, outputs=self.outputs,
+                                   verification=self.verification, extra=extra)
 
 
 def load(path, signature: str = "serving_default") -> Source:
@@ -244,7 +244,7 @@ def list_transforms() -> List[tuple]:
 
 
 def check_output_paths(paths: Sequence, *, opset: Optional[int] = None,
-                  picture_path: Optional[str] = None) -> None:
+                       picture_path: Optional[str] = None) -> None:
     """Before minutes of work: every output writable, the opset supported, drawing possible."""
     if opset is not None:
         onnx_export.check_opset(opset)
