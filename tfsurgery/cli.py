@@ -86,9 +86,11 @@ def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="more detail")
     parser.add_argument("-q", "--quiet", action="store_true", help="errors only")
     _preprocessing_options(parser)
-    parser.add_argument("--weights", choices=("float32", "float16"), default="float32",
+    parser.add_argument("--weights", choices=("float32", "float16", "int8"), default="float32",
                         help="float16: store float32 weights of 64+ values as float16 with a Cast "
-                             "back (about half the file; verified with tolerance 1e-2)")
+                             "back (about half the file; verified with tolerance 1e-2); int8: "
+                             "conv/matmul weights of 1024+ values as int8 with per-channel "
+                             "scales, float compute (about a quarter; tolerance 5e-2)")
 
 
 def _deploy_options(parser: argparse.ArgumentParser) -> None:
