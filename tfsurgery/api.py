@@ -20,7 +20,7 @@ from tfsurgery import (io, latency, onnx_export, pipeline, picture, preprocessin
                        verify as verify_mod)
 from tfsurgery import artefacts, localize, progress, savedmodel_export, tflite_export
 from tfsurgery import compare as compare_mod, samples as samples_mod
-from tfsurgery import quantize as quantize_mod
+from tfsurgery import int8_bench, quantize as quantize_mod
 from tfsurgery import quantize_tflite
 from tfsurgery.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
 from tfsurgery.errors import (ExportError, InputError, OriginalDoesNotRun,  # noqa: F401
@@ -677,6 +677,29 @@ def bench(source: Source, result: Result, *, runs: int = 50, onnx: bool = True) 
                          result.settings, feeds=feeds, runs=runs, onnx=onnx,
                          original_feeds=(result.preprocess.model_feeds(feeds)
                                          if result.preprocess else None))
+
+
+def bench_int8(source: Source, result: Result, int8: Result, *, runs: int = 50,
+               onnx: bool = True, tflite: bool = True) -> List[int8_bench.Side]:
+    """The float result and its int8-weight twin (``weights="int8"``, both verified) side by
+    side in TensorFlow, onnxruntime and TFLite: sizes, latency (each runtime in its own
+    process), and the int8 model's error against the float one in the same runtime."""
+    import tempfile
+    if runs < 1:
+        raise InputError("--runs must be at least 1")
+    if int8.weights != "int8":
+        raise InputError("bench_int8 compares with a result optimized with weights='int8'")
+    require_verified(result)
+    require_verified(int8)
+    runtimes = [r for r, wanted in zip(int8_bench.RUNTIMES, (True, onnx, tflite)) if wanted]
+    progress.say(f"benchmarking float against int8 weights in {', '.join(runtimes)}")
+    with tempfile.TemporaryDirectory() as work:
+        return int8_bench.bench({"float": result.graph_def, "int8": int8.graph_def},
+                                result.inputs, result.outputs, signature_for(source, result),
+                                feeds=check_feeds(result),
+                                tolerances={"float": result.tolerance, "int8": int8.tolerance},
+                                int8_min_elements=_int8_min_elements(int8), work=Path(work),
+                                runs=runs, runtimes=runtimes, timeout=result.timeout)
 
 
 # ---------------------------------------------------------------- deployment artefacts

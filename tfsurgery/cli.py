@@ -335,6 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(bench)
     bench.add_argument("--runs", type=int, default=50, help="timed runs per variant (default 50)")
     bench.add_argument("--no-onnx", action="store_true", help="TensorFlow only")
+    bench.add_argument("--int8", action="store_true",
+                       help="the optimized float model against its --weights int8 twin in "
+                            "TensorFlow, onnxruntime and TFLite: size, latency, agreement")
     bench.add_argument("--report-json", metavar="PATH", help="write the timings as JSON")
     return parser
 
@@ -610,7 +613,7 @@ def _optimized(api, source, transforms, args, **options):
     """The optimized result — also when its check failed (``VerificationFailed`` carries it):
     the CLI still prints what changed and why the check failed, then writes nothing."""
     try:
-        return api.optimize(source, transforms, **options, **_interface(args))
+        return api.optimize(source, transforms, **{**_interface(args), **options})
     except api.VerificationFailed as failed:
         if failed.result is None:
             raise
@@ -800,6 +803,8 @@ def _bench(args, source, transforms) -> int:
     from tfsurgery import api
     if args.runs < 1:
         raise api.InputError("--runs must be at least 1")
+    if args.int8:
+        return _bench_int8(args, source, transforms)
     result = _optimized(api, source, transforms, args)
     code = _check_verification(args, result)
     if code:
@@ -826,6 +831,52 @@ def _bench(args, source, transforms) -> int:
     if args.report_json:
         api.write_json(args.report_json, {"runs": args.runs,
                                           "timings": [t.as_dict() for t in timings]},
+                       input_path=source.path)
+    return 0
+
+
+def _bench_int8(args, source, transforms) -> int:
+    """``bench --int8``: per runtime, the float and the int8-weight model's size, latency and
+    the int8 model's error against the float one (top-1 agreement for class scores)."""
+    from tfsurgery import api
+    if args.weights != "float32":
+        raise api.InputError("bench --int8 compares float32 with int8 weights: drop --weights")
+    result = _optimized(api, source, transforms, args)
+    code = _check_verification(args, result)
+    if code:
+        return code
+    int8 = _optimized(api, source, transforms, args, weights="int8")
+    code = _check_verification(args, int8)
+    if code:
+        return code
+    try:
+        sides = api.bench_int8(source, result, int8, runs=args.runs, onnx=not args.no_onnx)
+    except (api.ExportError, api.VerificationError) as error:
+        print(f"tfsurgery: bench FAILED: {error}", file=sys.stderr)
+        return 1
+    rows = []
+    for side in sides:
+        if side.skipped:
+            rows.append((side.runtime, "-", "-", "not converted", "-", "-", "-"))
+            continue
+        float_t, int8_t = side.timings["float"], side.timings["int8"]
+        agree = "".join(f"; top-1 {a['agree']}/{a['rows']}" for a in side.agreement.values())
+        rows.append((side.runtime, _size(side.bytes["float"]), _size(side.bytes["int8"]),
+                     _timing_cell(float_t), _timing_cell(int8_t), _speedup(float_t, int8_t),
+                     f"{side.max_error:.3g}{agree}"))
+    timed = [t for side in sides for t in side.timings.values()]
+    _say(args, f"{source.label}: float32 against int8 weights; median ± interquartile range over "
+               f"{args.runs} interleaved runs, ms; each runtime in its own process"
+               f"{f', {timed[0].threads} intra-op threads' if timed else ''}; int8 error "
+               "relative to each float output's magnitude, on the bench inputs")
+    _say(args, api.format_table(rows, headers=("runtime", "float size", "int8 size", "float",
+                                               "int8", "speed-up", "int8 vs float")))
+    for side in sides:
+        if side.skipped:
+            _say(args, f"{side.runtime} not timed: {side.skipped}")
+    if args.report_json:
+        api.write_json(args.report_json, {"runs": args.runs,
+                                          "int8": [side.as_dict() for side in sides]},
                        input_path=source.path)
     return 0
 
