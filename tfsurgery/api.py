@@ -766,7 +766,17 @@ def export_tflite(source: Source, result: Result, path, batch: Optional[Batch] =
 # ---------------------------------------------------------------- int8 (--quantize int8)
 Int8Thresholds = quantize_mod.Thresholds
 Int8Refused = quantize_mod.Int8Refused
-check_int8_request = quantize_mod.check_request
+
+
+def check_int8_request(samples_path, quantize, onnx: bool, nchw_inputs: Sequence[str] = (),
+                       *, weights: str = "float32") -> None:
+    """Bad --quantize requests, before any work: one line each (exit 2)."""
+    if quantize and weights != "float32":
+        raise InputError(f"--quantize {quantize} quantizes the float model: drop --weights "
+                         f"{weights} (--weights int8 is storage only, float compute)")
+    quantize_mod.check_request(samples_path, quantize, onnx, nchw_inputs)
+
+
 TfliteInt8Refused = quantize_tflite.TfliteInt8Refused
 
 

@@ -427,7 +427,7 @@ def _run(args) -> int:
     if getattr(args, "quantize", None):
         api.check_int8_request(args.samples, args.quantize, args.command == "export" or
                                bool(args.onnx) or bool(args.tflite),
-                               _split(args.inputs_as_nchw))
+                               _split(args.inputs_as_nchw), weights=args.weights)
     if saved_model is not None:
         api.check_saved_model_target(saved_model, force=args.force, input_path=args.input)
     source = api.load(args.input, args.signature) if args.input else api.demo()
