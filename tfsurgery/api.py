@@ -683,14 +683,17 @@ def bench_int8(source: Source, result: Result, int8: Result, *, runs: int = 50,
                onnx: bool = True, tflite: bool = True) -> List[int8_bench.Side]:
     """The float result and its int8-weight twin (``weights="int8"``, both verified) side by
     side in TensorFlow, onnxruntime and TFLite: sizes, latency (each runtime in its own
-    process), and the int8 model's error against the float one in the same runtime."""
+    process), and the int8 model's error against the float one in the same runtime. The float
+    result must have passed its check; the int8 one must have been checked — a miss is timed
+    too (nothing is written) and the caller says so."""
     import tempfile
     if runs < 1:
         raise InputError("--runs must be at least 1")
     if int8.weights != "int8":
         raise InputError("bench_int8 compares with a result optimized with weights='int8'")
     require_verified(result)
-    require_verified(int8)
+    if int8.verification is None:          # measured, passed or not: bench writes nothing
+        raise Unverified("bench_int8 needs the int8 result's check: optimize it with verify=True")
     runtimes = [r for r, wanted in zip(int8_bench.RUNTIMES, (True, onnx, tflite)) if wanted]
     progress.say(f"benchmarking float against int8 weights in {', '.join(runtimes)}")
     with tempfile.TemporaryDirectory() as work:
@@ -699,7 +702,17 @@ def bench_int8(source: Source, result: Result, int8: Result, *, runs: int = 50,
                                 feeds=check_feeds(result),
                                 tolerances={"float": result.tolerance, "int8": int8.tolerance},
                                 int8_min_elements=_int8_min_elements(int8), work=Path(work),
-                                runs=runs, runtimes=runtimes, timeout=result.timeout)
+                                runs=runs, runtimes=runtimes, timeout=result.timeout,
+                                compare_on=_sample_feeds(result))
+
+
+def _sample_feeds(result: Result) -> List[Dict[str, object]]:
+    """Every batch of the user's samples as full feeds (the rest seeded random, as verification
+    made them); none without --samples."""
+    if result.samples is None:
+        return []
+    return [verify_mod.make_feeds(result.graph_def, result.inputs, seed, given=given)
+            for _, given, seed in check_batches(result, result.given, 0)]
 
 
 # ---------------------------------------------------------------- deployment artefacts

@@ -45,21 +45,30 @@ def bench(graphs: Mapping[str, object], inputs: Sequence[str], outputs: Sequence
           signature: savedmodel_export.Signature, *, feeds: Mapping[str, np.ndarray],
           tolerances: Mapping[str, float], int8_min_elements: int, work: Path,
           runs: int = 50, runtimes: Sequence[str] = RUNTIMES,
+          compare_on: Sequence[Mapping[str, np.ndarray]] = (),
           timeout: float = verify.DEFAULT_TIMEOUT) -> List[Side]:
-    """``graphs``: {"float": GraphDef, "int8": GraphDef}, both verified against the original
-    (``tolerances``: each one's). A runtime whose export fails is reported as skipped (why)."""
+    """``graphs``: {"float": GraphDef, "int8": GraphDef}, both checked against the original
+    (``tolerances``: each one's). Timed on ``feeds``; int8 compared with float on
+    ``compare_on`` (e.g. every row of the user's samples; default: ``feeds``). A runtime whose
+    export fails is reported as skipped, with why."""
     sides = []
     for runtime in runtimes:
         side = Side(runtime)
         try:
-            paths, values, npz = _write(runtime, graphs, inputs, outputs, signature, feeds,
-                                        tolerances, int8_min_elements, work, timeout)
+            paths = _write(runtime, graphs, inputs, outputs, signature, feeds, tolerances,
+                           int8_min_elements, work, timeout)
+            values = {variant: _run(runtime, paths[variant], graphs[variant], outputs,
+                                    signature, list(compare_on) or [feeds], timeout)
+                      for variant in VARIANTS}
         except ExportError as error:
             side.skipped = str(error)
             sides.append(side)
             continue
         side.bytes = {v: artefacts.size_of(p) + _data_size(p) for v, p in paths.items()}
         side.max_error, side.agreement = _agreement(values["float"], values["int8"])
+        npz = work / f"feeds_{runtime}.npz"
+        np.savez(npz, **(artefacts.feeds_by_key(feeds, signature.inputs) if runtime == "tflite"
+                         else {k: np.asarray(v) for k, v in feeds.items()}))
         rows = latency.measure_in_subprocess(runtime, {v: (paths[v], npz) for v in VARIANTS},
                                              list(outputs), runs=runs, work=work,
                                              timeout=max(timeout, 600))
@@ -69,20 +78,15 @@ def bench(graphs: Mapping[str, object], inputs: Sequence[str], outputs: Sequence
 
 
 def _write(runtime, graphs, inputs, outputs, signature, feeds, tolerances, min_elements,
-           work: Path, timeout: float):
-    """({variant: model path}, {variant: {output: values}}, feeds .npz) for one runtime."""
-    paths, values = {}, {}
-    npz = work / f"feeds_{runtime}.npz"
-    np.savez(npz, **(artefacts.feeds_by_key(feeds, signature.inputs) if runtime == "tflite"
-                     else {k: np.asarray(v) for k, v in feeds.items()}))
+           work: Path, timeout: float) -> Dict[str, Path]:
+    """Each variant's model for one runtime, written (ONNX and TFLite: checked against their
+    own graph in TensorFlow on ``feeds``, as every export is)."""
+    paths = {}
     for variant in VARIANTS:
         graph_def, int8 = graphs[variant], variant == "int8"
         if runtime == "tensorflow":
             path = work / f"{variant}.pb"
             path.write_bytes(graph_def.SerializeToString())
-            got = verify.run_graph(graph_def, dict(feeds), outputs, timeout=timeout,
-                                   label=f"the {variant} graph")
-            values[variant] = dict(zip(outputs, got))
         elif runtime == "onnxruntime":
             path = work / f"{variant}.onnx"
             exported = onnx_export.export(graph_def, inputs, outputs, path, feeds=dict(feeds),
@@ -91,9 +95,6 @@ def _write(runtime, graphs, inputs, outputs, signature, feeds, tolerances, min_e
             if not exported.passed:
                 raise ExportError(f"the {variant} ONNX model differs from its graph in "
                                   f"TensorFlow by {exported.max_error:.3g}")
-            got = onnx_export.run_onnx(path, {tensor_name(k): v for k, v in feeds.items()},
-                                       outputs, timeout=timeout)
-            values[variant] = dict(zip(outputs, got))
         else:
             path = work / f"{variant}.tflite"
             exported = tflite_export.export(graph_def, signature, path, feeds=feeds,
@@ -102,11 +103,28 @@ def _write(runtime, graphs, inputs, outputs, signature, feeds, tolerances, min_e
             if not exported.passed:
                 raise ExportError(f"the {variant} TFLite model differs from its graph in "
                                   f"TensorFlow by {exported.max_error:.3g}")
-            interpreter = tflite_export.interpreter_class()[0]
-            got = tflite_export.run(interpreter, path.read_bytes(), signature, feeds)
-            values[variant] = {tensor: got[key] for key, tensor in signature.outputs.items()}
         paths[variant] = path
-    return paths, values, npz
+    return paths
+
+
+def _run(runtime: str, path: Path, graph_def, outputs: Sequence[str], signature,
+         batches: Sequence[Mapping[str, np.ndarray]], timeout: float) -> List[Dict]:
+    """The model's outputs ({output: values}) on each batch."""
+    got = []
+    model = path.read_bytes() if runtime == "tflite" else None
+    for feeds in batches:
+        if runtime == "tensorflow":
+            values = verify.run_graph(graph_def, dict(feeds), outputs, timeout=timeout)
+        elif runtime == "onnxruntime":
+            values = onnx_export.run_onnx(path, {tensor_name(k): v for k, v in feeds.items()},
+                                          outputs, timeout=timeout)
+        else:
+            by_key = tflite_export.run(tflite_export.interpreter_class()[0], model, signature,
+                                       feeds)
+            key_of = {tensor: key for key, tensor in signature.outputs.items()}
+            values = [by_key[key_of[tensor_name(name)]] for name in outputs]
+        got.append({name: np.asarray(value) for name, value in zip(outputs, values)})
+    return got
 
 
 def _data_size(path: Path) -> int:
@@ -114,14 +132,16 @@ def _data_size(path: Path) -> int:
     return data.stat().st_size if data.exists() else 0
 
 
-def _agreement(reference: Mapping[str, np.ndarray], int8: Mapping[str, np.ndarray]):
-    """(max relative error of int8 against float, {class output: {"agree", "rows"}})."""
-    errors = [verify.output_error(name, reference[name], np.asarray(int8[name]))
-              for name in reference]
+def _agreement(reference: Sequence[Mapping[str, np.ndarray]],
+               int8: Sequence[Mapping[str, np.ndarray]]):
+    """(the worst batch's max error of int8 against float, relative to each output's magnitude
+    as verification measures it; {class output: {"agree", "rows"}} over every batch's rows)."""
+    errors = [verify.output_error(name, expected[name], actual[name])
+              for expected, actual in zip(reference, int8) for name in expected]
     agreement = {}
-    for name in reference:
-        if verify.is_class_scores(reference[name]):
-            same = np.argmax(reference[name], -1) == np.argmax(np.asarray(int8[name]), -1)
+    for name in reference[0]:
+        if all(verify.is_class_scores(batch[name]) for batch in reference):
+            same = np.concatenate([np.argmax(e[name], -1) == np.argmax(a[name], -1)
+                                   for e, a in zip(reference, int8)])
             agreement[name] = {"agree": int(np.count_nonzero(same)), "rows": int(same.size)}
     return verify.worst_error(errors), agreement
-
