@@ -284,3 +284,35 @@ def test_bench_reports_float_and_int8_per_runtime(tmp_path, capsys):
         assert side["bytes"]["int8"] < 0.35 * side["bytes"]["float"]
         assert set(side["timings"]) == {"float", "int8"}
         assert 0 < side["max_error"] < TOLERANCE      # int8 vs float, the same runtime
+
+
+def test_depthwise_multiplier_keeps_its_int8_values_in_onnx(tmp_path):
+    """A depthwise kernel [3, 3, 64, 2] is scaled per input channel (its two output channels
+    share one scale): the ONNX model's grouped Conv gets the very same int8 values."""
+    rng = np.random.default_rng(5)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 6, 6, 64], name="x")
+        kernel = tf.constant((rng.standard_normal([3, 3, 64, 2]) *
+                              rng.uniform(0.01, 1, [1, 1, 1, 2])).astype(np.float32), name="dw")
+        tf.identity(tf.nn.depthwise_conv2d(x, kernel, [1, 1, 1, 1], "SAME"), name="y")
+    original = graph.as_graph_def()
+    result = api.optimize(api.Source(original, "dw", inputs=["x:0"], outputs=["y:0"]),
+                          weights="int8")
+    assert {n.op for n in result.graph_def.node} >= {"Dequantize"}
+    stored = oracle.run(result.graph_def, {}, ["dw"])[0]
+    value = const_values(original)["dw"]
+    peak = np.abs(value).max(axis=(0, 1, 3), keepdims=True)          # per input channel
+    assert np.all(np.abs(stored - value) <= peak / 254 * (1 + 1e-5))
+    path = tmp_path / "dw.onnx"
+    assert result.export_onnx(path).passed
+    feeds = oracle.random_feeds(original, ["x"], seed=3, batch=2)
+    plain = ort.SessionOptions()
+    plain.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(path), plain, providers=["CPUExecutionProvider"])
+    actual = session.run(None, {session.get_inputs()[0].name: feeds["x"]})[0]
+    assert oracle.relative_error(oracle.run(result.graph_def, feeds, ["y"])[0], actual) < 1e-5
+    model = onnx.load(str(path))
+    (scale,) = [numpy_helper.to_array(t) for t in model.graph.initializer
+                if t.name.endswith("_scale")]
+    assert scale.shape == (128,) and np.array_equal(scale[0::2], scale[1::2])

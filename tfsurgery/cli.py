@@ -23,6 +23,7 @@ EXAMPLES = """examples:
   tfsurgery export frozen.pb --bn-fold       # -> frozen.onnx next to the input (no .pb written)
   tfsurgery optimize frozen.pb --bn-fold --picture diff.svg --picture-scope backend/bn_1
   tfsurgery bench frozen.pb --bn-fold        # latency before/after in TF and onnxruntime
+  tfsurgery bench frozen.pb --int8           # float vs int8 weights: size, latency, agreement
   tfsurgery optimize saved_model_dir -o lean_saved_model/   # a SavedModel back out, checked
   tfsurgery optimize frozen.pb --tflite lean.tflite --weights float16   # TFLite, float16 weights
 """

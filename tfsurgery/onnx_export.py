@@ -398,7 +398,8 @@ def weights_to_int8(path: Path, min_elements: int) -> int:
     symmetric: zero point 0) under the original name, so onnxruntime computes in float with its
     float kernels. The TensorFlow side stored these weights as int8 already (int8-weights;
     ``dequantized_weights`` folded them for tf2onnx): requantizing q·s per output channel gives
-    back q. After onnxruntime's rewrite, whose constant folding would undo it; through a
+    back q (a depthwise Conv's multiplier channels share their input channel's scale, as there).
+    After onnxruntime's rewrite, whose constant folding would undo it; through a
     Transpose of the initializer too (--raw-onnx). Returns how many were converted."""
     import onnx
     from onnx import helper, numpy_helper
@@ -415,7 +416,8 @@ def weights_to_int8(path: Path, min_elements: int) -> int:
             spec = ONNX_WEIGHT_INPUTS.get(node.op_type)
             weight = spec and index == spec[0] and not (node.op_type == "MatMul" and
                                                         len(initializers[name].dims) != 2)
-            axes[name].add(_onnx_axis(node) if weight else None)
+            axes[name].add((_onnx_axis(node), _shared(node, initializers[name]))
+                           if weight else None)
         if node.op_type in ONNX_WEIGHT_INPUTS and len(node.input) > 1:
             transpose = producers.get(node.input[1])
             if transpose is not None and transpose.op_type == "Transpose" and \
@@ -423,7 +425,8 @@ def weights_to_int8(path: Path, min_elements: int) -> int:
                 perm = [a for attr in transpose.attribute if attr.name == "perm"
                         for a in attr.ints]
                 axis = _onnx_axis(node)
-                axes[transpose.input[0]].add(perm[axis] if perm and axis is not None else None)
+                axes[transpose.input[0]].add((perm[axis], 1) if perm and axis is not None
+                                             else None)
     dequantize, kept = [], []
     for tensor in graph.initializer:
         chosen = axes.get(tensor.name, {None})
@@ -435,8 +438,8 @@ def weights_to_int8(path: Path, min_elements: int) -> int:
         if not np.all(np.isfinite(value)):
             kept.append(tensor)
             continue
-        axis = chosen.pop()
-        q, scale = quantize(value, axis)
+        axis, group = chosen.pop()
+        q, scale = quantize(value, axis, group)
         base = tensor.name
         kept += [numpy_helper.from_array(q, base + "_int8"),
                  numpy_helper.from_array(scale, base + "_scale"),
@@ -457,6 +460,17 @@ def weights_to_int8(path: Path, min_elements: int) -> int:
                         location=data.name if external else None,
                         size_threshold=EXTERNAL_MIN_BYTES)
     return len(dequantize)
+
+
+def _shared(node, weight) -> int:
+    """Output channels sharing one scale: a depthwise Conv's (group > 1, one input channel per
+    group) multiplier channels, as int8-weights scaled them per input channel; else 1."""
+    group = next((a.i for a in node.attribute if a.name == "group"), 1)
+    if node.op_type != "Conv" or group <= 1:
+        return 1
+    if len(weight.dims) < 2 or weight.dims[1] != 1:
+        return 1
+    return int(weight.dims[0]) // group
 
 
 def _onnx_axis(node) -> Optional[int]:

@@ -127,11 +127,14 @@ def _axis(op: str, attrs, rank: int) -> Optional[int]:
     return axis if axis < rank else None
 
 
-def quantize(value: np.ndarray, axis: int):
-    """(int8 values, scale per channel along ``axis``): symmetric, q·s ≈ value. A channel of
+def quantize(value: np.ndarray, axis: int, group: int = 1):
+    """(int8 values, scale per channel along ``axis``): symmetric, q·s ≈ value. ``group``
+    consecutive channels share one scale (a depthwise kernel's multiplier channels, which
+    TensorFlow's [h, w, in, multiplier] layout keeps under one input channel). A channel of
     zeros gets scale 1 (its int8 values are 0 either way)."""
     moved = np.moveaxis(value.astype(np.float32), axis, -1)
     peak = np.max(np.abs(moved.reshape(-1, moved.shape[-1])), axis=0)
+    peak = np.repeat(peak.reshape(-1, group).max(axis=1), group)
     scale = np.where(peak > 0, peak / QMAX, 1.0).astype(np.float32)
     q = np.clip(np.rint(moved / scale), -QMAX, QMAX).astype(np.int8)
     return np.moveaxis(q, -1, axis), scale
