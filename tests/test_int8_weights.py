@@ -216,25 +216,51 @@ def test_cli_writes_every_format_with_int8_weights(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- refusals
-def test_non_float_and_small_weights_stay_float():
-    """A float64 kernel is no float32 weight; a 288-value kernel is below 1024; a kernel also read
-    by something other than a conv stays float. Nothing left: one line, InputError (exit 2)."""
+def non_float_graph(with_big_float32: bool):
+    """A float64 conv kernel (2304 values), a float32 one of 288 values, and optionally a float32
+    1×1×2×1024 kernel: only the last one is an int8 candidate."""
     rng = np.random.default_rng(2)
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float64, [None, 8, 8, 16], name="x")
-        wide = tf.constant(rng.standard_normal([3, 3, 16, 16]), name="double_kernel")
+        wide = tf.constant(rng.standard_normal([3, 3, 16, 16]) * 0.1, name="double_kernel")
         h = tf.cast(tf.nn.conv2d(x, wide, 1, "SAME"), tf.float32)
-        small = tf.constant(rng.standard_normal([3, 3, 16, 2]).astype(np.float32), name="small")
-        shared = tf.constant(rng.standard_normal([1, 1, 2, 1024]).astype(np.float32),
-                             name="shared")
-        h = tf.nn.conv2d(tf.nn.conv2d(h, small, 1, "SAME"), shared, 1, "SAME")
-        tf.identity(tf.reduce_mean(h) + tf.reduce_sum(shared), name="y")
-    with pytest.raises(api.InputError) as refused:
-        api.optimize(api.Source(graph.as_graph_def(), "g", inputs=["x:0"], outputs=["y:0"]),
-                     ["strip-debug"], weights="int8")
-    message = str(refused.value)
-    assert "\n" not in message and "no float32 conv/matmul weight" in message
+        small = tf.constant((rng.standard_normal([3, 3, 16, 2]) * 0.1).astype(np.float32),
+                            name="small")
+        h = tf.nn.conv2d(h, small, 1, "SAME")
+        if with_big_float32:
+            big = tf.constant(rng.standard_normal([1, 1, 2, 1024]).astype(np.float32),
+                              name="big")
+            h = tf.nn.conv2d(h, big, 1, "SAME")
+        tf.identity(tf.reduce_mean(h, axis=[1, 2]), name="y")
+    return graph.as_graph_def()
+
+
+def test_non_float_and_small_weights_stay_float():
+    original = non_float_graph(True)
+    result = api.optimize(api.Source(original, "g", inputs=["x:0"], outputs=["y:0"]),
+                          ["strip-debug"], weights="int8")
+    report = next(r for r in result.reports if r.name == "int8-weights")
+    assert report.rewritten == ["big"]
+    assert ("double_kernel", "a DT_DOUBLE weight: only float32 weights are stored as int8") in \
+        report.skipped
+    nodes = {n.name: n for n in result.graph_def.node}
+    assert nodes["double_kernel"].op == "Const" and nodes["small"].op == "Const"
+    assert nodes["small"].attr["dtype"].type == tf.float32.as_datatype_enum
+    feeds = oracle.random_feeds(original, ["x"], seed=4)
+    error = oracle.relative_error(oracle.run(original, feeds, ["y"])[0],
+                                  oracle.run(result.graph_def, feeds, ["y"])[0])
+    assert 0 < error < TOLERANCE
+
+
+def test_no_int8_candidate_is_one_line_exit_2(tmp_path, capsys):
+    model = tmp_path / "double.pb"
+    model.write_bytes(non_float_graph(False).SerializeToString())
+    code = main([str(model), "--weights", "int8", "-o", str(tmp_path / "out.pb")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "no float32 conv/matmul weight of at least 1024 values" in err
+    assert "DT_DOUBLE" in err and not (tmp_path / "out.pb").exists()
 
 
 def test_skipped_weights_are_reported():
