@@ -41,9 +41,10 @@ def conv_matmul(seed: int = 0, data_format: str = "NHWC"):
     nchw = data_format == "NCHW"
     graph = tf.Graph()
     with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [None, 8, 12, 12] if nchw else [None, 12, 12, 8],
-                                     name="x")
-        h = tf.nn.conv2d(x, const(BIG[0], [3, 3, 8, 32], 0.2), 1, "SAME", data_format=data_format)
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8, 12, 12] if nchw else
+                                     [None, 12, 12, 8], name="x")
+        h = tf.nn.conv2d(x, const(BIG[0], [3, 3, 8, 32], 0.2), 1, "SAME",
+                         data_format=data_format)
         h = tf.nn.relu(tf.nn.bias_add(h, const("conv1/bias", [32], 0.1), data_format=data_format))
         h = tf.nn.conv2d(h, const(BIG[1], [3, 3, 32, 16], 0.08), 1, "SAME",
                          data_format=data_format)
@@ -89,7 +90,8 @@ def test_int8_graph_runs_in_tensorflow_within_the_bound(nhwc):
         assert node.op == "Dequantize" and node.attr["mode"].s == b"SCALED"
         assert nodes[node.input[0]].attr["dtype"].type == tf.qint8.as_datatype_enum
     for name in ("conv1/bias", "depthwise/kernel", "dense/bias"):    # small: stay float32
-        assert nodes[name].op == "Const" and nodes[name].attr["dtype"].type == tf.float32.as_datatype_enum
+        assert nodes[name].op == "Const"
+        assert nodes[name].attr["dtype"].type == tf.float32.as_datatype_enum
 
     weights = const_values(original)
     stored = oracle.run(result.graph_def, {}, list(BIG))

@@ -273,8 +273,8 @@ class Interface:
 class Checks:
     """How the result is checked: ``verify=False`` skips it (explicitly: the result cannot then
     be saved without ``allow_unverified``); ``tolerance`` relative to each output's magnitude
-    (default 1e-4; 1e-2 with float16 weights, 5e-2 with int8 weights); ``timeout`` per graph run in seconds; ``seed``
-    of the random inputs."""
+    (default 1e-4; 1e-2 with float16 weights, 5e-2 with int8 weights); ``timeout`` per graph
+    run in seconds; ``seed`` of the random inputs."""
 
     verify: bool = True
     tolerance: Optional[float] = None

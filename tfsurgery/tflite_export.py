@@ -7,9 +7,9 @@ the weights as float16 (they are dequantized to float32 when the model loads). W
 (the graph's weights already int8, ``int8-weights``: the converter folds each ``Dequantize`` into
 the float weight it feeds) the converter's dynamic-range quantization (``Optimize.DEFAULT``, no
 representative dataset) stores weights of 1024+ values as int8 again — per channel, so it gets
-the same int8 values back — and TFLite's hybrid kernels quantize activations on the fly. The model is then
-run through its signature in the LiteRT interpreter (``ai_edge_litert``, the maintained successor
-of ``tf.lite.Interpreter``; the latter is the fallback when LiteRT is not installed) on the
+the same int8 values back — and TFLite's hybrid kernels quantize activations on the fly. The
+model is then run through its signature in the LiteRT interpreter (``ai_edge_litert``, the
+maintained successor of ``tf.lite.Interpreter``; the latter is the fallback when LiteRT is not installed) on the
 verification inputs and compared with TensorFlow (with preprocessing in the graph: with the original
 fed the verifier's NumPy preprocessing). The file is written only if it matched.
 

@@ -1,4 +1,4 @@
-"""int8-weights (opt-in, ``--weights int8``): store large conv/matmul weights as int8, compute in float.
+"""int8-weights (opt-in, ``--weights int8``): conv/matmul weights stored as int8, float compute.
 
 The anchors: graph_transforms' ``quantize_weights`` and TFLite's dynamic-range quantization —
 smaller files, weights dequantized before float compute. A float32 ``Const`` W of at least
