@@ -299,10 +299,15 @@ def test_weights_int8_with_quantize_is_refused(tmp_path, capsys):
 def test_bench_reports_float_and_int8_per_runtime(tmp_path, capsys):
     model = tmp_path / "model.pb"
     model.write_bytes(conv_matmul(seed=1).SerializeToString())
+    samples = tmp_path / "rows.npz"
+    np.savez(samples, x=np.random.default_rng(9).standard_normal([12, 12, 12, 8])
+             .astype(np.float32))
     report = tmp_path / "bench.json"
-    code = main(["bench", str(model), "--int8", "--runs", "2", "--report-json", str(report)])
+    code = main(["bench", str(model), "--int8", "--runs", "2", "--samples", str(samples),
+                 "--report-json", str(report)])
     out = capsys.readouterr().out
     assert code == 0, out
+    assert "on every --samples row" in out
     for runtime in ("tensorflow", "onnxruntime", "tflite"):
         assert f"| {runtime}" in out
     sides = {s["runtime"]: s for s in json.loads(report.read_text())["int8"]}
@@ -312,6 +317,7 @@ def test_bench_reports_float_and_int8_per_runtime(tmp_path, capsys):
         assert side["bytes"]["int8"] < 0.35 * side["bytes"]["float"]
         assert set(side["timings"]) == {"float", "int8"}
         assert 0 < side["max_error"] < TOLERANCE      # int8 vs float, the same runtime
+        assert [a["rows"] for a in side["agreement"].values()] == [12]     # every sample row compared
 
 
 def test_depthwise_multiplier_keeps_its_int8_values_in_onnx(tmp_path):
