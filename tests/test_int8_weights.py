@@ -317,7 +317,7 @@ def test_bench_reports_float_and_int8_per_runtime(tmp_path, capsys):
         assert side["bytes"]["int8"] < 0.35 * side["bytes"]["float"]
         assert set(side["timings"]) == {"float", "int8"}
         assert 0 < side["max_error"] < TOLERANCE      # int8 vs float, the same runtime
-        assert [a["rows"] for a in side["agreement"].values()] == [12]     # every sample row compared
+        assert [a["rows"] for a in side["agreement"].values()] == [12]   # every row
 
 
 def test_depthwise_multiplier_keeps_its_int8_values_in_onnx(tmp_path):
