@@ -135,7 +135,8 @@ def quantize(value: np.ndarray, axis: int, group: int = 1):
     moved = np.moveaxis(value.astype(np.float32), axis, -1)
     peak = np.max(np.abs(moved.reshape(-1, moved.shape[-1])), axis=0)
     peak = np.repeat(peak.reshape(-1, group).max(axis=1), group)
-    scale = np.where(peak > 0, peak / QMAX, 1.0).astype(np.float32)
+    tiny = np.finfo(np.float32).tiny              # a subnormal peak must not make scale 0
+    scale = np.where(peak > 0, np.maximum(peak / QMAX, tiny), 1.0).astype(np.float32)
     q = np.clip(np.rint(moved / scale), -QMAX, QMAX).astype(np.int8)
     return np.moveaxis(q, -1, axis), scale
 
