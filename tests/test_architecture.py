@@ -29,6 +29,7 @@ FLOORS = {
     1: {"transforms"},
     2: {"pipeline", "localize", "compare", "verify", "reference", "report", "io", "artefacts",
         "onnx_export", "savedmodel_export", "tflite_export", "quantize", "quantize_tflite",
+        "int8_bench",
         "latency", "picture", "preprocessing",
         "training_ops", "keras_optimizers", "training", "models"},
     3: {"api"},
@@ -131,7 +132,7 @@ def test_transform_list_is_the_one_registry():
     from tfsurgery import transforms
     assert list(transforms.ORDER) == [fn.transform_name for fn in transforms.PIPELINE]
     defaults = [n for n in transforms.ORDER if transforms.REGISTRY[n].default]
-    for opt_in in ("fold-batch-norm", "add-preprocessing", "float16-weights"):
+    for opt_in in ("fold-batch-norm", "add-preprocessing", "float16-weights", "int8-weights"):
         assert opt_in not in defaults
     assert pipeline.resolve_transforms() == defaults
     assert pipeline.resolve_transforms(bn_fold=True) == [
