@@ -336,7 +336,7 @@ def test_size(graph_def, inputs: Sequence[str], outputs: Sequence[str], given=No
         feeds = make_feeds(graph_def, inputs, given=given, unknown_dim=size)
         sized = Graph(graph_def, check_inputs=False)
         for name, value in feeds.items():
-            shape = sized.mutable(node_name(name)).attr["shape"].shape
+            shape = sized.edit_node(node_name(name)).attr["shape"].shape
             shape.Clear()
             for dim in np.shape(value):
                 shape.dim.add(size=dim)
