@@ -5,7 +5,8 @@ After a clean check, ``Graph.structure_problem`` looks only at what the edits si
 producers edits noted are rechecked. Here random graphs (DAGs, some with while loops whose
 NextIteration closes a back edge, some not in topological order, some with colocations) go
 through random edit sequences made with the public edit API — rewire, remove, new_node,
-add_const, set_input, remove_inputs, edit_node, prune, move_control_consumers — some of which
+add_const, set_input, remove_inputs, edit_node (outputs, op, colocation), prune,
+move_control_consumers — some of which
 break the graph (a dangling input, a cycle, a port the producer lacks, a colocation with a
 missing node, a duplicate name). After each round of edits the verdict of the incremental check
 must be, word for word, that of a fresh index's full check and that of this file's own oracle,
@@ -242,7 +243,17 @@ def random_edit(rng, graph, log, removed, wild):
         graph.remove_inputs(name, drop)
     elif what == "edit_node":
         widths = [n for n in names if graph.op(n) in ("Split", "IdentityN")]
-        if widths and rng.random() < 0.7:       # fewer or more outputs
+        if names and rng.random() < 0.3:        # a colocation set, moved or dropped
+            name = rng.choice(names)
+            target = "ghost" if wild and rng.random() < 0.5 else rng.choice(names + [None])
+            log.append(f"edit_node({name!r})._class = {target!r}")
+            node = graph.edit_node(name)
+            if target is None:
+                if "_class" in node.attr:
+                    del node.attr["_class"]
+            else:
+                node.attr["_class"].list.s[:] = [b"loc:@" + target.encode()]
+        elif widths and rng.random() < 0.7:     # fewer or more outputs
             name = rng.choice(widths)
             ports = ports_of(graph.node(name))
             width = rng.randint(1, ports) if wild else ports + 1

@@ -75,6 +75,9 @@ class Graph:
         self._refs: Dict[str, Tuple[Ref, ...]] = {}      # node → its inputs, parsed once
         self._consumers: Dict[str, Dict[Tuple[str, int], Ref]] = defaultdict(dict)
         self._colocated: Dict[str, Set[str]] = defaultdict(set)    # target → nodes naming it
+        # nodes ``edit_node`` handed out → the colocation targets filed for them (their
+        # ``_class`` may change: filed again before the colocations are next used)
+        self._colocation_as_filed: Dict[str, List[str]] = {}
         self._values: Dict[str, np.ndarray] = {}          # small Const values, decoded once
         # Edits so far: a pass that changed nothing is not checked again, and after edits
         # through the index only what they touched is (the proof is told what each edit did).
@@ -266,10 +269,13 @@ class Graph:
         ``rewire`` (the index keeps them), and its name stays."""
         self._proof.anything_may_change()   # the next structure check is a full one
         self._op_may_change.add(name)
-        return self._own(name)
+        node = self._own(name)
+        if name not in self._colocation_as_filed:
+            self._colocation_as_filed[name] = colocation_targets(node)
+        return node
 
     def mutable(self, name: str) -> node_def_pb2.NodeDef:
-        """Deprecated name of ``edit_node`` (documented before 0.2; kept for plugins)."""
+        """``edit_node``'s former name, kept for plugins written against it (warns)."""
         warnings.warn("Graph.mutable is deprecated: use Graph.edit_node", DeprecationWarning,
                       stacklevel=2)
         return self.edit_node(name)
@@ -392,9 +398,27 @@ class Graph:
         for i, ref in enumerate(refs):
             self._consumers[ref.node][(name, i)] = ref
 
+    def _refile_colocations(self) -> None:
+        """File again the colocation targets of the nodes ``edit_node`` handed out."""
+        colocated = self._colocated
+        for name, filed in self._colocation_as_filed.items():
+            node = self.nodes.get(name)
+            now = colocation_targets(node) if node is not None else []
+            if node is not None and now != filed:
+                for target in filed:
+                    holders = colocated.get(target)
+                    if holders is not None:
+                        holders.discard(name)
+                for target in now:
+                    colocated[target].add(name)
+                self._proof.colocation_added = True
+        self._colocation_as_filed.clear()
+
     def remove(self, names: Iterable[str]) -> None:
         """Delete nodes (their own input edges go with them). Colocation constraints naming a
         deleted node are dropped: TensorFlow refuses a graph whose ``_class`` names a missing node."""
+        if self._colocation_as_filed:
+            self._refile_colocations()
         removed, still_read = [], []
         self._edits += 1
         nodes, consumers, colocated = self.nodes, self._consumers, self._colocated   # hot loop
@@ -470,6 +494,8 @@ class Graph:
         colocation naming no node, a cycle outside a while loop. None when the graph is sound.
         After a clean check, only what the edits since touched is looked at (``integrity``)."""
         self._refresh_ops()
+        if self._colocation_as_filed:
+            self._refile_colocations()
         return self._proof.problem(self._edits)
 
     # ---------------------------------------------------------------- order and reachability
