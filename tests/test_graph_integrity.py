@@ -6,9 +6,8 @@ producers edits noted are rechecked. Here random graphs (DAGs, some with while l
 NextIteration closes a back edge, some not in topological order, some with colocations) go
 through random edit sequences made with the public edit API — rewire, remove, new_node,
 add_const, set_input, remove_inputs, edit_node (outputs, op, colocation), prune,
-move_control_consumers — some of which
-break the graph (a dangling input, a cycle, a port the producer lacks, a colocation with a
-missing node, a duplicate name). After each round of edits the verdict of the incremental check
+move_control_consumers — some of which break the graph (a dangling input, a cycle, a port the
+producer lacks, a colocation with a missing node, a duplicate name, which the index refuses). After each round of edits the verdict of the incremental check
 must be, word for word, that of a fresh index's full check and that of this file's own oracle,
 written without the index (plain dicts over the GraphDef, a naive fixpoint for cycles).
 """
