@@ -166,7 +166,8 @@ def descendants(graph, names):
 def pick_tensor(rng, graph, avoid=(), wild=False):
     """An existing node:port (not in ``avoid``); ``wild``: maybe a missing node or port."""
     if wild and rng.random() < 0.5:
-        return rng.choice(["ghost", f"{rng.choice(list(graph.nodes))}:{rng.randint(1, 4)}"])
+        return rng.choice(["ghost"] + [f"{name}:{rng.randint(1, 4)}" for name in
+                                       rng.sample(list(graph.nodes), min(1, len(graph)))])
     choices = [n for n in graph if ports_of(n) > 0 and n.name not in avoid]
     if not choices:
         return None
