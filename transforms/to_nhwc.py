@@ -278,7 +278,7 @@ class _Layout:
         graph, op = self.graph, self.graph.op(name)
         plan, inputs = self.plans[name], graph.inputs(name)
         if op in FORMATTED:
-            node = graph.mutable(name)
+            node = graph.edit_node(name)
             node.attr["data_format"].s = b"NHWC"
             for key in PER_AXIS_ATTRS:
                 if key in node.attr and len(node.attr[key].list.i) == 4:
@@ -295,7 +295,7 @@ class _Layout:
             self.set_constant(name, slot, value[list(TO_NHWC)] if plan.source
                               else _converted_constant(op, value))
         if plan.layout_out and "_output_shapes" in graph.node(name).attr:
-            del graph.mutable(name).attr["_output_shapes"]        # recorded in NCHW
+            del graph.edit_node(name).attr["_output_shapes"]        # recorded in NCHW
 
     def set_constant(self, name: str, slot: int, value: np.ndarray) -> None:
         graph = self.graph
