@@ -22,7 +22,7 @@ Transpose that only moves size-1 dims, reinterprets them under another shape).
   ``k`` alone, dims before ``k`` taken whole by their masks, strides 1) → ``vᵢ``.
 
 Refused: unknown shapes where a rule needs one (the report says so), non-constant parameters,
-nodes with control inputs. Graph outputs keep their names (a bypassed output becomes an
+nodes (or their constant parameters) with control inputs. Graph outputs keep their names (a bypassed output becomes an
 Identity). Runs to its own fixpoint.
 """
 from __future__ import annotations
@@ -60,8 +60,10 @@ class _Rules:
 
     def apply(self, name: str) -> bool:
         graph = self.graph
-        if graph.control_inputs(name):
-            return False
+        if graph.control_inputs(name) or any(graph.op(ref) == "Const" and
+                                             graph.control_inputs(ref.node)
+                                             for ref in graph.inputs(name)):
+            return False                # the ordering would be lost with the node
         op = graph.op(name)
         if op == "Tile":
             return self._tile(name)
