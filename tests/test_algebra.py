@@ -561,3 +561,51 @@ def test_peer_duplicates_merge_in_a_plain_run():
                [d.size for d in n.attr["value"].tensor.tensor_shape.dim] == [4, 3]]
     assert len(weights) == 1, [n.name for n in weights]
     same_bits(result)
+
+
+# ---------------------------------------------------------------- AddN and int8 converters
+def sum_tree_graph():
+    form = lambda x, y: ((x + y) + tf.nn.relu(x)) + tf.sigmoid(y)     # noqa: E731
+    return build(form)
+
+
+def test_sum_trees_can_be_turned_off():
+    result, kept = simplified(sum_tree_graph(),
+                              transform_params={"simplify-algebra": {"sum_trees": False}})
+    assert "AddN" not in kept and kept.count("AddV2") == 3, kept
+    same_bits(result)
+
+
+def test_adds_of_add_n_gives_the_chain_back_for_int8_converters():
+    """The TFLite int8 export's step: every AddN a left-to-right chain of AddV2s (TFLite's
+    ADD_N has no int8 kernel); the caller's GraphDef untouched, the output name kept."""
+    from tfsurgery.transforms.simplify_algebra import adds_of_add_n
+    result, kept = simplified(sum_tree_graph())
+    assert kept.count("AddN") == 1, kept
+    before = result.graph_def.SerializeToString(deterministic=True)
+    split = adds_of_add_n(result.graph_def)
+    assert result.graph_def.SerializeToString(deterministic=True) == before
+    left = ops(split)
+    assert "AddN" not in left and left.count("AddV2") == 3, left
+    given = feeds(result.test_model, special=False)
+    (expected,) = oracle.run(result.graph_def, given, ["output"])
+    (actual,) = oracle.run(split, given, ["output"])
+    np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_tflite_int8_of_a_sum_tree_is_integer_throughout(tmp_path):
+    """Converted as the TFLite int8 export converts (after adds_of_add_n): no float ADD_N
+    between DEQUANTIZEs, only the interface quantizes."""
+    from tfsurgery.transforms.simplify_algebra import adds_of_add_n
+    result, _ = simplified(sum_tree_graph())
+    path = tmp_path / "frozen.pb"
+    path.write_bytes(adds_of_add_n(result.graph_def).SerializeToString())
+    converter = tf.compat.v1.lite.TFLiteConverter.from_frozen_graph(
+        str(path), ["in0", "in1"], ["output"], {"in0": [3, 4], "in1": [3, 4]})
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: (
+        [R.standard_normal((3, 4)).astype(np.float32) for _ in range(2)] for _ in range(8))
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    interpreter = tf.lite.Interpreter(model_content=converter.convert())
+    names = [op["op_name"] for op in interpreter._get_ops_details()]
+    assert "ADD_N" not in names and names.count("DEQUANTIZE") <= 1, names

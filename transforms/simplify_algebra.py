@@ -29,7 +29,9 @@ in the last bits (or in the sign of a zero) for some inputs; these run unless ``
   ``exact``.
 - A tree of ``Add``/``AddV2``/``AddN`` over tensors of one fully known static shape (no
   broadcasting anywhere) → one ``AddN`` of its leaves, in order: the inner sums read by the tree
-  alone. Not guaranteed bit-exact (AddN sums in the kernel's order) — only without ``exact``.
+  alone. Not guaranteed bit-exact (AddN sums in the kernel's order) — only without ``exact``, and
+  only with ``sum_trees`` (on by default). TFLite's ``ADD_N`` has no int8 kernel: the TFLite
+  int8 export turns every ``AddN`` back into ``AddV2``s first (``adds_of_add_n``).
 - ``Split``/``SplitV`` into one piece → the input: exact. (A ``Concat``/``ConcatV2`` of one input
   cannot occur: their OpDefs require ``N >= 2`` and TensorFlow refuses such a graph.)
 - ``MatMul(Transpose(a, [1, 0]), b)`` → ``MatMul(a, b, transpose_a=¬transpose_a)`` (and ``b``);
@@ -74,12 +76,15 @@ MAX_ROUNDS = 10
 @dataclasses.dataclass
 class SimplifyAlgebraParams:
     exact: bool = False     # only rewrites that are bit-exact in IEEE arithmetic (--exact)
+    sum_trees: bool = True  # a tree of sums of one shape as one AddN
 
 
 @transform("simplify-algebra", repeat=True, params=SimplifyAlgebraParams)
 def simplify_algebra(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("simplify-algebra")
-    rules = _Rules(graph, options, report, options.params_for(simplify_algebra).exact)
+    params = options.params_for(simplify_algebra)
+    rules = _Rules(graph, options, report, params.exact)
+    rules.sum_trees = params.sum_trees
     for _ in range(MAX_ROUNDS):
         rules.shapes = StaticShapes(graph, options.outputs)
         changed = sum(rules.apply(name) for name in graph.names_with_ops(RULE_OPS)
@@ -97,6 +102,7 @@ class _Rules:
         self.graph, self.options, self.report, self.exact = graph, options, report, exact
         self.shapes = None
         self.reassociated = 0
+        self.sum_trees = True
 
     def apply(self, name: str) -> bool:
         graph = self.graph
@@ -294,7 +300,7 @@ class _Rules:
     def _sum_tree(self, name: str) -> bool:
         graph = self.graph
         dtype = graph.node(name).attr["T"].type
-        if dtype not in INTEGERS | FLOATS | COMPLEX:
+        if not self.sum_trees or dtype not in INTEGERS | FLOATS | COMPLEX:
             return False
         leaves, inner = [], []
 
@@ -434,3 +440,26 @@ class _Rules:
 def _other(pair, ref: Ref) -> Ref:
     """The operand of a two-input product that is not ``ref`` (``ref`` itself for x*x)."""
     return pair[1] if pair[0] == ref else pair[0]
+
+
+def adds_of_add_n(graph_def):
+    """``graph_def`` with every ``AddN`` of two or more inputs as a left-to-right chain of
+    ``AddV2``s (the last one keeps the AddN's name): for converters without an int8 ``ADD_N``.
+    The caller's GraphDef is not changed."""
+    if not any(node.op == "AddN" for node in graph_def.node):
+        return graph_def
+    graph = Graph(graph_def)
+    for name in graph.names_with_ops(("AddN",)):
+        node = graph.node(name)
+        data = [ref for ref in graph.input_refs(name) if not ref.control]
+        control = [ref for ref in graph.input_refs(name) if ref.control]
+        if len(data) < 2:
+            continue
+        attrs, device = {"T": node.attr["T"]}, node.device
+        total = data[0]
+        for index, ref in enumerate(data[1:-1], start=1):
+            total = Ref(graph.new_node("AddV2", f"{name}/sum_{index}", [total, ref], attrs,
+                                       device=device).name)
+        graph.remove([name])
+        graph.new_node("AddV2", name, [total, data[-1]] + control, attrs, device=device)
+    return graph.to_graph_def()
