@@ -218,6 +218,14 @@ def test_integer_constants_are_pushed_down_even_exact():
     same_bits(result, np.int32)
 
 
+def test_push_down_refused_when_the_combined_constant_would_be_larger():
+    c1, c2 = R.standard_normal((3, 1)).astype(np.float32), R.standard_normal(4).astype(np.float32)
+    form = lambda x, y: (tf.constant(c1) + (x + tf.constant(c2))) * y      # noqa: E731
+    result, kept = simplified(build(form))
+    assert kept.count("AddV2") == 2, kept                  # [3, 1] + [4] would be [3, 4]
+    same_bits(result)
+
+
 def test_push_down_refused_when_the_inner_sum_is_read_elsewhere():
     c1, c2 = (R.standard_normal(4).astype(np.float32) for _ in range(2))
 

@@ -215,7 +215,7 @@ class _Rules:
         if self.graph.op(name) == "Reverse":      # a bool per dim
             flags = self.graph.const_value(axes_ref)
             axes = None if flags is None else [int(i) for i in np.flatnonzero(flags)]
-            if axes and not self._rank_is(name, x, np.size(flags), "Reverse"):
+            if flags is None or not self._rank_is(name, x, np.size(flags), "Reverse"):
                 return False
         else:
             axes = self._ints(axes_ref)

@@ -203,8 +203,8 @@ class _Rules:
         if x != y:
             return False
         dtype = self.graph.node(name).attr["T"]
-        if dtype.type == types_pb2.DT_STRING:
-            return False                       # Add of strings concatenates
+        if dtype.type not in INTEGERS | FLOATS:
+            return False                       # (strings concatenate; complex: no push-down)
         if not self._private(name):
             return False
         reader = next(iter(self.graph.consumer_nodes(name)))
@@ -286,6 +286,8 @@ class _Rules:
         if self.exact and not exact:
             self.report.skip(name, f"{form} reassociates (--exact)")
             return False
+        if np.broadcast(c1, c2).size > max(c1.size, c2.size):
+            return False                       # the combined constant would be larger
         with np.errstate(all="ignore"):         # integers wrap as TensorFlow's do
             value = np.add(c1, c2) if op in ADDS else np.multiply(c1, c2)
         combined = graph.add_const(f"{name}/constants", np.asarray(value, c1.dtype),
