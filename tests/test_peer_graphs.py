@@ -153,3 +153,18 @@ def test_section_replaces_its_old_self_and_keeps_the_rest():
     assert simplify.section_of(spliced).strip() == new.strip()
     appended = simplify.splice("# Benchmark\n\n## Models\n\nm\n", new)
     assert appended.endswith(new) and "## Models" in appended
+
+
+def test_logical_not_of_float_comparisons_keeps_nan_semantics(built):
+    """Why logical_not stays BEHIND: !(a < b) is true when a or b is NaN, a >= b is false —
+    Grappler AGGRESSIVE's rewrite flips 4 of the 6 outputs on these feeds; ours keeps them."""
+    import numpy as np
+    model = built["logical_not"]
+    result = optimize(model)
+    feeds = {"a": np.array([np.nan, 1, 2, 3, 4, 5], np.float32),
+             "b": np.array([0, np.nan, 2, 1, 5, 5], np.float32)}
+    expected = oracle.run(model.graph_def, feeds, model.outputs)
+    actual = oracle.run(result.graph_def, feeds, result.outputs)
+    for want, got in zip(expected, actual):
+        np.testing.assert_array_equal(got, want)
+    assert peer_graphs.histogram(result.graph_def).get("LogicalNot") == 4
