@@ -11,7 +11,7 @@ from tfsurgery.transforms import (add_preprocessing, flatten_atrous_conv, fold_a
                                   remove_identity, remove_noop_shape_ops,
                                   remove_switch_merge, simplify_algebra, simplify_arithmetic,
                                   strip_debug)
-from tfsurgery.transforms import float16_weights, inline_functions
+from tfsurgery.transforms import float16_weights, inline_functions, int8_weights
 
 PIPELINE = (
     add_preprocessing.add_preprocessing,
@@ -38,6 +38,7 @@ PIPELINE = (
     merge_duplicates.merge_duplicates,
     prune.prune,
     float16_weights.float16_weights,
+    int8_weights.int8_weights,
 )
 
 REGISTRY = {fn.transform_name: fn for fn in PIPELINE}

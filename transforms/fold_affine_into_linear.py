@@ -369,7 +369,7 @@ def _pad_with(graph: Graph, lin: str, name: str, paddings: np.ndarray, value: fl
     if pad:
         graph.remove([pad])
     else:
-        graph.mutable(lin).attr["padding"].s = b"VALID"
+        graph.edit_node(lin).attr["padding"].s = b"VALID"
 
 
 def _int32():

@@ -400,7 +400,7 @@ class _Rules:
             if op != "MatMul" and dtype in COMPLEX:
                 self.report.skip(name, f"{flag} conjugates complex values; a Transpose does not")
                 continue
-            node = graph.mutable(name)
+            node = graph.edit_node(name)
             node.attr[flag].b = not graph.attr(name, flag, False)
             graph.set_input(name, index, graph.inputs(ref.node)[0])
             self.report.matched += 1
