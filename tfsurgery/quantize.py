@@ -6,6 +6,12 @@ with the float ORIGINAL graph run in TensorFlow: top-1 agreement for class-score
 last dimension ≥ 2), SQNR in dB for the rest. When a threshold fails, each quantized layer's
 sensitivity is measured (the error with only that layer kept float) and the most sensitive layers
 stay float, most sensitive first, until the thresholds hold or the cap is reached — then refuse.
+
+Before that, the model is made as quantizable as it can be: each calibration method asked for
+(``auto``: MinMax, Percentile and Entropy) and each float candidate (the plain model and, when the
+caller gives one, its cross-layer-equalized twin) is quantized and measured on the check rows; the
+attempt with the least error (:func:`score`) is kept, and every attempt's measures are reported.
+Each method's ranges are computed once and read back from its own cache file afterwards.
 """
 import dataclasses
 import logging
@@ -22,7 +28,11 @@ from tfsurgery.samples import Samples
 
 # Layers with weights that quantize_static turns into QDQ int8 (what a user calls a layer).
 LAYER_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
-CALIBRATION_METHOD = "MinMax"      # onnxruntime's default; exact ranges of the calibration rows
+# onnxruntime's calibration methods, by the name the CLI takes: MinMax (exact ranges of the
+# calibration rows), Percentile (the 99.999th percentile of |x|: outliers clipped), Entropy
+# (the range minimizing the KL divergence of the quantized histogram, TensorRT's method).
+CALIBRATION_METHODS = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}
+CALIBRATION_CHOICES = ("auto",) + tuple(CALIBRATION_METHODS)
 MIN_AGREEMENT = 0.99
 MIN_SQNR_DB = 20.0                 # signal 100× the quantization noise in power
 DEFAULT_TIMEOUT = 120.0            # seconds for all check rows of one int8 model
@@ -81,6 +91,24 @@ class OutputMeasure:
 
 
 @dataclasses.dataclass
+class Attempt:
+    """One calibration method on one float candidate ("plain" or "equalized"), measured on the
+    check rows before any layer is kept float."""
+    model: str
+    method: str
+    outputs: List[OutputMeasure]
+    seconds: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return score(self.outputs)
+
+    def as_dict(self) -> dict:
+        return dict(model=self.model, method=self.method, score=self.score,
+                    seconds=round(self.seconds, 3), outputs=[o.as_dict() for o in self.outputs])
+
+
+@dataclasses.dataclass
 class Int8Report:
     path: str
     calibration_method: str
@@ -94,6 +122,9 @@ class Int8Report:
     max_float_layers: int = 0
     float_bytes: int = 0
     int8_bytes: int = 0
+    tried: List[Attempt] = dataclasses.field(default_factory=list)   # every method × candidate
+    model: str = "plain"                           # the float candidate kept: plain or equalized
+    equalization: dict = dataclasses.field(default_factory=dict)    # set by the caller
 
     @property
     def passed(self) -> bool:
@@ -102,7 +133,8 @@ class Int8Report:
     def as_dict(self) -> dict:
         data = dataclasses.asdict(self)
         data.update(passed=self.passed, outputs=[o.as_dict() for o in self.outputs],
-                    plain_outputs=[o.as_dict() for o in self.plain_outputs])
+                    plain_outputs=[o.as_dict() for o in self.plain_outputs],
+                    tried=[a.as_dict() for a in self.tried])
         return data
 
 
@@ -116,42 +148,73 @@ def reference_outputs(graph_def, outputs: Sequence[str], check: Samples,
         raise ExportError(f"no float reference on the check samples: {error}") from None
 
 
-def quantize(float_model: Path, path: Path, *, outputs: Sequence[str], calibration: Samples,
+def quantize(float_model, path: Path, *, outputs: Sequence[str], calibration: Samples,
              check: Samples, expected: List[List[np.ndarray]], thresholds: Thresholds,
-             batch: Optional[artefacts.Batch] = None,
-             timeout: float = DEFAULT_TIMEOUT) -> Int8Report:
+             batch: Optional[artefacts.Batch] = None, timeout: float = DEFAULT_TIMEOUT,
+             calibration_method: str = "auto") -> Int8Report:
     """Quantize ``float_model`` to ``path`` (with ``batch``: written when the whole run passed).
-    Raises ``ExportError`` carrying the report when the thresholds cannot be met."""
+    ``float_model``: a path, or candidates by name ({"plain": p, "equalized": q}) of which the
+    one quantizing best is kept. ``calibration_method``: "auto" (each method tried, the best
+    kept) or one of CALIBRATION_METHODS. Raises ``ExportError`` carrying the report when the
+    thresholds cannot be met."""
+    import time
     thresholds.check_applies(outputs, expected)
-    layers = quantizable_layers(float_model)
+    candidates = {"plain": Path(float_model)} if isinstance(float_model, (str, Path)) else \
+        {name: Path(p) for name, p in float_model.items()}
+    methods = calibration_methods(calibration_method)
+    first = next(iter(candidates.values()))
+    layers = quantizable_layers(first)
     cap = thresholds.max_float_layers
     if cap is None:
         cap = max(1, int(len(layers) * MAX_FLOAT_FRACTION))
     with artefacts.staging(path, batch) as stage:
         staged = stage / path.name
 
-        def attempt(kept_float: Sequence[str]) -> List[OutputMeasure]:
-            _quantize_static(float_model, staged, calibration, kept_float,
-                             cache=stage / "calibration.json")
+        def attempt(model: str, method: str, kept_float: Sequence[str]) -> List[OutputMeasure]:
+            _quantize_static(candidates[model], staged, calibration, kept_float, method=method,
+                             cache=stage / f"calibration-{model}-{method}.json")
             return measure(staged, outputs, check, expected, thresholds, timeout)
 
-        plain = attempt([])
-        report = Int8Report(str(path), CALIBRATION_METHOD, calibration.rows, check.rows,
-                            len(layers), plain, plain, max_float_layers=cap,
-                            float_bytes=float_model.stat().st_size)
+        tried = []
+        for model in candidates:
+            for method in methods:
+                started = time.perf_counter()
+                measures = attempt(model, method, [])
+                tried.append(Attempt(model, method, measures, time.perf_counter() - started))
+        best = min(tried, key=lambda a: (not all(o.passed for o in a.outputs), a.score))
+        report = Int8Report(str(path), best.method, calibration.rows, check.rows,
+                            len(layers), best.outputs, best.outputs, max_float_layers=cap,
+                            float_bytes=candidates[best.model].stat().st_size, tried=tried,
+                            model=best.model)
+
+        def chosen(kept_float: Sequence[str]) -> List[OutputMeasure]:
+            return attempt(best.model, best.method, kept_float)
+
         if not report.passed and cap > 0:
-            report.sensitivities = sensitivities(layers, plain, attempt)
+            report.sensitivities = sensitivities(layers, best.outputs, chosen)
             ranked = sorted(report.sensitivities, key=report.sensitivities.get, reverse=True)
             for count in range(1, min(cap, len(ranked)) + 1):
                 report.kept_float = ranked[:count]
-                report.outputs = attempt(report.kept_float)
+                report.outputs = chosen(report.kept_float)
                 if report.passed:
                     break
         if not report.passed:
             raise Int8Refused(report)
+        if not report.kept_float and best is not tried[-1]:
+            chosen([])                 # the staged file was the last attempt's: make it the best
         report.int8_bytes = staged.stat().st_size
         artefacts.publish(lambda: _publish(staged, path), batch, stage)
     return report
+
+
+def calibration_methods(choice: str) -> List[str]:
+    """onnxruntime's method names for a choice ("auto": every one)."""
+    if choice == "auto":
+        return list(CALIBRATION_METHODS.values())
+    if choice not in CALIBRATION_METHODS:
+        raise InputError(f"--int8-calibration {choice}: choose from "
+                         f"{', '.join(CALIBRATION_CHOICES)}")
+    return [CALIBRATION_METHODS[choice]]
 
 
 class Int8Refused(ExportError):
@@ -178,13 +241,13 @@ def quantizable_layers(float_model: Path) -> List[str]:
 def sensitivities(layers: Sequence[str], plain: List[OutputMeasure], attempt) -> Dict[str, float]:
     """How much each layer's quantization costs: the drop in summed relative output error when
     only that layer stays float (larger = more sensitive)."""
-    base = _error(plain)
-    return {layer: base - _error(attempt([layer])) for layer in layers}
+    base = score(plain)
+    return {layer: base - score(attempt([layer])) for layer in layers}
 
 
-def _error(measures: List[OutputMeasure]) -> float:
-    """A continuous score over outputs: disagreement plus relative error, so layers can be ranked
-    even when top-1 barely moves."""
+def score(measures: List[OutputMeasure]) -> float:
+    """A continuous error over outputs (lower is better): disagreement plus relative error, so
+    attempts and layers can be ranked even when top-1 barely moves."""
     return sum(o.relative_error + (1 - o.value if o.measure == "top1_agreement" else 0)
                for o in measures)
 
@@ -245,7 +308,7 @@ def _tensor(name: str) -> str:
 
 
 def _quantize_static(float_model: Path, out: Path, calibration: Samples,
-                     kept_float: Sequence[str], cache: Path) -> None:
+                     kept_float: Sequence[str], cache: Path, method: str = "MinMax") -> None:
     """QDQ int8 with ``kept_float`` left float; the calibration ranges are computed once and
     read back from ``cache`` on every later attempt (the sensitivity scan makes many)."""
     from onnxruntime import quantization as q
@@ -266,7 +329,7 @@ def _quantize_static(float_model: Path, out: Path, calibration: Samples,
     try:
         q.quantize_static(str(float_model), str(out), Rows(), quant_format=q.QuantFormat.QDQ,
                           per_channel=True, weight_type=q.QuantType.QInt8,
-                          calibrate_method=getattr(q.CalibrationMethod, CALIBRATION_METHOD),
+                          calibrate_method=getattr(q.CalibrationMethod, method),
                           nodes_to_exclude=list(kept_float),
                           calibration_cache_path=str(cache))
     except Exception as error:     # onnxruntime's errors are not a public hierarchy

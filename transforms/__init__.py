@@ -11,7 +11,7 @@ from tfsurgery.transforms import (add_preprocessing, flatten_atrous_conv, fold_a
                                   remove_identity,
                                   remove_switch_merge, simplify_algebra, simplify_arithmetic,
                                   strip_debug)
-from tfsurgery.transforms import float16_weights, inline_functions
+from tfsurgery.transforms import equalize_cross_layer, float16_weights, inline_functions
 
 PIPELINE = (
     add_preprocessing.add_preprocessing,
@@ -36,6 +36,8 @@ PIPELINE = (
     # fixpoint rounds, so what a merge exposes to them (a BN now behind a shared conv) is done.
     merge_duplicates.merge_duplicates,
     prune.prune,
+    # only for int8 (--int8-equalize): balances weight ranges before calibration
+    equalize_cross_layer.equalize_cross_layer,
     float16_weights.float16_weights,
 )
 

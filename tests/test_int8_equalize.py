@@ -1,0 +1,213 @@
+"""Cross-layer equalization (transforms/equalize_cross_layer.py) and the int8 choices around it
+(calibration method, --int8-equalize). The oracle: the original and the result run in plain
+TensorFlow sessions (tests/oracle.py) on random inputs; weights random with per-channel ranges
+spanning orders of magnitude (the depthwise-network failure equalization exists for)."""
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import oracle
+from tfsurgery import pipeline
+from tfsurgery.contract import Options, with_params
+from tfsurgery.transforms.equalize_cross_layer import equalize_cross_layer
+
+NAME = "equalize-cross-layer"
+
+
+def ranged(rng, shape, axis):
+    """Normal weights whose slices along ``axis`` span 1e-3 … 1e2 in magnitude."""
+    w = rng.standard_normal(shape)
+    spread = 10.0 ** rng.uniform(-3, 2, shape[axis])
+    view = [1] * len(shape)
+    view[axis] = -1
+    return (w * spread.reshape(view)).astype(np.float32)
+
+
+def build(kind1="Conv2D", kind2="Conv2D", act="Relu", bias="BiasAdd", nchw=False, seed=0,
+          extra_reader=False, variable_weights=False, channels=6):
+    """input → conv1 → bias → act → conv2 → output (and a depthwise/MatMul variant)."""
+    rng = np.random.default_rng(seed)
+    fmt = "NCHW" if nchw else "NHWC"
+    with tf.Graph().as_default() as graph:
+        if kind1 == "MatMul":
+            x = tf.compat.v1.placeholder(tf.float32, [None, 5], name="input")
+            w1 = tf.constant(ranged(rng, (5, channels), 1), name="w1")
+            y = tf.matmul(x, w1, name="conv1")
+        else:
+            shape = [None, 3, 7, 7] if nchw else [None, 7, 7, 3]
+            x = tf.compat.v1.placeholder(tf.float32, shape, name="input")
+            if kind1 == "DepthwiseConv2dNative":
+                w1 = tf.constant(ranged(rng, (3, 3, 3, 2), 2), name="w1")   # 3 × 2 = 6 channels
+                y = tf.nn.depthwise_conv2d(x, w1, [1, 1, 1, 1], "SAME", data_format=fmt,
+                                           name="conv1")
+                channels = 6
+            else:
+                value = ranged(rng, (3, 3, 3, channels), 3)
+                w1 = tf.compat.v1.placeholder_with_default(value, value.shape, name="w1") \
+                    if variable_weights else tf.constant(value, name="w1")
+                y = tf.nn.conv2d(x, w1, [1, 1, 1, 1], "SAME", data_format=fmt, name="conv1")
+        b = rng.standard_normal(channels).astype(np.float32)
+        if bias == "BiasAdd":
+            y = tf.nn.bias_add(y, b, data_format=fmt if kind1 != "MatMul" else "NHWC",
+                               name="bias")
+        elif bias == "Add":
+            b = b.reshape((channels, 1, 1) if nchw and kind1 != "MatMul" else (channels,))
+            y = tf.add(y, tf.constant(b), name="bias")
+        if act == "Relu":
+            y = tf.nn.relu(y, name="act")
+        elif act == "Relu6":
+            y = tf.nn.relu6(y, name="act")
+        elif act == "Identity":
+            y = tf.identity(y, name="act")
+        if extra_reader:
+            tf.identity(y * 2.0, name="other")
+        if kind2 == "MatMul":
+            w2 = tf.constant(ranged(rng, (channels, 4), 0), name="w2")
+            out = tf.matmul(y, w2, name="conv2")
+        elif kind2 == "DepthwiseConv2dNative":
+            w2 = tf.constant(ranged(rng, (3, 3, channels, 1), 2), name="w2")
+            out = tf.nn.depthwise_conv2d(y, w2, [1, 1, 1, 1], "SAME", data_format=fmt,
+                                         name="conv2")
+        else:
+            w2 = tf.constant(ranged(rng, (1, 1, channels, 5), 2), name="w2")
+            out = tf.nn.conv2d(y, w2, [1, 1, 1, 1], "SAME", data_format=fmt, name="conv2")
+        tf.identity(out, name="output")
+    return graph.as_graph_def()
+
+
+def equalize(graph_def, outputs=("output",), **params):
+    options = Options(inputs=["input"], outputs=list(outputs),
+                      params={NAME: with_params(equalize_cross_layer, params)})
+    after, reports = pipeline.run(graph_def, [NAME], options)
+    return after, reports[0]
+
+
+def weights(graph_def, conv):
+    nodes = {n.name: n for n in graph_def.node}
+    name = nodes[conv].input[1].split(":")[0]
+    while nodes[name].op == "Identity":
+        name = nodes[name].input[0]
+    return tf.make_ndarray(nodes[name].attr["value"].tensor)
+
+
+def same_outputs(before, after, outputs=("output",), seed=1, scale=1.0):
+    nodes = {n.name: n for n in before.node}
+    feeds = oracle.random_feeds(before, ["input"], seed, batch=3)
+    feeds = {k: v * scale for k, v in feeds.items()}
+    expected = oracle.run(before, feeds, list(outputs))
+    actual = oracle.run(after, feeds, list(outputs))
+    for e, a in zip(expected, actual):
+        assert oracle.relative_error(e, a) < 1e-5
+    return nodes
+
+
+PAIRS = [("Conv2D", "Conv2D", "Relu", "BiasAdd"), ("Conv2D", "Conv2D", "Identity", "Add"),
+         ("Conv2D", "Conv2D", None, None), ("DepthwiseConv2dNative", "Conv2D", "Relu", "BiasAdd"),
+         ("Conv2D", "DepthwiseConv2dNative", "Relu", "Add"), ("MatMul", "MatMul", "Relu", "Add"),
+         ("Conv2D", "Conv2D", "LeakyRelu", "BiasAdd")]
+
+
+@pytest.mark.parametrize("nchw", [False, True], ids=["NHWC", "NCHW"])
+@pytest.mark.parametrize("kind1,kind2,act,bias", PAIRS)
+def test_equalization_is_exact_in_float_and_balances_the_ranges(kind1, kind2, act, bias, nchw):
+    if nchw and "MatMul" in (kind1, kind2):
+        pytest.skip("a MatMul has no data format")
+    before = build(kind1, kind2, act if act != "LeakyRelu" else None, bias, nchw)
+    if act == "LeakyRelu":                       # built by hand: tf.nn.leaky_relu's name
+        before = build(kind1, kind2, "Relu", bias, nchw)
+        for node in before.node:
+            if node.name == "act":
+                node.op = "LeakyRelu"
+                node.attr["alpha"].f = 0.1
+    after, report = equalize(before)
+    assert report.matched == 1 and len(report.rewritten) == 1, report.as_dict()
+    same_outputs(before, after)
+    same_outputs(before, after, seed=2, scale=10.0)
+    in_axis = 0 if kind2 == "MatMul" else 2
+
+    def ranges(graph_def):
+        w1, w2 = weights(graph_def, "conv1"), weights(graph_def, "conv2")
+        return (np.max(np.abs(w1.reshape(-1, 6)), axis=0),          # conv1's output channels
+                np.max(np.abs(np.moveaxis(w2, in_axis, -1).reshape(-1, 6)), axis=0))
+
+    (r1, r2), (q1, q2) = ranges(before), ranges(after)
+    np.testing.assert_allclose(q1, q2, rtol=1e-5)          # balanced: one range per channel
+    np.testing.assert_allclose(q1, np.sqrt(r1 * r2), rtol=1e-5)     # Nagel's geometric mean
+    assert np.ptp(np.log10(r1 / r2)) > 2                   # they really were unbalanced
+
+
+def test_a_chain_is_swept_until_every_pair_is_balanced():
+    """depthwise → pointwise → depthwise: the middle conv belongs to two pairs."""
+    rng = np.random.default_rng(3)
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 6, 6, 4], name="input")
+        y = tf.nn.relu(tf.nn.depthwise_conv2d(x, ranged(rng, (3, 3, 4, 1), 2), [1] * 4, "SAME",
+                                              name="dw1"))
+        y = tf.nn.relu(tf.nn.conv2d(y, ranged(rng, (1, 1, 4, 8), 3), [1] * 4, "SAME", name="pw"))
+        y = tf.nn.depthwise_conv2d(y, ranged(rng, (3, 3, 8, 1), 2), [1] * 4, "SAME", name="dw2")
+        tf.identity(y, name="output")
+    before = graph.as_graph_def()
+    after, report = equalize(before)
+    assert len(report.rewritten) == 2
+    same_outputs(before, after)
+    pw, dw1, dw2 = weights(after, "pw"), weights(after, "dw1"), weights(after, "dw2")
+    np.testing.assert_allclose(np.abs(dw1).max(axis=(0, 1, 3)), np.abs(pw).max(axis=(0, 1, 3)),
+                               rtol=1e-3)
+    np.testing.assert_allclose(np.abs(pw).max(axis=(0, 1, 2)), np.abs(dw2).max(axis=(0, 1, 3)),
+                               rtol=1e-3)
+
+
+def test_relu6_is_refused_without_ranges_and_untouched():
+    before = build(act="Relu6")
+    after, report = equalize(before)
+    assert not report.rewritten and "ReLU6" in report.skipped[0][1]
+    assert after.SerializeToString() == before.SerializeToString() or \
+        np.array_equal(weights(after, "conv1"), weights(before, "conv1"))
+
+
+def relu6_maxima(graph_def, feeds):
+    pre = oracle.run(graph_def, feeds, ["bias"])[0]
+    return tuple(float(v) for v in pre.reshape(-1, pre.shape[-1]).max(axis=0))
+
+
+def test_relu6_with_measured_ranges_scales_only_channels_that_never_clip():
+    before = build(act="Relu6", seed=4)
+    feeds = oracle.random_feeds(before, ["input"], 5, batch=4)
+    feeds = {k: v * 0.05 for k, v in feeds.items()}           # small inputs: few channels clip
+    maxima = relu6_maxima(before, feeds)
+    after, report = equalize(before, activation_max={"act": maxima})
+    assert len(report.rewritten) == 1, report.as_dict()
+    expected = oracle.run(before, feeds, ["output"])[0]
+    actual = oracle.run(after, feeds, ["output"])[0]
+    assert oracle.relative_error(expected, actual) < 1e-5       # exact where no clip is reached
+    s = np.abs(weights(before, "conv1")).max(axis=(0, 1, 2)) / \
+        np.abs(weights(after, "conv1")).max(axis=(0, 1, 2))
+    clipping = np.asarray(maxima) * 1.25 >= 6
+    np.testing.assert_allclose(s[clipping], 1, rtol=1e-6)       # clipped channels: untouched
+    assert np.all(np.asarray(maxima)[~clipping] / s[~clipping] * 1.25 <= 6 + 1e-6)
+
+
+def test_relu6_refused_when_every_channel_reaches_the_clip():
+    before = build(act="Relu6")
+    after, report = equalize(before, activation_max={"act": (50.0,) * 6})
+    assert not report.rewritten and "every channel reaches the clip" in report.skipped[0][1]
+    assert np.array_equal(weights(after, "conv1"), weights(before, "conv1"))
+
+
+def test_a_second_reader_of_conv1_is_refused():
+    before = build(extra_reader=True)
+    after, report = equalize(before, outputs=("output", "other"))
+    assert not report.rewritten and "read by 2" in report.skipped[0][1]
+    same_outputs(before, after, outputs=("output", "other"))
+    assert np.array_equal(weights(after, "conv1"), weights(before, "conv1"))
+
+
+def test_weights_that_are_not_constants_are_refused():
+    before = build(variable_weights=True)
+    after, report = equalize(before)
+    assert not report.rewritten and "not a constant" in report.skipped[0][1]
+    assert np.array_equal(weights(after, "conv2"), weights(before, "conv2"))
