@@ -262,6 +262,14 @@ def _int8_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--int8-max-float-layers", type=int, default=None, metavar="N",
                        help="most layers kept float when a threshold fails (default 10%% of "
                             "the layers, at least 1)")
+    group.add_argument("--int8-calibration", default="auto",
+                       choices=("auto", "minmax", "percentile", "entropy"),
+                       help="ONNX calibration method (default auto: each tried on the check "
+                            "rows, the best kept; all are reported)")
+    group.add_argument("--int8-equalize", default="auto", choices=("auto", "on", "off"),
+                       help="cross-layer equalization before ONNX int8 (default auto: kept only "
+                            "if it quantizes better on the check rows; plain and equalized "
+                            "are reported)")
 
 
 def _picture_options(parser: argparse.ArgumentParser) -> None:
@@ -685,7 +693,9 @@ def _export_int8(args, source, result, path: Path, data: dict, batch) -> int:
             return code
         try:
             report = api.export_int8(source, result, float_path, path, calibration=calibration,
-                                     check=check, thresholds=thresholds, batch=batch)
+                                     check=check, thresholds=thresholds, batch=batch,
+                                     calibration_method=args.int8_calibration,
+                                     equalize=args.int8_equalize)
         except api.Int8Refused as refused:
             data["int8"] = refused.report.as_dict()
             _say_int8(args, refused.report)
@@ -745,8 +755,20 @@ def _export_tflite_int8(args, source, result, data: dict, batch) -> int:
 
 
 def _say_int8(args, report) -> None:
-    _say(args, f"int8 ({report.calibration_method} calibration on {report.calibration_rows} rows, "
-               f"checked on {report.check_rows} held-back rows against the float original):")
+    equalized = " of the cross-layer-equalized graph" if report.model == "equalized" else ""
+    _say(args, f"int8{equalized} ({report.calibration_method} calibration on "
+               f"{report.calibration_rows} rows, checked on {report.check_rows} held-back rows "
+               "against the float original):")
+    eq = report.equalization
+    if eq.get("asked", "off") != "off":
+        how = (f"{eq.get('pairs', 0)} layer pair(s) equalized, {eq.get('refused', 0)} refused"
+               + (f"; not used: {eq['why']}" if eq.get("why") else ""))
+        _say(args, f"  cross-layer equalization ({eq['asked']}): {how}")
+    if len(report.tried) > 1:
+        _say(args, "  tried (error score, lower is better): " + "; ".join(
+            f"{a.model} {a.method}: " + ", ".join(f"{o.measure} {o.value:.4g}"
+                                                  for o in a.outputs) + f" ({a.score:.4g})"
+            for a in report.tried))
     for plain, final in zip(report.plain_outputs, report.outputs):
         changed = (f" (plain int8: {plain.value:.4g})" if report.kept_float else "")
         _say(args, f"  {final.name}: {final.measure} {final.value:.4g}{changed}, threshold "

@@ -326,12 +326,15 @@ def _quantize_static(float_model: Path, out: Path, calibration: Samples,
         str(float_model), providers=["CPUExecutionProvider"]).get_inputs()}
     root = logging.getLogger()       # onnxruntime logs "consider pre-processing" on the root
     level, root.level = root.level, logging.ERROR
+    import contextlib
+    import io
     try:
-        q.quantize_static(str(float_model), str(out), Rows(), quant_format=q.QuantFormat.QDQ,
-                          per_channel=True, weight_type=q.QuantType.QInt8,
-                          calibrate_method=getattr(q.CalibrationMethod, method),
-                          nodes_to_exclude=list(kept_float),
-                          calibration_cache_path=str(cache))
+        with contextlib.redirect_stdout(io.StringIO()):    # the histogram methods print()
+            q.quantize_static(str(float_model), str(out), Rows(), quant_format=q.QuantFormat.QDQ,
+                              per_channel=True, weight_type=q.QuantType.QInt8,
+                              calibrate_method=getattr(q.CalibrationMethod, method),
+                              nodes_to_exclude=list(kept_float),
+                              calibration_cache_path=str(cache))
     except Exception as error:     # onnxruntime's errors are not a public hierarchy
         raise ExportError(f"onnxruntime cannot quantize the model: "
                           f"{str(error).splitlines()[0] if str(error) else error!r}") from None
