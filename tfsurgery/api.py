@@ -755,8 +755,8 @@ def export_int8(source: Source, result: Result, float_model, path, *, calibratio
     """Static int8 of the (checked) float ONNX ``float_model``, checked on ``check`` against the
     float ORIGINAL in TensorFlow; raises ``Int8Refused`` (with its report) when it misses.
 
-    ``calibration_method``: "auto" (MinMax, Percentile and Entropy tried, the best on the check
-    rows kept) or one of them. ``equalize``: "auto" also quantizes the cross-layer-equalized
+    ``calibration_method``: "auto" (MinMax and Percentile tried, the best on the check rows
+    kept) or one of "minmax", "percentile", "entropy". ``equalize``: "auto" also quantizes the cross-layer-equalized
     graph (verified in float against the original, exported next to ``float_model``) and keeps
     it only if it quantizes better; "on" uses it alone (an error when nothing could be
     equalized or it fails its float check); "off" never."""
