@@ -211,3 +211,82 @@ def test_weights_that_are_not_constants_are_refused():
     after, report = equalize(before)
     assert not report.rewritten and "not a constant" in report.skipped[0][1]
     assert np.array_equal(weights(after, "conv2"), weights(before, "conv2"))
+
+
+# ---------------------------------------------------------------- int8 on real digits
+@pytest.fixture(scope="module")
+def digits_model(tmp_path_factory):
+    from int8_digits import CALIBRATE, TRAIN, digits, trained_cnn
+    images, labels = digits()
+    built = trained_cnn(images, labels)
+    folder = tmp_path_factory.mktemp("digits_eq")
+    pb = folder / "digits.pb"
+    pb.write_bytes(built.graph_def.SerializeToString())
+    np.savez(folder / "calibration.npz", input=images[TRAIN:TRAIN + CALIBRATE])
+    unseen = images[TRAIN + CALIBRATE:]
+    np.savez(folder / "check.npz", input=unseen[:100])
+    return dict(pb=pb, folder=folder, graph_def=built.graph_def, check=unseen[:100],
+                other=unseen[100:], labels=labels[TRAIN + CALIBRATE + 100:])
+
+
+def ort_scores(path, images):
+    import onnxruntime as ort
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return np.concatenate([session.run(None, {name: image[None]})[0] for image in images])
+
+
+def int8_run(model, tmp_path, *extra):
+    from tfsurgery.cli import main
+    out, report = tmp_path / "int8.onnx", tmp_path / "report.json"
+    code = main(["export", str(model["pb"]), "-o", str(out), "--quantize", "int8", "--samples",
+                 str(model["folder"] / "calibration.npz"), "--check-samples",
+                 str(model["folder"] / "check.npz"), "--report-json", str(report), "-q",
+                 *extra])
+    return code, out, json.loads(report.read_text())["int8"]
+
+
+def test_digits_int8_with_equalization_and_auto_calibration(digits_model, tmp_path):
+    code, out, int8 = int8_run(digits_model, tmp_path, "--int8-equalize", "on",
+                               "--int8-calibration", "auto")
+    assert code == 0 and int8["passed"] and int8["model"] == "equalized"
+    assert int8["calibration_method"] in ("MinMax", "Percentile")
+    assert {(a["model"], a["method"]) for a in int8["tried"]} == \
+        {("equalized", "MinMax"), ("equalized", "Percentile")}
+    assert int8["equalization"]["pairs"] == 1               # conv → ReLU → conv
+    assert int8["equalization"]["verification"]["passed"]
+    # the test's own oracle: unseen digits, labels, TensorFlow for float, onnxruntime for int8
+    reference = oracle.run(digits_model["graph_def"], {"input": digits_model["other"]},
+                           ["Identity"])[0]
+    got = ort_scores(out, digits_model["other"])
+    labels = digits_model["labels"]
+    assert np.mean(reference.argmax(-1) == labels) > 0.9
+    assert np.mean(got.argmax(-1) == labels) >= np.mean(reference.argmax(-1) == labels) - 0.01
+
+
+def test_auto_keeps_the_best_attempt_on_the_check_rows(digits_model, tmp_path):
+    code, out, int8 = int8_run(digits_model, tmp_path)          # defaults: auto and auto
+    assert code == 0
+    tried = {(a["model"], a["method"]): a for a in int8["tried"]}
+    assert set(tried) == {(m, c) for m in ("plain", "equalized")
+                          for c in ("MinMax", "Percentile")}
+    kept = tried[(int8["model"], int8["calibration_method"])]
+    assert kept["score"] == min(a["score"] for a in tried.values())
+    # the written model is the kept attempt: recompute its measures on the check rows
+    reference = oracle.run(digits_model["graph_def"], {"input": digits_model["check"]},
+                           ["Identity"])[0].astype(np.float64)
+    got = ort_scores(out, digits_model["check"]).astype(np.float64)
+    agreement = np.mean(reference.argmax(-1) == got.argmax(-1))
+    relative = np.linalg.norm(got - reference) / np.linalg.norm(reference)
+    measured = kept["outputs"][0]
+    assert measured["value"] == pytest.approx(agreement)
+    assert measured["relative_error"] == pytest.approx(relative, rel=1e-3)
+    assert kept["score"] == pytest.approx(relative + 1 - agreement, rel=1e-3)
+
+
+def test_one_calibration_method_and_no_equalization(digits_model, tmp_path):
+    code, out, int8 = int8_run(digits_model, tmp_path, "--int8-calibration", "percentile",
+                               "--int8-equalize", "off")
+    assert code == 0 and int8["calibration_method"] == "Percentile" and int8["model"] == "plain"
+    assert [(a["model"], a["method"]) for a in int8["tried"]] == [("plain", "Percentile")]
+    assert int8["equalization"] == {"asked": "off"}
