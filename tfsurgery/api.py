@@ -750,8 +750,8 @@ INT8_CALIBRATION_CHOICES = quantize_mod.CALIBRATION_CHOICES
 
 def export_int8(source: Source, result: Result, float_model, path, *, calibration, check,
                 thresholds: quantize_mod.Thresholds, batch: Optional[Batch] = None,
-                calibration_method: str = "auto",
-                equalize: str = "off") -> quantize_mod.Int8Report:
+                calibration_method: str = "auto", equalize: str = "off",
+                bias_correction: str = "off") -> quantize_mod.Int8Report:
     """Static int8 of the (checked) float ONNX ``float_model``, checked on ``check`` against the
     float ORIGINAL in TensorFlow; raises ``Int8Refused`` (with its report) when it misses.
 
@@ -759,7 +759,12 @@ def export_int8(source: Source, result: Result, float_model, path, *, calibratio
     kept) or one of "minmax", "percentile", "entropy". ``equalize``: "auto" also quantizes the cross-layer-equalized
     graph (verified in float against the original, exported next to ``float_model``) and keeps
     it only if it quantizes better; "on" uses it alone (an error when nothing could be
-    equalized or it fails its float check); "off" never."""
+    equalized or it fails its float check); "off" never. ``bias_correction``: "auto" also
+    tries the best attempt with empirical bias correction and keeps the better; "on" keeps the
+    corrected one; "off" never."""
+    if bias_correction not in EQUALIZE_CHOICES:
+        raise InputError(f"--int8-bias-correction {bias_correction}: choose from "
+                         f"{', '.join(EQUALIZE_CHOICES)}")
     if equalize not in EQUALIZE_CHOICES:
         raise InputError(f"--int8-equalize {equalize}: choose from {', '.join(EQUALIZE_CHOICES)}")
     quantize_mod.calibration_methods(calibration_method)          # a bad name: before any work
@@ -767,7 +772,7 @@ def export_int8(source: Source, result: Result, float_model, path, *, calibratio
     equalization: dict = {"asked": equalize}
     if equalize != "off":
         progress.say("cross-layer equalization before int8")
-        equalized, equalization = equalized_result(result, calibration)
+        equalized, equalization = equalized_result(result, calibration, check)
         equalization["asked"] = equalize
         if equalized is not None:
             twin = Path(float_model).with_name("equalized." + Path(float_model).name)
@@ -790,7 +795,8 @@ def export_int8(source: Source, result: Result, float_model, path, *, calibratio
                                        calibration=calibration, check=check, expected=expected,
                                        thresholds=thresholds, batch=batch,
                                        timeout=result.timeout,
-                                       calibration_method=calibration_method)
+                                       calibration_method=calibration_method,
+                                       bias_correction=bias_correction)
     except quantize_mod.Int8Refused as refused:
         refused.report.equalization = equalization
         raise
@@ -798,9 +804,12 @@ def export_int8(source: Source, result: Result, float_model, path, *, calibratio
     return report
 
 
-def equalized_result(result: Result, calibration) -> Tuple[Optional[Result], dict]:
+def equalized_result(result: Result, calibration, check_rows=None
+                     ) -> Tuple[Optional[Result], dict]:
     """``result`` after equalize-cross-layer, verified in float against the original like every
-    transform — or None and why not (nothing equalized, or the check failed)."""
+    transform — or None and why not (nothing equalized, or the check failed). ReLU6 pairs are
+    scaled by the ``calibration`` rows' activation ranges; verification runs on those rows and
+    on ``check_rows``, which the ranges never saw."""
     graph_def, report = equalize_mod.equalize(result.graph_def, result.inputs, result.outputs,
                                               calibration)
     info = {"transform": report.as_dict(), "pairs": len(report.rewritten),
@@ -810,9 +819,11 @@ def equalized_result(result: Result, calibration) -> Tuple[Optional[Result], dic
                        (f" ({report.skipped[0][0]}: {report.skipped[0][1]})"
                         if report.skipped else ""))
         return None, info
+    rows = [r for r in (calibration, check_rows) if r is not None]
     equalized = dataclasses.replace(result, graph_def=graph_def,
                                     reports=list(result.reports) + [report], verification=None,
-                                    verification_error=None, divergence=None)
+                                    verification_error=None, divergence=None,
+                                    samples=samples_mod.concatenate(rows))
     try:
         equalized.verification = check(equalized, feeds=result.given or None)
     except VerificationError as error:

@@ -271,6 +271,10 @@ def _int8_options(parser: argparse.ArgumentParser) -> None:
                        help="cross-layer equalization before ONNX int8 (default auto: kept only "
                             "if it quantizes better on the check rows; plain and equalized "
                             "are reported)")
+    group.add_argument("--int8-bias-correction", default="auto", choices=("auto", "on", "off"),
+                       help="empirical bias correction of the int8 model's output shift per "
+                            "channel, measured on the calibration rows (default auto: kept "
+                            "only if it quantizes better on the check rows)")
 
 
 def _picture_options(parser: argparse.ArgumentParser) -> None:
@@ -696,7 +700,8 @@ def _export_int8(args, source, result, path: Path, data: dict, batch) -> int:
             report = api.export_int8(source, result, float_path, path, calibration=calibration,
                                      check=check, thresholds=thresholds, batch=batch,
                                      calibration_method=args.int8_calibration,
-                                     equalize=args.int8_equalize)
+                                     equalize=args.int8_equalize,
+                                     bias_correction=args.int8_bias_correction)
         except api.Int8Refused as refused:
             data["int8"] = refused.report.as_dict()
             _say_int8(args, refused.report)
@@ -757,7 +762,8 @@ def _export_tflite_int8(args, source, result, data: dict, batch) -> int:
 
 def _say_int8(args, report) -> None:
     equalized = " of the cross-layer-equalized graph" if report.model == "equalized" else ""
-    _say(args, f"int8{equalized} ({report.calibration_method} calibration on "
+    corrected = ", biases corrected" if report.bias_corrected else ""
+    _say(args, f"int8{equalized} ({report.calibration_method} calibration{corrected} on "
                f"{report.calibration_rows} rows, checked on {report.check_rows} held-back rows "
                "against the float original):")
     eq = report.equalization
@@ -767,7 +773,7 @@ def _say_int8(args, report) -> None:
         _say(args, f"  cross-layer equalization ({eq['asked']}): {how}")
     if len(report.tried) > 1:
         _say(args, "  tried (error score, lower is better): " + "; ".join(
-            f"{a.model} {a.method}: " + ", ".join(f"{o.measure} {o.value:.4g}"
+            f"{a.label}: " + ", ".join(f"{o.measure} {o.value:.4g}"
                                                   for o in a.outputs) + f" ({a.score:.4g})"
             for a in report.tried))
     for plain, final in zip(report.plain_outputs, report.outputs):

@@ -10,7 +10,7 @@ stay float, most sensitive first, until the thresholds hold or the cap is reache
 Before that, the model is made as quantizable as it can be: each calibration method asked for
 (``auto``: MinMax and Percentile; Entropy when asked) and each float candidate (the plain model and, when the
 caller gives one, its cross-layer-equalized twin) is quantized and measured on the check rows; the
-attempt with the least error (:func:`score`) is kept, and every attempt's measures are reported.
+best attempt (:func:`rank`: agreement, or SQNR, first) is kept, and every attempt is reported.
 Each method's ranges are computed once and read back from its own cache file afterwards.
 """
 import contextlib
@@ -103,14 +103,21 @@ class Attempt:
     method: str
     outputs: List[OutputMeasure]
     seconds: float = 0.0
+    bias_corrected: bool = False
 
     @property
     def score(self) -> float:
         return score(self.outputs)
 
+    @property
+    def label(self) -> str:
+        return f"{self.model} {self.method}" + (" + bias correction" if self.bias_corrected
+                                                else "")
+
     def as_dict(self) -> dict:
-        return dict(model=self.model, method=self.method, score=self.score,
-                    seconds=round(self.seconds, 3), outputs=[o.as_dict() for o in self.outputs])
+        return dict(model=self.model, method=self.method, bias_corrected=self.bias_corrected,
+                    score=self.score, seconds=round(self.seconds, 3),
+                    outputs=[o.as_dict() for o in self.outputs])
 
 
 @dataclasses.dataclass
@@ -129,6 +136,7 @@ class Int8Report:
     int8_bytes: int = 0
     tried: List[Attempt] = dataclasses.field(default_factory=list)   # every method × candidate
     model: str = "plain"                           # the float candidate kept: plain or equalized
+    bias_corrected: bool = False                   # the kept attempt's biases were corrected
     equalization: dict = dataclasses.field(default_factory=dict)    # set by the caller
 
     @property
@@ -156,11 +164,13 @@ def reference_outputs(graph_def, outputs: Sequence[str], check: Samples,
 def quantize(float_model, path: Path, *, outputs: Sequence[str], calibration: Samples,
              check: Samples, expected: List[List[np.ndarray]], thresholds: Thresholds,
              batch: Optional[artefacts.Batch] = None, timeout: float = DEFAULT_TIMEOUT,
-             calibration_method: str = "auto") -> Int8Report:
+             calibration_method: str = "auto", bias_correction: str = "off") -> Int8Report:
     """Quantize ``float_model`` to ``path`` (with ``batch``: written when the whole run passed).
     ``float_model``: a path, or candidates by name ({"plain": p, "equalized": q}) of which the
     one quantizing best is kept. ``calibration_method``: "auto" (each method tried, the best
-    kept) or one of CALIBRATION_METHODS. Raises ``ExportError`` carrying the report when the
+    kept) or one of CALIBRATION_METHODS. ``bias_correction``: "auto" also tries the best
+    attempt with its biases corrected (:func:`correct_biases`) and keeps whichever is better;
+    "on" keeps the corrected one; "off" never. Raises ``ExportError`` carrying the report when the
     thresholds cannot be met."""
     import time
     thresholds.check_applies(outputs, expected)
@@ -175,9 +185,12 @@ def quantize(float_model, path: Path, *, outputs: Sequence[str], calibration: Sa
     with artefacts.staging(path, batch) as stage:
         staged = stage / path.name
 
-        def attempt(model: str, method: str, kept_float: Sequence[str]) -> List[OutputMeasure]:
+        def attempt(model: str, method: str, kept_float: Sequence[str],
+                    corrected: bool = False) -> List[OutputMeasure]:
             _quantize_static(candidates[model], staged, calibration, kept_float, method=method,
                              cache=stage / f"calibration-{model}-{method}.json")
+            if corrected:
+                correct_biases(candidates[model], staged, calibration)
             return measure(staged, outputs, check, expected, thresholds, timeout)
 
         tried = []
@@ -186,14 +199,21 @@ def quantize(float_model, path: Path, *, outputs: Sequence[str], calibration: Sa
                 started = time.perf_counter()
                 measures = attempt(model, method, [])
                 tried.append(Attempt(model, method, measures, time.perf_counter() - started))
-        best = min(tried, key=lambda a: (not all(o.passed for o in a.outputs), a.score))
+        best = min(tried, key=rank)
+        if bias_correction != "off":
+            started = time.perf_counter()
+            measures = attempt(best.model, best.method, [], corrected=True)
+            tried.append(Attempt(best.model, best.method, measures,
+                                 time.perf_counter() - started, bias_corrected=True))
+            if bias_correction == "on" or rank(tried[-1]) < rank(best):
+                best = tried[-1]
         report = Int8Report(str(path), best.method, calibration.rows, check.rows,
                             len(layers), best.outputs, best.outputs, max_float_layers=cap,
                             float_bytes=candidates[best.model].stat().st_size, tried=tried,
-                            model=best.model)
+                            model=best.model, bias_corrected=best.bias_corrected)
 
         def chosen(kept_float: Sequence[str]) -> List[OutputMeasure]:
-            return attempt(best.model, best.method, kept_float)
+            return attempt(best.model, best.method, kept_float, best.bias_corrected)
 
         if not report.passed and cap > 0:
             report.sensitivities = sensitivities(layers, best.outputs, chosen)
@@ -248,6 +268,15 @@ def sensitivities(layers: Sequence[str], plain: List[OutputMeasure], attempt) ->
     only that layer stays float (larger = more sensitive)."""
     base = score(plain)
     return {layer: base - score(attempt([layer])) for layer in layers}
+
+
+def rank(attempt: "Attempt") -> tuple:
+    """How attempts are ordered (smallest first): passing the thresholds, then each output's
+    own measure (disagreement for class scores; relative error — i.e. SQNR — for the rest),
+    then the continuous :func:`score` to break ties."""
+    primary = sum(1 - o.value if o.measure == "top1_agreement" else o.relative_error
+                  for o in attempt.outputs)
+    return (not all(o.passed for o in attempt.outputs), primary, attempt.score)
 
 
 def score(measures: List[OutputMeasure]) -> float:
@@ -345,6 +374,81 @@ def _quantize_static(float_model: Path, out: Path, calibration: Samples,
                           f"{str(error).splitlines()[0] if str(error) else error!r}") from None
     finally:
         root.level = level
+
+
+BIAS_CORRECTION_ROUNDS = 3     # passes over the calibration rows, each correcting what is left
+
+
+def correct_biases(float_model: Path, quantized: Path,
+                   calibration: Samples, rounds: int = BIAS_CORRECTION_ROUNDS) -> int:
+    """Empirical bias correction (Nagel et al. 2019, §4.2): quantized weights and inputs shift
+    each layer's output by an expected error E[y_int8] - E[y_float], per output channel; it is
+    measured on the calibration rows (the float model's and the int8 model's output of each
+    Conv/Gemm with an int32 bias) and subtracted from that bias, in its own int32 steps
+    (scale = input scale × weight scale). Every layer is corrected at once, ``rounds`` times
+    (a later layer's shift depends on the earlier corrections). Rewrites ``quantized``; returns
+    how many layers were corrected."""
+    import onnx
+    from onnx import numpy_helper
+    model = onnx.load(str(quantized))
+    reference = onnx.load(str(float_model))
+    producer = {out: node for node in model.graph.node for out in node.output}
+    initializers = {init.name: init for init in model.graph.initializer}
+    float_nodes = {node.name: node for node in reference.graph.node}
+    biases = {}                         # layer → (its int32 bias initializer, the bias scale)
+    for node in model.graph.node:
+        if node.op_type not in ("Conv", "Gemm") or len(node.input) < 3:
+            continue
+        dequantize = producer.get(node.input[2])
+        if dequantize is None or dequantize.op_type != "DequantizeLinear":
+            continue
+        values, scale = (initializers.get(name) for name in dequantize.input[:2])
+        twin = float_nodes.get(node.name)
+        if values is None or scale is None or values.data_type != onnx.TensorProto.INT32 or \
+                twin is None or twin.op_type != node.op_type:
+            continue
+        biases[node.name] = (node, twin, values, numpy_helper.to_array(scale).astype(np.float64))
+    if not biases:
+        return 0
+    names = list(biases)
+    target = _channel_means(reference, [biases[n][1].output[0] for n in names], calibration)
+    extra = len(model.graph.output)
+    for _ in range(rounds):
+        current = _channel_means(model, [biases[n][0].output[0] for n in names], calibration)
+        for name, want, got in zip(names, target, current):
+            values, scale = biases[name][2], biases[name][3]
+            old = numpy_helper.to_array(values).astype(np.int64)
+            if got.shape != old.shape:
+                continue
+            step = np.round((got - want) / scale).astype(np.int64)
+            new = np.clip(old - step, np.iinfo(np.int32).min, np.iinfo(np.int32).max)
+            values.CopyFrom(numpy_helper.from_array(new.astype(np.int32), values.name))
+    del model.graph.output[extra:]
+    onnx.save(model, str(quantized))
+    return len(names)
+
+
+def _channel_means(model, tensors: Sequence[str], rows: Samples) -> List[np.ndarray]:
+    """Each tensor's mean per channel (axis 1: NCHW conv outputs, [N, C] Gemm outputs) over
+    ``rows``, run in onnxruntime with the tensors added as outputs (``model`` keeps them)."""
+    import onnx
+    import onnxruntime as ort
+    present = {out.name for out in model.graph.output}
+    model.graph.output.extend(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT,
+                                                                 None)
+                              for name in tensors if name not in present)
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    wanted = {i.name for i in session.get_inputs()}
+    sums: List[np.ndarray] = [np.zeros(0)] * len(tensors)
+    counts = [0] * len(tensors)
+    for feeds in rows.feeds():
+        for index, value in enumerate(session.run(list(tensors), _onnx_feeds(feeds, wanted))):
+            value = np.asarray(value, dtype=np.float64)
+            per_channel = np.moveaxis(value, 1, 0).reshape(value.shape[1], -1)
+            sums[index] = per_channel.sum(axis=1) + (sums[index] if counts[index] else 0)
+            counts[index] += per_channel.shape[1]
+    return [total / max(count, 1) for total, count in zip(sums, counts)]
 
 
 ENTROPY_BINS = (2048, 128)          # histogram bins, quantized bins: TensorRT's entropy method
