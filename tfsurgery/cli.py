@@ -771,6 +771,8 @@ def _say_int8(args, report) -> None:
         how = (f"{eq.get('pairs', 0)} layer pair(s) equalized, {eq.get('refused', 0)} refused"
                + (f"; not used: {eq['why']}" if eq.get("why") else ""))
         _say(args, f"  cross-layer equalization ({eq['asked']}): {how}")
+        for skipped in eq.get("transform", {}).get("skipped", [])[:5]:
+            _say(args, f"    refused {skipped['node']}: {skipped['reason']}")
     if len(report.tried) > 1:
         _say(args, "  tried (error score, lower is better): " + "; ".join(
             f"{a.label}: " + ", ".join(f"{o.measure} {o.value:.4g}"

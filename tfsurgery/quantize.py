@@ -376,56 +376,92 @@ def _quantize_static(float_model: Path, out: Path, calibration: Samples,
         root.level = level
 
 
-BIAS_CORRECTION_ROUNDS = 3     # passes over the calibration rows, each correcting what is left
-
-
-def correct_biases(float_model: Path, quantized: Path,
-                   calibration: Samples, rounds: int = BIAS_CORRECTION_ROUNDS) -> int:
-    """Empirical bias correction (Nagel et al. 2019, §4.2): quantized weights and inputs shift
-    each layer's output by an expected error E[y_int8] - E[y_float], per output channel; it is
-    measured on the calibration rows (the float model's and the int8 model's output of each
-    Conv/Gemm with an int32 bias) and subtracted from that bias, in its own int32 steps
-    (scale = input scale × weight scale). Every layer is corrected at once, ``rounds`` times
-    (a later layer's shift depends on the earlier corrections). Rewrites ``quantized``; returns
-    how many layers were corrected."""
+def correct_biases(float_model: Path, quantized: Path, calibration: Samples) -> int:
+    """Bias correction (Nagel et al. 2019, §4.2): rounding a layer's weights to int8 shifts its
+    output by an expected error E[(W_int8 − W) x] = (W_int8 − W) E[x] per output channel,
+    with E[x] the mean of each input channel over the calibration rows in the FLOAT model. That
+    shift is subtracted from the layer's bias, in the bias's own int32 steps (scale = input scale
+    × weight scale), for every Conv (grouped and depthwise too) and Gemm whose weights and
+    bias are quantized. Rewrites ``quantized``; returns how many layers were corrected."""
     import onnx
     from onnx import numpy_helper
     model = onnx.load(str(quantized))
     reference = onnx.load(str(float_model))
     producer = {out: node for node in model.graph.node for out in node.output}
     initializers = {init.name: init for init in model.graph.initializer}
+    float_weights = {init.name: init for init in reference.graph.initializer}
     float_nodes = {node.name: node for node in reference.graph.node}
-    biases = {}                         # layer → (its int32 bias initializer, the bias scale)
+    layers = []
     for node in model.graph.node:
-        if node.op_type not in ("Conv", "Gemm") or len(node.input) < 3:
-            continue
-        dequantize = producer.get(node.input[2])
-        if dequantize is None or dequantize.op_type != "DequantizeLinear":
-            continue
-        values, scale = (initializers.get(name) for name in dequantize.input[:2])
         twin = float_nodes.get(node.name)
-        if values is None or scale is None or values.data_type != onnx.TensorProto.INT32 or \
-                twin is None or twin.op_type != node.op_type:
+        if node.op_type not in ("Conv", "Gemm") or len(node.input) < 3 or twin is None or \
+                twin.op_type != node.op_type or len(twin.input) < 2 or \
+                twin.input[1] not in float_weights or _attr(node, "transA", 0):
             continue
-        biases[node.name] = (node, twin, values, numpy_helper.to_array(scale).astype(np.float64))
-    if not biases:
+        weight = _dequantized(producer.get(node.input[1]), initializers)
+        bias = producer.get(node.input[2])
+        if weight is None or bias is None or bias.op_type != "DequantizeLinear":
+            continue
+        values, scale = (initializers.get(name) for name in bias.input[:2])
+        if values is None or scale is None or values.data_type != onnx.TensorProto.INT32:
+            continue
+        exact = numpy_helper.to_array(float_weights[twin.input[1]]).astype(np.float64)
+        if exact.shape != weight.shape:
+            continue
+        layers.append((node, twin, weight - exact, values,
+                       numpy_helper.to_array(scale).astype(np.float64)))
+    if not layers:
         return 0
-    names = list(biases)
-    target = _channel_means(reference, [biases[n][1].output[0] for n in names], calibration)
-    extra = len(model.graph.output)
-    for _ in range(rounds):
-        current = _channel_means(model, [biases[n][0].output[0] for n in names], calibration)
-        for name, want, got in zip(names, target, current):
-            values, scale = biases[name][2], biases[name][3]
-            old = numpy_helper.to_array(values).astype(np.int64)
-            if got.shape != old.shape:
-                continue
-            step = np.round((got - want) / scale).astype(np.int64)
-            new = np.clip(old - step, np.iinfo(np.int32).min, np.iinfo(np.int32).max)
-            values.CopyFrom(numpy_helper.from_array(new.astype(np.int32), values.name))
-    del model.graph.output[extra:]
+    means = _channel_means(reference, [twin.input[0] for _, twin, *_ in layers], calibration)
+    corrected = 0
+    for (node, _, error, values, scale), mean in zip(layers, means):
+        shift = _output_shift(node, error, mean)
+        old = numpy_helper.to_array(values).astype(np.int64)
+        if shift is None or shift.shape != old.shape:
+            continue
+        new = old - np.round(shift / scale).astype(np.int64)
+        info = np.iinfo(np.int32)
+        values.CopyFrom(numpy_helper.from_array(np.clip(new, info.min, info.max)
+                                                .astype(np.int32), values.name))
+        corrected += 1
     onnx.save(model, str(quantized))
-    return len(names)
+    return corrected
+
+
+def _attr(node, name: str, default):
+    import onnx
+    found = [a for a in node.attribute if a.name == name]
+    return onnx.helper.get_attribute_value(found[0]) if found else default
+
+
+def _dequantized(node, initializers) -> Optional[np.ndarray]:
+    """The float values a DequantizeLinear of int8 initializers yields (per-axis or not)."""
+    from onnx import numpy_helper
+    if node is None or node.op_type != "DequantizeLinear" or \
+            any(name not in initializers for name in node.input[:3]) or len(node.input) < 3:
+        return None
+    q, scale, zero = (numpy_helper.to_array(initializers[name]).astype(np.float64)
+                      for name in node.input[:3])
+    if scale.ndim == 1 and scale.size > 1:
+        view = [1] * q.ndim
+        view[_attr(node, "axis", 1) % q.ndim] = -1
+        scale, zero = scale.reshape(view), zero.reshape(view)
+    return (q - zero) * scale
+
+
+def _output_shift(node, error: np.ndarray, mean: np.ndarray) -> Optional[np.ndarray]:
+    """(W_int8 − W) E[x] per output channel: Conv weights [O, I/g, k…] with ``group`` g,
+    Gemm [K, N] (or [N, K] with transB)."""
+    if node.op_type == "Gemm":
+        matrix = error.T if _attr(node, "transB", 0) else error
+        return mean @ matrix if matrix.shape[0] == mean.shape[0] else None
+    groups = _attr(node, "group", 1)
+    out_channels, per_group = error.shape[0], error.shape[1]
+    if per_group * groups != mean.shape[0] or out_channels % groups:
+        return None
+    summed = error.reshape(out_channels, per_group, -1).sum(axis=2)     # over the kernel
+    inputs = mean.reshape(groups, per_group)[np.arange(out_channels) // (out_channels // groups)]
+    return np.sum(summed * inputs, axis=1)
 
 
 def _channel_means(model, tensors: Sequence[str], rows: Samples) -> List[np.ndarray]:
