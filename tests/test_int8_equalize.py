@@ -169,6 +169,33 @@ def test_relu6_is_refused_without_ranges_and_untouched():
         np.array_equal(weights(after, "conv1"), weights(before, "conv1"))
 
 
+def test_relu6_channels_proven_below_the_clip_scale_exactly_for_any_input():
+    """conv1 reads a ReLU6 output (values in [0, 6]): a channel with b + 6·Σw⁺ < 6 can never
+    clip, so it scales (and only such channels do) — exact even on inputs that saturate
+    everything upstream."""
+    rng = np.random.default_rng(7)
+    w1 = ranged(rng, (1, 1, 4, 6), 3) * 0.05                    # some channels tiny
+    w2 = ranged(rng, (1, 1, 6, 3), 2)
+    b1 = np.full(6, -0.1, np.float32)
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 5, 5, 4], name="input")
+        y = tf.nn.relu6(x * 3.0)
+        y = tf.nn.relu6(tf.nn.bias_add(tf.nn.conv2d(y, w1, [1] * 4, "SAME", name="conv1"), b1,
+                                       name="bias"), name="act")
+        tf.identity(tf.nn.conv2d(y, w2, [1] * 4, "SAME", name="conv2"), name="output")
+    before = graph.as_graph_def()
+    after, report = equalize(before)
+    assert len(report.rewritten) == 1, report.as_dict()
+    for scale in (1.0, 100.0):
+        same_outputs(before, after, scale=scale)
+    bound = b1 + 6 * np.clip(w1, 0, None).sum(axis=(0, 1, 2))
+    s = np.abs(w1).max(axis=(0, 1, 2)) / np.abs(weights(after, "conv1")).max(axis=(0, 1, 2))
+    assert np.any(bound < 6) and np.any(bound >= 6)            # both kinds are present
+    np.testing.assert_allclose(s[bound >= 6], 1, rtol=1e-6)     # unproven: untouched
+    assert np.all(bound[bound < 6] / s[bound < 6] <= 6 * (1 + 1e-5))
+    assert not np.allclose(s[bound < 6], 1)
+
+
 def relu6_maxima(graph_def, feeds):
     pre = oracle.run(graph_def, feeds, ["bias"])[0]
     return tuple(float(v) for v in pre.reshape(-1, pre.shape[-1]).max(axis=0))

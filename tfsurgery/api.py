@@ -807,11 +807,9 @@ def export_int8(source: Source, result: Result, float_model, path, *, calibratio
 def equalized_result(result: Result, calibration, check_rows=None
                      ) -> Tuple[Optional[Result], dict]:
     """``result`` after equalize-cross-layer, verified in float against the original like every
-    transform — or None and why not (nothing equalized, or the check failed). ReLU6 pairs are
-    scaled by the ``calibration`` rows' activation ranges; verification runs on those rows and
-    on ``check_rows``, which the ranges never saw."""
-    graph_def, report = equalize_mod.equalize(result.graph_def, result.inputs, result.outputs,
-                                              calibration)
+    transform — or None and why not (nothing equalized, or the check failed). Verification
+    runs on the ``calibration`` and ``check_rows``."""
+    graph_def, report = equalize_mod.equalize(result.graph_def, result.inputs, result.outputs)
     info = {"transform": report.as_dict(), "pairs": len(report.rewritten),
             "refused": len(report.skipped)}
     if not report.rewritten:

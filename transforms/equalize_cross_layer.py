@@ -23,12 +23,15 @@ NHWC or NCHW alike (weights do not depend on the data format; a bias Add must br
 the activation's channel axis).
 
 ReLU6 clips at 6: scaling channel i by 1/s moves the clip to 6/s in the original's units, which
-changes values unless the clip is never reached. Without measured activation ranges a pair through
-ReLU6 is refused. With ``activation_max`` (per channel, the largest value entering that ReLU6 on
-the calibration rows, measured by the caller) a channel is scaled only when neither graph clips
-it there: its max (times ``1 + margin``) stays below 6 before and below 6·s after; channels that
-reach the clip keep s = 1. A pair where no channel may move is refused. The result is verified in
-float against the original like every transform.
+changes values unless the clip is never reached. A channel is scaled only where that is proven:
+when conv1 reads a ReLU6 output (every input value in [0, 6]), channel i's pre-activation is at
+most ``u_i = b_i + 6 · Σ max(w, 0)`` over its kernel — if u_i < 6 it never clips, for any input,
+and stays below the clip after scaling when s_i ≥ u_i / 6. Other channels keep s = 1. A caller
+may also give ``activation_max`` (per channel, the largest value entering that ReLU6 on its own
+rows): then an unproven channel whose max × (1 + margin) stays below 6 may scale too (s_i ≥ that
+/ 6) — evidence, not proof, which verification on other rows must back. A ReLU6 pair where no
+channel may move is refused. The result is verified in float against the original like every
+transform.
 
 Refused (graph untouched, with why): weights or bias that are not constants; a conv1, bias or
 activation read by anything else or that is a graph output (scaling would change what the other
@@ -67,6 +70,7 @@ class Pair:
     act: Optional[str]
     conv2: str
     scale: Optional[np.ndarray] = None      # cumulative s per channel
+    bound: Optional[np.ndarray] = None      # ReLU6 pairs: proven max of each pre-activation
 
 
 @transform("equalize-cross-layer", default=False, params=EqualizeParams)
@@ -141,7 +145,10 @@ def _pair_ending_at(graph: Graph, conv2: str, options: Options, params: Equalize
         report.matched += 1
         report.skip(report_name, problem)
         return None
-    return Pair(conv1, bias, act, conv2)
+    pair = Pair(conv1, bias, act, conv2)
+    if act is not None and graph.op(act) == CLIP:
+        pair.bound = upper_bound(graph, conv1, bias)
+    return pair
 
 
 def _why_not(graph: Graph, conv1, bias, act, conv2, chain, options, params) -> Optional[str]:
@@ -173,15 +180,36 @@ def _why_not(graph: Graph, conv1, bias, act, conv2, chain, options, params) -> O
             _in_channels(graph, conv2, graph.const_value(graph.inputs(conv2)[1])):
         return f"{conv1}'s output channels are not {conv2}'s input channels"
     if act is not None and graph.op(act) == CLIP:
+        bound = upper_bound(graph, conv1, bias)
         maxima = (params.activation_max or {}).get(act)
-        if maxima is None:
+        proven = bound is not None and np.any(bound < 6)
+        if not proven and maxima is None:
+            why = ("its input is not a ReLU6 output, so no bound is known" if bound is None
+                   else f"every channel's bound b + 6·Σw⁺ is ≥ 6 (least {bound.min():.3g})")
             return (f"{act} is a ReLU6: scaling a channel by 1/s moves its clip from 6 to 6/s, "
-                    "and no activation ranges were given to show the clip is never reached")
+                    f"and no channel is proven never to reach it ({conv1}: {why})")
         limit = 6 / (1 + params.margin)
-        if np.all(np.asarray(maxima) >= limit):
-            return (f"{act} is a ReLU6 whose every channel reaches the clip on the calibration "
-                    f"rows (max ≥ {limit:.3g}): scaling any of them would change values")
+        if not proven and np.all(np.asarray(maxima) >= limit):
+            return (f"{act} is a ReLU6 whose every channel reaches the clip on the rows "
+                    f"measured (max ≥ {limit:.3g}) and none is proven below it: scaling any "
+                    "of them would change values")
     return None
+
+
+def upper_bound(graph: Graph, conv1: str, bias: Optional[str]) -> Optional[np.ndarray]:
+    """The largest value each output channel of conv1 (+ bias) can take when conv1 reads a ReLU6
+    output (inputs in [0, 6]; zero padding too): b + 6 · Σ max(w, 0) over the channel's kernel.
+    None when conv1's input is not known to be bounded."""
+    source = graph.resolve(graph.inputs(conv1)[0])
+    if graph.op(source) != CLIP or source.port:
+        return None
+    w = _float(graph.const_value(graph.inputs(conv1)[1]))
+    m = _out_matrix(graph, conv1, w)
+    positive = np.clip(m.reshape(-1, m.shape[-1]), 0, None).sum(axis=0)
+    b = np.zeros(m.shape[-1])
+    if bias is not None:            # one per channel or one for all (checked before)
+        b = b + _float(graph.const_value(graph.inputs(bias)[1])).reshape(-1)
+    return b + 6 * positive
 
 
 def _balancing_scale(graph: Graph, pair: Pair, weights) -> np.ndarray:
@@ -194,14 +222,17 @@ def _balancing_scale(graph: Graph, pair: Pair, weights) -> np.ndarray:
 
 
 def _allowed(graph: Graph, pair: Pair, s: np.ndarray, params: EqualizeParams) -> np.ndarray:
-    """The cumulative scales ReLU6 allows: a channel whose max reaches the clip keeps s = 1,
-    another needs max / s below the clip too."""
+    """The cumulative scales ReLU6 allows: a channel proven (or, given ranges, seen) below the
+    clip may scale as long as its largest value over s stays below it too; the others keep 1."""
     if pair.act is None or graph.op(pair.act) != CLIP:
         return s
-    maxima = np.asarray(params.activation_max[pair.act], dtype=np.float64)
-    grow = 1 + params.margin
-    free = maxima * grow < 6
-    return np.where(free, np.maximum(s, maxima * grow / 6), 1.0)
+    top = np.full(len(s), np.inf) if pair.bound is None else pair.bound * (1 + 1e-6)
+    maxima = (params.activation_max or {}).get(pair.act)
+    if maxima is not None:
+        seen = np.asarray(maxima, dtype=np.float64) * (1 + params.margin)
+        top = np.where(top < 6, top, seen)
+    free = top < 6
+    return np.where(free, np.maximum(s, np.maximum(top, 0) / 6), 1.0)
 
 
 # --- each layer's channels ---------------------------------------------------------------------
