@@ -297,10 +297,10 @@ def test_auto_keeps_the_best_attempt_on_the_check_rows(digits_model, tmp_path):
     tried = {(a["model"], a["method"]): a for a in int8["tried"] if not a["bias_corrected"]}
     assert set(tried) == {(m, c) for m in ("plain", "equalized")
                           for c in ("MinMax", "Percentile")}
-    corrected = [a for a in int8["tried"] if a["bias_corrected"]]
-    assert len(corrected) == 1                # bias correction tried on the best plain attempt
-    kept = corrected[0] if int8["bias_corrected"] else \
-        tried[(int8["model"], int8["calibration_method"])]
+    corrected = {(a["model"], a["method"]): a for a in int8["tried"] if a["bias_corrected"]}
+    assert set(corrected) == set(tried)        # every attempt also with its biases corrected
+    kept = (corrected if int8["bias_corrected"] else tried)[(int8["model"],
+                                                             int8["calibration_method"])]
     # best agreement on the check rows first, then the least relative error
     best = min(int8["tried"], key=lambda a: (-a["outputs"][0]["value"],
                                              a["outputs"][0]["relative_error"]))
@@ -361,10 +361,10 @@ def photo_crops(count, seed, size=128):
 @pytest.mark.slow
 def test_retrained_mobilenet_calibrated_on_photo_crops_agrees_on_other_crops(tmp_path):
     """Calibrated on crops of one seed, checked on a second set, and agreement measured by the
-    test itself (TensorFlow float against onnxruntime int8) on a third. This small depthwise
-    model loses a lot in int8 (the issue's failure case): the test asserts what is measured —
-    every attempt reported, the float check of the equalized graph, and the written model's
-    agreement on unseen crops close to what the report promised."""
+    test itself (TensorFlow float against onnxruntime int8) on a third. Plain int8 of this small
+    depthwise model agrees on only ~80% of crops (the issue's failure case); the test asserts
+    every attempt reported, the float check of the equalized graph, bias correction kept, and
+    the written model's agreement on unseen crops close to what the report promised."""
     from tfsurgery.cli import main
     pb = corpus_graph("poets_mobilenet025_retrained.pb")
     np.savez(tmp_path / "calibration.npz", input=photo_crops(96, 0))
@@ -373,22 +373,28 @@ def test_retrained_mobilenet_calibrated_on_photo_crops_agrees_on_other_crops(tmp
     out, report = tmp_path / "mobilenet_int8.onnx", tmp_path / "report.json"
     code = main(["export", str(pb), "--bn-fold", "-o", str(out), "--quantize", "int8",
                  "--samples", str(tmp_path / "calibration.npz"), "--check-samples",
-                 str(tmp_path / "check.npz"), "--int8-min-agreement", "0.6",
+                 str(tmp_path / "check.npz"), "--int8-min-agreement", "0.75",
                  "--int8-max-float-layers", "0", "--report-json", str(report), "-q"])
     int8 = json.loads(report.read_text())["int8"]
     assert code == 0, int8
     assert {(a["model"], a["method"]) for a in int8["tried"]} == \
         {(m, c) for m in ("plain", "equalized") for c in ("MinMax", "Percentile")}
     equalization = int8["equalization"]
-    assert equalization["pairs"] >= 20 and equalization["verification"]["passed"]
+    assert equalization["pairs"] >= 10 and equalization["verification"]["passed"]
+    reasons = [s["reason"] for s in equalization["transform"]["skipped"]]
+    assert reasons and all("ReLU6" in reason for reason in reasons)   # unproven clips refused
+    # bias correction is what rescues this model (weight rounding shifts its layers' means)
+    corrected = [a["score"] for a in int8["tried"] if a["bias_corrected"]]
+    assert int8["bias_corrected"] and max(corrected) < min(
+        a["score"] for a in int8["tried"] if not a["bias_corrected"])
     graph_def = tf.compat.v1.GraphDef()
     graph_def.ParseFromString(pb.read_bytes())
     reference = np.concatenate([oracle.run(graph_def, {"input": crop[None]},
                                            ["final_result"])[0] for crop in other])
     got = ort_scores(out, other)
     agreement = np.mean(reference.argmax(-1) == got.argmax(-1))
-    assert agreement >= 0.6
-    assert abs(agreement - int8["outputs"][0]["value"]) <= 0.2
+    assert agreement >= 0.75
+    assert abs(agreement - int8["outputs"][0]["value"]) <= 0.15
 
 
 def test_bias_correction_removes_the_mean_shift_of_the_outputs(digits_model, tmp_path):

@@ -759,9 +759,9 @@ def export_int8(source: Source, result: Result, float_model, path, *, calibratio
     kept) or one of "minmax", "percentile", "entropy". ``equalize``: "auto" also quantizes the cross-layer-equalized
     graph (verified in float against the original, exported next to ``float_model``) and keeps
     it only if it quantizes better; "on" uses it alone (an error when nothing could be
-    equalized or it fails its float check); "off" never. ``bias_correction``: "auto" also
-    tries the best attempt with empirical bias correction and keeps the better; "on" keeps the
-    corrected one; "off" never."""
+    equalized or it fails its float check); "off" never. ``bias_correction``: "auto" tries
+    each attempt with and without bias correction and keeps the best; "on" only with; "off"
+    only without."""
     if bias_correction not in EQUALIZE_CHOICES:
         raise InputError(f"--int8-bias-correction {bias_correction}: choose from "
                          f"{', '.join(EQUALIZE_CHOICES)}")

@@ -272,9 +272,9 @@ def _int8_options(parser: argparse.ArgumentParser) -> None:
                             "if it quantizes better on the check rows; plain and equalized "
                             "are reported)")
     group.add_argument("--int8-bias-correction", default="auto", choices=("auto", "on", "off"),
-                       help="empirical bias correction of the int8 model's output shift per "
-                            "channel, measured on the calibration rows (default auto: kept "
-                            "only if it quantizes better on the check rows)")
+                       help="correct each layer's bias for the mean shift its int8 weights "
+                            "cause on the calibration rows (default auto: every attempt tried "
+                            "with and without, the best on the check rows kept)")
 
 
 def _picture_options(parser: argparse.ArgumentParser) -> None:
