@@ -192,9 +192,10 @@ def quantize(float_model, path: Path, *, outputs: Sequence[str], calibration: Sa
             _quantize_static(candidates[model], staged, calibration, kept_float, method=method,
                              cache=stage / f"calibration-{model}-{method}.json")
             if corrected:
-                correct_biases(candidates[model], staged, calibration)
+                correct_biases(candidates[model], staged, calibration, input_means)
             return measure(staged, outputs, check, expected, thresholds, timeout)
 
+        input_means: Dict[tuple, List[np.ndarray]] = {}     # bias correction's E[x], once
         tried = []
         for model in candidates:
             for method in methods:
@@ -373,13 +374,15 @@ def _quantize_static(float_model: Path, out: Path, calibration: Samples,
         root.level = level
 
 
-def correct_biases(float_model: Path, quantized: Path, calibration: Samples) -> int:
+def correct_biases(float_model: Path, quantized: Path, calibration: Samples,
+                   means: Optional[Dict[tuple, List[np.ndarray]]] = None) -> int:
     """Bias correction (Nagel et al. 2019, §4.2): rounding a layer's weights to int8 shifts its
     output by an expected error E[(W_int8 − W) x] = (W_int8 − W) E[x] per output channel,
     with E[x] the mean of each input channel over the calibration rows in the FLOAT model. That
     shift is subtracted from the layer's bias, in the bias's own int32 steps (scale = input scale
     × weight scale), for every Conv (grouped and depthwise too) and Gemm whose weights and
-    bias are quantized. Rewrites ``quantized``; returns how many layers were corrected."""
+    bias are quantized. Rewrites ``quantized``; returns how many layers were corrected.
+    ``means``: a cache of E[x] by (float model, tensors), kept by the caller across attempts."""
     import onnx
     from onnx import numpy_helper
     model = onnx.load(str(quantized))
@@ -409,9 +412,13 @@ def correct_biases(float_model: Path, quantized: Path, calibration: Samples) -> 
                        numpy_helper.to_array(scale).astype(np.float64)))
     if not layers:
         return 0
-    means = _channel_means(reference, [twin.input[0] for _, twin, *_ in layers], calibration)
+    cache = {} if means is None else means
+    tensors = tuple(twin.input[0] for _, twin, *_ in layers)
+    key = (str(float_model), tensors)
+    if key not in cache:
+        cache[key] = _channel_means(reference, list(tensors), calibration)
     corrected = 0
-    for (node, _, error, values, scale), mean in zip(layers, means):
+    for (node, _, error, values, scale), mean in zip(layers, cache[key]):
         shift = _output_shift(node, error, mean)
         old = numpy_helper.to_array(values).astype(np.int64)
         if shift is None or shift.shape != old.shape:
