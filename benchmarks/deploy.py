@@ -41,7 +41,7 @@ def artefacts(source: api.Source, work: Path) -> tuple:
             continue
         row: Dict[str, dict] = {}
         if weights == "float32":
-            feeds, outputs = api.check_feeds(result), result.outputs
+            feeds, outputs = api.feeds_for_checks(result), result.outputs
         api.save(result, folder / "model.pb")
         row["pb"] = _entry(api.pb_artefact(result, folder / "model.pb").as_dict())
         exports = {"saved_model": lambda: api.export_saved_model(source, result,

@@ -27,6 +27,7 @@ import numpy as np
 
 from benchmarks.common import markdown_table, source_of  # noqa: F401
 from tfsurgery import api, onnx_export, onnx_tidy, pipeline, verify
+from tfsurgery.contract import Options
 from tfsurgery.constants import constant_nodes
 from tfsurgery.ops import FUSED_BATCH_NORM_OPS, first_line
 
@@ -267,7 +268,7 @@ def scaling_run(blocks: Sequence[int] = SCALING_BLOCKS, repeats: int = 3) -> Lis
     rows = []
     for n in blocks:
         built = repeated_blocks(n)
-        options = pipeline.Options(inputs=list(built.inputs), outputs=list(built.outputs))
+        options = Options(inputs=list(built.inputs), outputs=list(built.outputs))
         data = built.graph_def.SerializeToString()
         timed = time_interleaved({
             "floor": lambda: parse_and_serialize(data),
@@ -281,7 +282,7 @@ def scaling_run(blocks: Sequence[int] = SCALING_BLOCKS, repeats: int = 3) -> Lis
     return rows
 
 
-# ---------------------------------------------------------------- training ops (issue 4)
+# ---------------------------------------------------------------- training ops (ONNX training export)
 def training_ops_section(repeats: int = 10) -> dict:
     """`benchmarks.training.adam_step_benchmark` if it exists, else why not."""
     try:
@@ -322,7 +323,7 @@ def machine_info() -> dict:
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
-# the simplification issue: fewer TF nodes than Grappler on every model, these counts at most
+# the simplification goal: fewer TF nodes than Grappler on every model, these counts at most
 LEAN_TF_NODES = {"EfficientNetB0": 560, "ResNet50": 285, "MobileNetV2": 262}
 LEAN_ONNX_NODES = {"EfficientNetB0": 235}           # after onnxruntime's basic rewrites
 FLOOR_RATIO = 15                                    # scaling: pipeline time per node vs the floor

@@ -22,7 +22,7 @@ def measure(name: str, built) -> dict:
     transforms = api.choose_transforms(bn_fold=True)
     correct = api.optimize(source, transforms, verify=False)
     start = time.perf_counter()
-    api.check(correct)
+    api.verify_result(correct)
     verification = time.perf_counter() - start
     spent = {}
     real_localize, real_fold = api._localize, fold_batch_norm.fold_into

@@ -23,7 +23,6 @@ Peer files (abbreviations used in ``Case.peer``):
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -32,6 +31,7 @@ import tensorflow as tf
 
 from tfsurgery.models.common import BuiltModel
 from tfsurgery.models.tf1 import v1_graph
+from tfsurgery.report import op_histogram
 
 PEER_FILES = {
     "AO": "tensorflow/core/grappler/optimizers/arithmetic_optimizer_test.cc",
@@ -92,8 +92,7 @@ def by_name(name: str) -> Case:
     return next(c for c in CASES if c.name == name)
 
 
-def histogram(graph_def) -> Histogram:
-    return dict(collections.Counter(n.op for n in graph_def.node))
+histogram = op_histogram            # the report's own: one op histogram
 
 
 # ---------------------------------------------------------------- expectation helpers

@@ -142,7 +142,7 @@ def test_tf1_dropout_with_a_keep_prob_placeholder():
         tf.identity(y, name="output")
     result = optimize(built(graph))
     assert not {"RandomUniform", "Floor", "GreaterEqual"} & set(ops(result.graph_def))
-    assert result.settings == {"keep_prob": 1.0} and result.inputs == ["input"]
+    assert result.original_extra_feeds == {"keep_prob": 1.0} and result.inputs == ["input"]
     assert_matches(result, 1e-6, original_feeds={"keep_prob": 1.0})
 
 
@@ -155,7 +155,7 @@ def test_tf2_dropout_with_a_rate_tensor_and_noise_shape():
         tf.identity(y, name="output")
     result = optimize(built(graph))
     assert not {"RandomUniform", "GreaterEqual"} & set(ops(result.graph_def))
-    assert result.settings == {"dropout_rate": 0.0}
+    assert result.original_extra_feeds == {"dropout_rate": 0.0}
     assert_matches(result, 1e-6, original_feeds={"dropout_rate": 0.0})
 
 
@@ -183,7 +183,7 @@ def check_both(result, feeds_list):
     assert_matches(result, 1e-5)
     for feeds in feeds_list:
         assert_same_numbers(result, tolerance=1e-5, feeds=feeds)   # the oracle on each side
-        again = api.check(result, feeds=feeds)
+        again = api.verify_result(result, feeds=feeds)
         assert again.passed, again
 
 
@@ -247,7 +247,7 @@ def test_training_placeholder_becomes_its_inference_value(kind, form, value):
     left = set(ops(result.graph_def))
     assert name not in {n.name for n in result.graph_def.node if "Placeholder" in n.op}
     assert not left & {"Switch", "Merge", "If", "StatelessIf"}
-    assert result.settings[name] == (value if value is not None else False)
+    assert result.original_extra_feeds[name] == (value if value is not None else False)
     assert_matches(result, 1e-6, original_feeds={name: value if value is not None else False})
 
 

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from conftest import assert_matches, optimize, ops, report_of, source_of
 from tfsurgery.models import keras_models, tf1
+from tfsurgery.contract import Options
 from tfsurgery.models.common import BuiltModel
 from tfsurgery import api, io, pipeline
 from tfsurgery.graph import Graph
@@ -108,7 +109,7 @@ def test_constant_folding_never_folds_random_ops_or_blows_up():
         folded = tf.math.rsqrt(tf.constant([4.0, 16.0, 1.0, 0.25]) + 0.0)
         tf.add(tf.reduce_sum(x * folded + noise), big, name="output")
     gd = graph.as_graph_def()
-    options = pipeline.Options(inputs=["input"], outputs=["output"])
+    options = Options(inputs=["input"], outputs=["output"])
     out, reports = pipeline.run(gd, ["fold-constants"], options)
     kept = set(ops(out))
     assert {"RandomUniform", "Fill"} <= kept and "Rsqrt" not in kept

@@ -6,6 +6,7 @@ import tensorflow as tf
 from hypothesis import given, settings, strategies as st
 
 from conftest import assert_matches, ops, optimize, property_examples, report_of
+from tfsurgery.contract import Options
 from tfsurgery.models.common import BuiltModel
 
 R = np.random.default_rng(11)
@@ -247,7 +248,7 @@ def test_the_fixpoint_is_bounded(monkeypatch):
         monkeypatch.setitem(pipeline.REGISTRY, name, restless(name))
     built = build(lambda x: x * 2.0)
     _, reports = pipeline.run(built.graph_def, ["remove-identity", "prune"],
-                              pipeline.Options(outputs=["output"]))
+                              Options(outputs=["output"]))
     assert len(calls) == 2 * pipeline.MAX_ROUNDS
     assert len(reports) == 2 and len(reports[0].rewritten) == pipeline.MAX_ROUNDS
     assert "bound" in reports[-1].notes[-1]

@@ -4,6 +4,7 @@ import pytest
 
 from conftest import assert_same_numbers, consumers_of, optimize, ops, report_of
 from tfsurgery.models import tf1
+from tfsurgery.contract import Options
 from tfsurgery import pipeline, verify
 from tfsurgery.graph import Graph
 
@@ -120,7 +121,7 @@ def test_switch_merge_keeps_the_true_side_when_the_predicate_is_true(nested):
         del flag.attr[key]
     graph.remove_input("training", 0)
     graph.set_const_value("training", True)
-    options = pipeline.Options(inputs=nested.inputs, outputs=nested.outputs)
+    options = Options(inputs=nested.inputs, outputs=nested.outputs)
     out, _ = pipeline.run(graph.to_graph_def(), ["remove-switch-merge", "prune"], options)
     assert not {"Switch", "Merge"} & set(ops(out))
     feeds = verify.make_feeds(nested.graph_def, nested.inputs, seed=1)

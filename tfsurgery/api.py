@@ -28,7 +28,7 @@ from tfsurgery.errors import (ExportError, InputError, OriginalDoesNotRun,  # no
                               StructureError, TransformError, UnknownTransform, Unverified,
                               VerificationError, VerificationFailed)
 from tfsurgery.graph import Graph
-from tfsurgery.interface import (check_fed, find_dropout_knobs, find_training_flags,
+from tfsurgery.interface import (check_fed, find_dropout_knobs, find_training_flags, indexed,
                                  resolve_interface, unused_inputs, with_declared_inputs)
 from tfsurgery.ops import PLACEHOLDER_OPS, node_name
 from tfsurgery.report import format_table, op_histogram, summary, transform_lines  # noqa: F401
@@ -63,11 +63,13 @@ class Result:
     inputs: List[str]
     outputs: List[str]
     training_flags: List[str]
-    before: graph_pb2.GraphDef          # the original, with the declared interface applied
+    original: graph_pb2.GraphDef        # the original, with the declared interface applied
     tolerance: float = verify_mod.DEFAULT_TOLERANCE
-    settings: Dict[str, object] = dataclasses.field(default_factory=dict)  # fed to the original
+    # what the original is fed besides the inputs: training flags False, dropout knobs at their
+    # inference value, stand-ins for the inputs the optimized graph dropped
+    original_extra_feeds: Dict[str, object] = dataclasses.field(default_factory=dict)
     timeout: float = verify_mod.DEFAULT_TIMEOUT
-    given: Dict[str, object] = dataclasses.field(default_factory=dict)   # the user's feeds
+    user_feeds: Dict[str, object] = dataclasses.field(default_factory=dict)   # --feed values
     verification: Optional[verify_mod.Verification] = None
     verification_error: Optional[str] = None    # why the check could not compare (then raised)
     verify_skipped: bool = False        # verify=False / --no-verify: the caller chose no check
@@ -80,6 +82,8 @@ class Result:
     samples: Optional[samples_mod.Samples] = None   # the user's input values (--samples)
     params: Dict[str, object] = dataclasses.field(default_factory=dict)   # transforms' own
     check_n: int = 1                    # seeded random batches compared (--check-n)
+    # outputs that may be class scores (top-1 agreement is checked): found on the run's index
+    class_outputs: Optional[List[str]] = None
 
     def save(self, path, *, allow_unverified: bool = False) -> Path:
         """Write the optimized graph (see :func:`save`)."""
@@ -89,6 +93,11 @@ class Result:
         """Convert and check in onnxruntime (see :func:`export_onnx`)."""
         return export_onnx(self, path, **options)
 
+    # the older names (review §3.2), kept for callers written against them
+    before = property(lambda self: self.original)
+    settings = property(lambda self: self.original_extra_feeds)
+    given = property(lambda self: self.user_feeds)
+
     @property
     def verified(self) -> bool:
         """The check ran and passed: only then may the result be saved or exported without
@@ -97,7 +106,7 @@ class Result:
 
     def as_report(self) -> dict:
         extra = {"training_flags": self.training_flags,
-                 "inference_values": {k: float(v) for k, v in self.settings.items()
+                 "inference_values": {k: float(v) for k, v in self.original_extra_feeds.items()
                                       if k not in self.unused_inputs},
                  "unused_inputs": list(self.unused_inputs), "frozen_form": self.frozen_form}
         if self.verification_error:
@@ -106,9 +115,9 @@ class Result:
             extra["verification_skipped"] = True
         if self.divergence is not None:
             extra["divergence"] = self.divergence.as_dict()
-        return report.build_report(self.before, self.graph_def, self.reports, inputs=self.inputs,
-                                   outputs=self.outputs, verification=self.verification,
-                                   extra=extra)
+        return report.build_report(self.original, self.graph_def, self.reports,
+                                   inputs=self.inputs, outputs=self.outputs,
+                                   verification=self.verification, extra=extra)
 
 
 def load(path, signature: str = "serving_default") -> Source:
@@ -235,8 +244,8 @@ def list_transforms() -> List[tuple]:
     return rows
 
 
-def check_outputs(paths: Sequence, *, opset: Optional[int] = None,
-                  picture_path: Optional[str] = None) -> None:
+def check_output_paths(paths: Sequence, *, opset: Optional[int] = None,
+                       picture_path: Optional[str] = None) -> None:
     """Before minutes of work: every output writable, the opset supported, drawing possible."""
     if opset is not None:
         onnx_export.check_opset(opset)
@@ -247,6 +256,9 @@ def check_outputs(paths: Sequence, *, opset: Optional[int] = None,
     for path in paths:
         if path:
             io.check_writable(path)
+
+
+check_outputs = check_output_paths      # the older name (review §3.2)
 
 
 @dataclasses.dataclass
@@ -323,7 +335,11 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
     original = source.graph_def
     if input_shapes or any(_names_a_non_placeholder(original, name) for name in inputs):
         original = with_declared_inputs(original, list(inputs), dict(input_shapes or {}))
-    values = {**find_dropout_knobs(original, exclude=list(inputs)), **(inference_values or {})}
+    # The run's one index: read first for the interface (dropout knobs, preprocessing, class
+    # scores), then handed to the pipeline, which edits it (copy-on-write: ``original`` itself,
+    # the verifier's reference, stays as given).
+    graph = Graph(original)
+    values = {**find_dropout_knobs(graph, exclude=list(inputs)), **(inference_values or {})}
     inputs, outputs = resolve_interface(original, list(inputs) or source.inputs,
                                         list(outputs) or source.outputs, flags)
     inputs = [name for name in inputs if name.split(":")[0] not in values]
@@ -332,7 +348,9 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
         raise InputError(f"--check-n must be at least 1, not {check_n}")
     if samples is not None and not isinstance(samples, samples_mod.Samples):
         samples = samples_mod.load(samples, samples_mod.input_specs(original, inputs))
-    specs = preprocessing.resolve(original, inputs, preprocess or preprocessing.Requested())
+    specs = preprocessing.resolve(graph, inputs, preprocess or preprocessing.Requested())
+    preprocess_hook = preprocessing.preprocessor(graph, specs)     # the original's input dtypes
+    class_outputs = class_score_outputs(graph, outputs)
     if specs and "add-preprocessing" not in transforms:
         transforms = ["add-preprocessing"] + list(transforms)
     params = transform_parameters(transform_params, keep_asserts=keep_asserts, specs=specs,
@@ -341,28 +359,30 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
                       inference_values=values, params=params)
     progress.say(f"optimizing {len(original.node)} nodes: {', '.join(transforms)}")
     try:
-        graph_def, reports = pipeline.run(original, transforms, options)
+        reports = pipeline.apply(graph, transforms, options)
     except TransformError as error:
         raise InputError(str(error)) from None
+    settings = {**{name: False for name in find_training_flags(original, flags)}, **values}
+    switches = list(settings)
+    inputs, unused = _drop_unused_inputs(original, graph, inputs, outputs, given=feeds,
+                                         seed=seed)
+    graph_def = graph.to_graph_def()
     for r in reports:
         if r.name == "add-preprocessing":
             r.notes.extend(preprocessing.outcome(graph_def, specs, reports))
-    settings = {**{name: False for name in find_training_flags(original, flags)}, **values}
-    switches = list(settings)
-    graph_def, inputs, unused = _drop_unused_inputs(original, graph_def, inputs, outputs,
-                                                    given=feeds, seed=seed)
     settings.update(unused)
     result = Result(graph_def, reports, inputs, outputs, switches, original, tolerance,
-                    settings=settings, timeout=timeout, given=dict(feeds or {}),
-                    preprocess=preprocessing.preprocessor(original, specs), weights=weights,
+                    original_extra_feeds=settings, timeout=timeout,
+                    user_feeds=dict(feeds or {}),
+                    preprocess=preprocess_hook, weights=weights,
                     unused_inputs=unused, frozen_form=source.frozen_form, samples=samples,
-                    check_n=check_n, params=params)
+                    check_n=check_n, params=params, class_outputs=class_outputs)
     if not verify:
         result.verify_skipped = True
         return result
     progress.say("verifying: running the original and the optimized graph")
     try:
-        result.verification = check(result, feeds=feeds, seed=seed)
+        result.verification = verify_result(result, feeds=feeds, seed=seed)
     except VerificationError as error:
         result.verification_error = str(error)
         message = str(error) if str(error).startswith("cannot compare") else \
@@ -441,11 +461,11 @@ def _localize(result: Result, original, transforms, options) -> Optional[localiz
     progress.say("localizing the failure: re-running the pipeline prefix by prefix")
 
     settings = {verify_mod.node_name(name): np.asarray(value)
-                for name, value in result.settings.items()}
+                for name, value in result.original_extra_feeds.items()}
     passes = localize.quick_check(original, result.outputs,
                                   feeds=result.verification.worst_feeds, settings=settings,
                                   allowed=result.verification.allowed,
-                                  class_outputs=class_score_outputs(original, result.outputs),
+                                  class_outputs=_class_outputs(result),
                                   timeout=result.timeout)
     try:
         changed = {r.name for r in result.reports
@@ -471,20 +491,19 @@ def require_verified(result: Result, *, allow_unverified: bool = False) -> None:
                          "(verify=True) or pass allow_unverified=True (the CLI: --no-verify)")
 
 
-def _drop_unused_inputs(original, graph_def, inputs: List[str], outputs: List[str], *, given,
-                        seed: int):
-    """Inputs no output of the optimized graph reads (a ``dropout`` rate that fed only the
-    training side of a cond) leave its interface and the graph: no value of theirs matters. The
-    original is fed a stand-in there (the user's --feed value, else a seeded random one; a
-    scalar where the rank is unknown). Returns (graph, inputs, {dropped input: stand-in})."""
-    unused = unused_inputs(graph_def, inputs, outputs)
+def _drop_unused_inputs(original, graph: Graph, inputs: List[str], outputs: List[str], *,
+                        given, seed: int):
+    """Inputs no output of the optimized ``graph`` reads (a ``dropout`` rate that fed only the
+    training side of a cond) leave its interface and the graph (edited in place): no value of
+    theirs matters. The original is fed a stand-in there (the user's --feed value, else a seeded
+    random one; a scalar where the rank is unknown). Returns (inputs, {dropped input: stand-in})."""
+    unused = unused_inputs(graph, inputs, outputs)
     if not unused:
-        return graph_def, inputs, {}
-    graph = Graph(graph_def, check_inputs=False)
+        return inputs, {}
     graph.remove([node_name(name) for name in unused])
     stand_ins = verify_mod.make_feeds(original, unused, seed, given=given,
                                       scalar_if_unknown_rank=True)
-    return graph.to_graph_def(), [n for n in inputs if n not in unused], stand_ins
+    return [n for n in inputs if n not in unused], stand_ins
 
 
 def _with_weights(transforms: Sequence[str], weights: str):
@@ -502,19 +521,22 @@ def _names_a_non_placeholder(graph_def, name: str) -> bool:
     return node is not None and node.op not in PLACEHOLDER_OPS
 
 
-def check(result: Result, *, feeds: Optional[Mapping[str, object]] = None,
-          seed: int = 0) -> verify_mod.Verification:
+def verify_result(result: Result, *, feeds: Optional[Mapping[str, object]] = None,
+                  seed: int = 0) -> verify_mod.Verification:
     """Verify ``result`` against its original: same inputs (``feeds`` where given), the
     original's switches at their inference values."""
     try:
         return verify_mod.verify_batches(
-            result.before, result.graph_def, result.inputs, result.outputs, result.settings,
+            result.original, result.graph_def, result.inputs, result.outputs, result.original_extra_feeds,
             batches=check_batches(result, feeds, seed), tolerance=result.tolerance,
-            class_outputs=class_score_outputs(result.before, result.outputs),
-            timeout=result.timeout, preprocess=result.preprocess,
-            reference_note=_reference_note(result.settings, bool(result.preprocess)))
+            class_outputs=_class_outputs(result), timeout=result.timeout,
+            preprocess=result.preprocess,
+            reference_note=_reference_note(result.original_extra_feeds, bool(result.preprocess)))
     except OriginalDoesNotRun as error:
         raise InputError(str(error)) from None
+
+
+check = verify_result                   # the older name (review §3.2)
 
 
 SAMPLE_BATCH_ROWS = 32      # single samples stacked into one run where the batch is free
@@ -541,7 +563,7 @@ def check_batches(result: Result, feeds: Optional[Mapping[str, object]], seed: i
 
 def _stackable(result: Result) -> bool:
     """Single-sample rows can share one run when every such input leaves its batch free."""
-    shapes = samples_mod.input_specs(result.before, result.samples.inputs)
+    shapes = samples_mod.input_specs(result.original, result.samples.inputs)
     return all(result.samples.batched[name] or (shapes[name].shape and
                                                 shapes[name].shape[0] is None)
                for name in result.samples.inputs)
@@ -550,12 +572,19 @@ def _stackable(result: Result) -> bool:
 CLASS_SCORE_OPS = frozenset({"Softmax", "LogSoftmax", "MatMul", "BiasAdd"})
 
 
-def class_score_outputs(graph_def, outputs: Sequence[str]) -> List[str]:
+def class_score_outputs(graph, outputs: Sequence[str]) -> List[str]:
     """Outputs that may be class scores — a Softmax/LogSoftmax, or logits from a dense layer
-    (through Identity); verification checks the rank (2) and width (≥ 2) on the values."""
-    graph = Graph(graph_def, check_inputs=False)
+    (through Identity); verification checks the rank (2) and width (≥ 2) on the values.
+    ``graph``: the original, as a Graph (the run's index) or a GraphDef."""
+    graph = indexed(graph)
     return [name for name in outputs
             if graph.op(graph.resolve(name)) in CLASS_SCORE_OPS]
+
+
+def _class_outputs(result: Result) -> List[str]:
+    if result.class_outputs is None:            # a Result built by hand
+        result.class_outputs = class_score_outputs(result.original, result.outputs)
+    return result.class_outputs
 
 
 def _reference_note(settings: Mapping[str, object], preprocessed: bool = False) -> str:
@@ -608,7 +637,7 @@ def export_onnx(result: Result, path, *, opset: Optional[int] = None,
     progress.say(f"exporting to ONNX with tf2onnx: {path}")
     return onnx_export.export(result.graph_def, result.inputs, result.outputs, path, opset=opset,
                               inputs_as_nchw=list(inputs_as_nchw), tolerance=result.tolerance,
-                              feeds=check_feeds(result), timeout=result.timeout,
+                              feeds=feeds_for_checks(result), timeout=result.timeout,
                               ort_optimize=ort_optimize, input_path=input_path,
                               float16_min_elements=(_float16_min_elements(result)
                                                     if result.weights == "float16" else None),
@@ -617,13 +646,16 @@ def export_onnx(result: Result, path, *, opset: Optional[int] = None,
                               expected=export_reference(result), batch=batch)
 
 
-def check_feeds(result: Result) -> Dict[str, object]:
+def feeds_for_checks(result: Result) -> Dict[str, object]:
     """The inputs every later check uses: verification's, or (unverified) made the same way
     (raw inputs over their whole range where preprocessing is in the graph)."""
     if result.verification is not None:
         return result.verification.feeds
-    feeds = verify_mod.make_feeds(result.graph_def, result.inputs, given=result.given)
+    feeds = verify_mod.make_feeds(result.graph_def, result.inputs, given=result.user_feeds)
     return result.preprocess.raw_feeds(feeds, 0) if result.preprocess else feeds
+
+
+check_feeds = feeds_for_checks          # the older name (review §3.2)
 
 
 def export_reference(result: Result) -> Optional[Dict[str, object]]:
@@ -652,13 +684,18 @@ def check_drawable(source: Source, scope: Optional[str] = None) -> None:
     picture.check_drawable(source.graph_def, "the input graph", scope)
 
 
+def check_runs(runs: int) -> None:
+    """``bench``'s run count: the one check (the CLI calls it before minutes of work)."""
+    if runs < 1:
+        raise InputError(f"--runs must be at least 1, not {runs}")
+
+
 def bench(source: Source, result: Result, *, runs: int = 50, onnx: bool = True) -> list:
     """Latency of the original and the optimized graph, in TensorFlow and onnxruntime."""
-    if runs < 1:
-        raise InputError("--runs must be at least 1")
-    feeds = check_feeds(result)
-    return latency.bench(result.before, result.graph_def, result.inputs, result.outputs,
-                         result.settings, feeds=feeds, runs=runs, onnx=onnx,
+    check_runs(runs)
+    feeds = feeds_for_checks(result)
+    return latency.bench(result.original, result.graph_def, result.inputs, result.outputs,
+                         result.original_extra_feeds, feeds=feeds, runs=runs, onnx=onnx,
                          original_feeds=(result.preprocess.model_feeds(feeds)
                                          if result.preprocess else None))
 
@@ -702,7 +739,7 @@ def export_saved_model(source: Source, result: Result, path, *, force: bool = Fa
     require_verified(result, allow_unverified=allow_unverified)
     progress.say(f"writing the SavedModel {path}")
     return savedmodel_export.export(result.graph_def, signature_for(source, result), path,
-                                    feeds=check_feeds(result), tolerance=result.tolerance,
+                                    feeds=feeds_for_checks(result), tolerance=result.tolerance,
                                     timeout=result.timeout, force=force, input_path=source.path,
                                     weights=result.weights, expected=export_reference(result),
                                     batch=batch)
@@ -716,7 +753,7 @@ def export_tflite(source: Source, result: Result, path, batch: Optional[Batch] =
     require_verified(result, allow_unverified=allow_unverified)
     progress.say(f"converting to TensorFlow Lite: {path}")
     return tflite_export.export(result.graph_def, signature_for(source, result), path,
-                                feeds=check_feeds(result), tolerance=result.tolerance,
+                                feeds=feeds_for_checks(result), tolerance=result.tolerance,
                                 float16=result.weights == "float16", timeout=result.timeout,
                                 input_path=source.path, expected=export_reference(result),
                                 batch=batch)

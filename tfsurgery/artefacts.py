@@ -16,7 +16,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional
 
 import numpy as np
 
-from tfsurgery import verify
+from tfsurgery import io, verify
 from tfsurgery.errors import ExportError, InputError
 
 OPTIMIZED_REFERENCE = "the optimized graph in TensorFlow"
@@ -104,9 +104,7 @@ def size_of(path: Path) -> int:
 def staging(path: Path, batch: Optional[Batch] = None) -> Iterator[Path]:
     """A temporary directory next to ``path``, removed afterwards whatever happens — unless
     ``batch`` holds it for publishing later."""
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise InputError(f"{path}: output directory {directory} does not exist")
+    directory = io.output_directory(path)
     try:
         stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=directory))
     except OSError as error:
@@ -153,16 +151,12 @@ def with_deadline(fn: Callable, timeout: float, what: str):
 def check_new_directory(path: Path, force: bool, input_path=None) -> None:
     """A directory output: a file there, or a non-empty directory without ``force``, is refused."""
     path = Path(path)
-    if input_path is not None and path.exists() and Path(input_path).exists() and \
-            os.path.samefile(path, input_path):
-        raise InputError(f"{path}: refusing to overwrite the input; choose another output")
+    io.refuse_input(path, input_path)
     if path.exists() and not path.is_dir():
         raise InputError(f"{path}: exists and is not a directory")
     if path.is_dir() and any(path.iterdir()) and not force:
         raise InputError(f"{path}: directory exists and is not empty (use --force to replace it)")
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise InputError(f"{path}: output directory {directory} does not exist")
+    directory = io.output_directory(path)
     if not os.access(directory, os.W_OK):
         raise InputError(f"{path}: cannot write (directory {directory} not writable)")
 

@@ -428,10 +428,11 @@ def _run(args) -> int:
                                        enable=args.enable, disable=args.disable)
     args.preprocess = _preprocess(args)       # bad values: exit 2 before loading the model
     saved_model = _saved_model_path(args)
-    api.check_outputs([getattr(args, option, None)              # before minutes of work
-                       for option in ("output", "report_json", "onnx", "picture", "tflite")
-                       if not (option == "output" and _saved_model_from_output(args))],
-                      opset=getattr(args, "opset", None), picture_path=getattr(args, "picture", None))
+    api.check_output_paths([getattr(args, option, None)         # before minutes of work
+                            for option in ("output", "report_json", "onnx", "picture", "tflite")
+                            if not (option == "output" and _saved_model_from_output(args))],
+                           opset=getattr(args, "opset", None),
+                           picture_path=getattr(args, "picture", None))
     if getattr(args, "quantize", None):
         api.check_int8_request(args.samples, args.quantize, args.command == "export" or
                                bool(args.onnx) or bool(args.tflite),
@@ -673,7 +674,7 @@ def _export_onnx(args, source, result, path: Path, data: dict, batch=None) -> in
                f"{', weights in ' + path.name + '.data' if exported.external_data else ''}")
     _say(args, api.format_table(
         _side_by_side(api.summary(result.graph_def), exported),
-        headers=("TF after", "", "ONNX", "")))
+        headers=("TF after", "count", "ONNX", "count")))
     _say(args, f"ONNX check: max error {exported.max_error:.3g} vs {exported.reference} "
                f"(tolerance {exported.tolerance:g}; onnx.checker passed)")
     if not exported.passed:
@@ -827,8 +828,7 @@ def _inspect(args, source, transforms) -> int:
 
 def _bench(args, source, transforms) -> int:
     from tfsurgery import api
-    if args.runs < 1:
-        raise api.InputError("--runs must be at least 1")
+    api.check_runs(args.runs)                   # before the optimization runs
     result = _optimized(api, source, transforms, args)
     code = _check_verification(args, result)
     if code:

@@ -64,6 +64,8 @@ class TransformReport:
     seconds: float = 0.0
     # nodes no output needs, pruned before the work (the pipeline books them to prune)
     pruned: List[str] = dataclasses.field(default_factory=list)
+    # nodes deleted outright, none of them rewritten (prune's work): counted in removed_nodes
+    removed: List[str] = dataclasses.field(default_factory=list)
 
     def skip(self, node: str, reason: str) -> None:
         self.skipped.append((node, reason))
@@ -72,6 +74,7 @@ class TransformReport:
         return {"name": self.name, "matched": self.matched, "rewritten": self.rewritten,
                 "skipped": [{"node": n, "reason": r} for n, r in self.skipped],
                 "notes": self.notes, "removed_nodes": self.removed_nodes,
+                "removed": self.removed,
                 "seconds": round(self.seconds, 4)}
 
 

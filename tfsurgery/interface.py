@@ -63,10 +63,16 @@ def detect_outputs(graph_def) -> List[str]:
             if n.name not in consumed and n.op not in NOT_OUTPUT_OPS]
 
 
-def unused_inputs(graph_def, inputs: Sequence[str], outputs: Sequence[str]) -> List[str]:
+def indexed(graph) -> Graph:
+    """The run's index when the caller hands one down, else an index of the GraphDef given."""
+    return graph if isinstance(graph, Graph) else Graph(graph, check_inputs=False)
+
+
+def unused_inputs(graph, inputs: Sequence[str], outputs: Sequence[str]) -> List[str]:
     """Inputs no output reads (after optimization: a ``dropout`` rate that only fed the
-    training side of a cond): no value of theirs can change the outputs any more."""
-    needed = Graph(graph_def, check_inputs=False).ancestors(outputs)
+    training side of a cond): no value of theirs can change the outputs any more. ``graph``:
+    a Graph (the run's index) or a GraphDef."""
+    needed = indexed(graph).ancestors(outputs)
     return [name for name in inputs if node_name(name) not in needed]
 
 
@@ -100,15 +106,16 @@ def resolve_interface(graph_def, inputs: Sequence[str] = (), outputs: Sequence[s
 KEEP, RATE = 1.0, 0.0          # a dropout knob's inference value: keep everything / drop nothing
 
 
-def find_dropout_knobs(graph_def, exclude: Sequence[str] = ()) -> Dict[str, float]:
-    """Float scalar placeholders that only steer dropout, with their inference value.
+def find_dropout_knobs(graph, exclude: Sequence[str] = ()) -> Dict[str, float]:
+    """Float scalar placeholders that only steer dropout, with their inference value (``graph``:
+    a Graph — the run's index — or a GraphDef).
 
     TF1 ``tf.nn.dropout(x, keep_prob)`` reads ``keep_prob`` in ``Add(keep_prob, random)`` (the
     mask) and ``RealDiv(x, keep_prob)`` (the scale): a keep probability, 1.0 at inference. TF2
     ``tf.nn.dropout(x, rate)`` reads ``rate`` in ``GreaterEqual(random, rate)`` and
     ``Sub(1, rate)``: a rate, 0.0 at inference. A placeholder read anywhere else is no knob.
     """
-    graph = Graph(graph_def, check_inputs=False)
+    graph = indexed(graph)
     near_random = _near(graph, [n.name for n in graph if n.op in RANDOM_OPS], hops=3)
     knobs = {}
     for node in graph:

@@ -19,7 +19,8 @@ from tensorflow.core.framework import graph_pb2
 
 from tfsurgery.errors import GraphError, InputError
 from tfsurgery.graph import check_structure
-from tfsurgery.ops import CONTROL_FLOW_V1_OPS, VARIABLE_OPS, first_line, node_name
+from tfsurgery.ops import (CONTROL_FLOW_V1_OPS, FUNCTIONAL_CONTROL_FLOW_OPS, VARIABLE_OPS,
+                           first_line, node_name)
 
 TEXT_SUFFIXES = (".pbtxt", ".txt", ".prototxt")
 
@@ -137,8 +138,7 @@ def freeze_concrete_function(function, where: str) -> Loaded:
                   frozen_form=f"{how}; {control_flow_form(graph_def)}")
 
 
-FUNCTIONAL_CONTROL_FLOW = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case",
-                                     "StatelessCase"})
+FUNCTIONAL_CONTROL_FLOW = FUNCTIONAL_CONTROL_FLOW_OPS      # the one set, in tfsurgery.ops
 
 
 def control_flow_form(graph_def: graph_pb2.GraphDef) -> str:
@@ -268,23 +268,29 @@ def save_graph_def(graph_def: graph_pb2.GraphDef, path, *, input_path=None) -> P
     return path
 
 
+def output_directory(path) -> Path:
+    """The directory ``path`` goes into; one that does not exist is bad input (the one check
+    every writer — file, staged directory, ONNX — makes)."""
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise InputError(f"{path}: output directory {directory} does not exist")
+    return directory
+
+
 def check_writable(path) -> None:
     """Fail early (before minutes of work) if ``path`` cannot be written as a file."""
     path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise InputError(f"{path}: cannot write (is a directory; for a SavedModel write "
                          f"-o {path}/ or --saved-model {path})")
-    if not directory.is_dir():
-        raise InputError(f"{path}: output directory {directory} does not exist")
+    directory = output_directory(path)
     if not os.access(directory, os.W_OK):
         raise InputError(f"{path}: cannot write (directory not writable)")
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise InputError(f"{path}: output directory {directory} does not exist")
+    directory = output_directory(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     except OSError as error:
@@ -308,7 +314,7 @@ def _umask() -> int:
 def refuse_input(path, input_path) -> None:
     """No output may overwrite the input the user gave (one check for every writer)."""
     if input_path is not None and _same_file(Path(path), Path(input_path)):
-        raise InputError(f"{path}: refusing to overwrite the input file; choose another -o")
+        raise InputError(f"{path}: refusing to overwrite the input; choose another output")
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -31,7 +31,7 @@ from tfsurgery import artefacts, onnx_tidy, verify
 from tfsurgery.constants import evaluate
 from tfsurgery.errors import ExportError, InputError
 from tfsurgery.graph import Graph
-from tfsurgery.io import PROTOBUF_LIMIT, check_protobuf_size, refuse_input
+from tfsurgery.io import PROTOBUF_LIMIT, check_protobuf_size, output_directory, refuse_input
 from tfsurgery.ops import first_line, tensor_name
 from tfsurgery.tensor_list_loops import as_tensor_arrays
 
@@ -429,8 +429,7 @@ def check_opset(opset: int) -> None:
 
 
 def _check_target(path: Path, input_path) -> None:
-    if not path.parent.is_dir():
-        raise InputError(f"{path}: output directory {path.parent} does not exist")
+    output_directory(path)
     for target in (path, path.with_name(path.name + ".data")):
         refuse_input(target, input_path)
 

@@ -27,6 +27,13 @@ CONTROL_FLOW_V1_OPS = frozenset({
 FRAME_OPS = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "NextIteration",
                        "RefNextIteration", "LoopCond"})
 
+# Functional (v2) control flow and function calls: bodies in the function library.
+FUNCTION_CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
+FUNCTIONAL_IF_OPS = frozenset({"If", "StatelessIf"})
+FUNCTIONAL_CASE_OPS = frozenset({"Case", "StatelessCase"})
+FUNCTIONAL_WHILE_OPS = frozenset({"While", "StatelessWhile"})
+FUNCTIONAL_CONTROL_FLOW_OPS = FUNCTIONAL_IF_OPS | FUNCTIONAL_CASE_OPS | FUNCTIONAL_WHILE_OPS
+
 # Random ops — one vocabulary for interface detection (dropout knobs), remove-dropout and the
 # verifier's reference, so what one removes the other can neutralise.
 UNIFORM_RANDOM_OPS = frozenset({"RandomUniform", "StatelessRandomUniform",

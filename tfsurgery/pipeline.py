@@ -153,18 +153,31 @@ def resolve_transforms(names: Optional[Sequence[str]] = None, *, bn_fold: bool =
 def run(graph_def: graph_pb2.GraphDef, transforms: Sequence[str],
         options: Options) -> Tuple[graph_pb2.GraphDef, List[TransformReport]]:
     """Apply ``transforms`` in order to a copy of ``graph_def``."""
-    unknown = [name for name in transforms if lookup(name) is None]
-    if unknown:
-        raise UnknownTransform(f"unknown transform '{unknown[0]}'")
+    _check_known(transforms)
+    with gc_paused():          # see ``apply``
+        graph = Graph(graph_def)
+        reports = apply(graph, transforms, options)
+        return graph.to_graph_def(), reports
+
+
+def apply(graph: Graph, transforms: Sequence[str], options: Options) -> List[TransformReport]:
+    """Apply ``transforms`` in order to ``graph``, in place: the run's one index, which the
+    caller built (checking its inputs) and may have read before (api.optimize detects the
+    interface on it); the caller's GraphDef underneath is never mutated (copy-on-write)."""
+    _check_known(transforms)
     # The index and the transforms' bookkeeping are millions of small objects that live until
     # the end; Python's cyclic collector would scan them again and again to find nothing.
     with gc_paused():
-        return _run(graph_def, transforms, options)
+        return _run(graph, transforms, options)
 
 
-def _run(graph_def: graph_pb2.GraphDef, transforms: Sequence[str],
-         options: Options) -> Tuple[graph_pb2.GraphDef, List[TransformReport]]:
-    graph = Graph(graph_def)
+def _check_known(transforms: Sequence[str]) -> None:
+    unknown = [name for name in transforms if lookup(name) is None]
+    if unknown:
+        raise UnknownTransform(f"unknown transform '{unknown[0]}'")
+
+
+def _run(graph: Graph, transforms: Sequence[str], options: Options) -> List[TransformReport]:
     reports: Dict[str, TransformReport] = {}
     seen_changes: Dict[str, int] = {}       # name → the change count when it last ran
     changes = 0
@@ -188,7 +201,7 @@ def _run(graph_def: graph_pb2.GraphDef, transforms: Sequence[str],
         last.notes.append(f"pipeline: {rounds} round(s), " + (
             f"stopped at the bound of {MAX_ROUNDS} before a fixpoint" if unsettled
             else "fixpoint reached"))
-    return graph.to_graph_def(), list(reports.values())
+    return list(reports.values())
 
 
 def _run_pass(graph: Graph, name: str, options: Options) -> TransformReport:
@@ -235,7 +248,7 @@ def _book_pruning(reports: Dict[str, TransformReport]) -> None:
     prune = reports.setdefault("prune", TransformReport("prune"))
     for name, pruned in early:
         prune.matched += len(pruned)
-        prune.rewritten.extend(pruned)
+        prune.removed.extend(pruned)
         prune.removed_nodes += len(pruned)
         prune.notes.append(f"{len(pruned)} of the removed nodes pruned before {name} ran "
                            "(readers no output needs must not block it)")
@@ -251,6 +264,7 @@ def _book(reports: Dict[str, TransformReport], name: str, report: TransformRepor
     repeated = [entry for entry in report.skipped if entry in known]
     first.matched += report.matched - len(repeated)    # a skip seen before is no new match
     first.rewritten.extend(report.rewritten)
+    first.removed.extend(report.removed)
     first.skipped.extend(entry for entry in report.skipped if entry not in known)
     first.notes.extend(note for note in report.notes if note not in first.notes)
     first.removed_nodes += report.removed_nodes

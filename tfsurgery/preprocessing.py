@@ -15,6 +15,7 @@ import numpy as np
 
 from tfsurgery.errors import InputError
 from tfsurgery.graph import Graph
+from tfsurgery.interface import indexed
 from tfsurgery.ops import node_name
 from tfsurgery.contract import Preprocessing
 from tfsurgery.image_layout import channel_axis, is_image
@@ -60,12 +61,13 @@ def parse_dtype(text: str) -> Named:
     return (name or None), dtype
 
 
-def resolve(graph_def, inputs: Sequence[str], requested: Requested) -> Dict[str, Preprocessing]:
-    """One checked ``Preprocessing`` per input the options name."""
+def resolve(graph, inputs: Sequence[str], requested: Requested) -> Dict[str, Preprocessing]:
+    """One checked ``Preprocessing`` per input the options name (``graph``: the original, as a
+    Graph — the run's index — or a GraphDef)."""
     given = requested.given()
     if not given:
         return {}
-    graph = Graph(graph_def, check_inputs=False)
+    graph = indexed(graph)
     specs: Dict[str, Preprocessing] = {}
     for option, (name, value) in given.items():
         target = _target(graph, inputs, name, option)
@@ -165,11 +167,13 @@ class Preprocessor:
                 for key, value in raw.items()}
 
 
-def preprocessor(graph_def, specs: Mapping[str, Preprocessing]) -> Optional[Preprocessor]:
+def preprocessor(graph, specs: Mapping[str, Preprocessing]) -> Optional[Preprocessor]:
+    """The hook for ``specs``, with the ORIGINAL's input dtypes (``graph``: a Graph or a
+    GraphDef of the original — never the optimized graph, whose inputs take raw values)."""
     if not specs:
         return None
     import tensorflow as tf
-    graph = Graph(graph_def, check_inputs=False)
+    graph = indexed(graph)
     dtypes = {name: tf.dtypes.as_dtype(graph.node(name).attr["dtype"].type).as_numpy_dtype
               for name in specs}
     return Preprocessor(dict(specs), dtypes)

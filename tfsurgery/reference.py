@@ -35,10 +35,11 @@ def comparable_reference(original, optimized,
     random_nodes = [n for n in original.node if n.op in UNIFORM_OPS | NORMAL_OPS | SEEDED_OPS]
     if not random_nodes and not any(n.op in SEEDED_OPS for n in optimized.node):
         return original, optimized, None
-    reference, seeded = Graph(original, check_inputs=False), Graph(optimized, check_inputs=False)
+    reference, seeded = Graph(original, check_inputs=False), None
     neutral = []
     for node in random_nodes:
         if kept.get(node.name) == node.op:
+            seeded = seeded or Graph(optimized, check_inputs=False)
             _fix_seed(reference, node.name)
             _fix_seed(seeded, node.name)
         elif node.op in UNIFORM_OPS | NORMAL_OPS:
@@ -54,10 +55,13 @@ def comparable_reference(original, optimized,
                                     "removed and has no neutral value")
     for node in optimized.node:
         if node.op in SEEDED_OPS and node.name not in kept.keys() & {n.name for n in random_nodes}:
+            seeded = seeded or Graph(optimized, check_inputs=False)
             _fix_seed(seeded, node.name)
     note = (f"its {len(neutral)} random op(s) at their expected or neutral value (dropout "
             "off, noise 0)") if neutral else None
-    return reference.to_graph_def(), seeded.to_graph_def(), note
+    # the optimized graph is copied only where it keeps random ops to seed
+    return reference.to_graph_def(), (optimized if seeded is None else seeded.to_graph_def()), \
+        note
 
 
 def _fix_seed(graph: Graph, name: str) -> None:

@@ -30,7 +30,9 @@ def format_table(rows: Sequence[tuple], headers=("", "before", "after")) -> str:
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
     out = [line]
-    numeric = [all(_is_number(row[i]) for row in cells[1:]) for i in range(len(headers))]
+    # a column of numbers (blank cells aside: a shorter side of a side-by-side table)
+    numeric = [any(row[i] for row in cells[1:]) and
+               all(_is_number(row[i]) for row in cells[1:] if row[i]) for i in range(len(headers))]
     for k, row in enumerate(cells):     # numbers right-aligned, text left-aligned
         out.append("| " + " | ".join(c.rjust(w) if numeric[i] and i else c.ljust(w)
                                      for i, (c, w) in enumerate(zip(row, widths))) + " |")

@@ -24,6 +24,7 @@ import dataclasses
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+from tensorflow.core.framework import graph_pb2
 
 from tfsurgery.cpu_layout import runnable
 from tfsurgery.errors import InputError, OriginalDoesNotRun, VerificationError
@@ -175,30 +176,39 @@ def placeholder_shape(node, unknown_dim: int = UNKNOWN_DIMS[0]) -> List[int]:
             for i, d in enumerate(shape.as_list())]
 
 
-def has_free_dims(graph_def, inputs: Sequence[str]) -> bool:
-    """Does any input leave a non-batch dimension free (so a larger test size may help)?"""
-    graph = Graph(graph_def, check_inputs=False)
+def _node_lookup(graph):
+    """name → NodeDef: the run's index when one is handed down (a Graph), else a plain dict of
+    the GraphDef's nodes (the placeholders' attributes are all feeds need; no full index)."""
+    return graph.node if isinstance(graph, Graph) else \
+        {node.name: node for node in graph.node}.__getitem__
+
+
+def has_free_dims(graph, inputs: Sequence[str]) -> bool:
+    """Does any input leave a non-batch dimension free (so a larger test size may help)?
+    ``graph``: a GraphDef or a Graph."""
+    node = _node_lookup(graph)
     for name in inputs:
-        dims = graph.node(node_name(name)).attr["shape"].shape.dim
+        dims = node(node_name(name)).attr["shape"].shape.dim
         if any(d.size < 0 for d in list(dims)[1:]):
             return True
     return False
 
 
-def make_feeds(graph_def, inputs: Sequence[str], seed: int = 0, *,
+def make_feeds(graph, inputs: Sequence[str], seed: int = 0, *,
                given: Optional[Mapping[str, np.ndarray]] = None,
                unknown_dim: int = UNKNOWN_DIMS[0],
                scalar_if_unknown_rank: bool = False) -> Dict[str, np.ndarray]:
     """Seeded random values for every input placeholder; ``given`` values win.
     ``scalar_if_unknown_rank``: stand-in values for inputs nothing reads any more, where any
-    value does (a scalar for an input of unknown rank instead of an error)."""
+    value does (a scalar for an input of unknown rank instead of an error). ``graph``: a
+    GraphDef or a Graph."""
     import tensorflow as tf
     given = {node_name(k): v for k, v in (given or {}).items()}
     rng = np.random.default_rng(seed)
-    graph = Graph(graph_def, check_inputs=False)
+    lookup = _node_lookup(graph)
     feeds = {}
     for name in inputs:
-        node = graph.node(node_name(name))
+        node = lookup(node_name(name))
         dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
         if node.name in given:
             feeds[name] = _given_value(node, given[node.name], dtype)
@@ -308,7 +318,7 @@ def run_reference(original, inputs: Sequence[str], outputs: Sequence[str],
                   size: Optional[int] = None):
     """Feeds for which the original runs with non-empty outputs, and its outputs. An original
     that cannot run at all is the user's input at fault."""
-    size = test_size(original, inputs, outputs, given) if size is None else size
+    size = free_dim_size(original, inputs, outputs, given) if size is None else size
     feeds = make_feeds(original, inputs, seed, given=given, unknown_dim=size)
     try:
         expected = run_graph(original, {**feeds, **settings}, outputs, timeout=timeout,
@@ -325,7 +335,7 @@ def run_reference(original, inputs: Sequence[str], outputs: Sequence[str],
     return feeds, expected, size
 
 
-def test_size(graph_def, inputs: Sequence[str], outputs: Sequence[str], given=None) -> int:
+def free_dim_size(graph_def, inputs: Sequence[str], outputs: Sequence[str], given=None) -> int:
     """The size for free dimensions: the first of UNKNOWN_DIMS for which TensorFlow's shape
     inference gives every output a non-empty shape (five poolings leave nothing of 16). Decided
     statically: running a kernel on an empty tensor can crash the process."""
@@ -334,15 +344,17 @@ def test_size(graph_def, inputs: Sequence[str], outputs: Sequence[str], given=No
     import tensorflow as tf
     for size in UNKNOWN_DIMS:
         feeds = make_feeds(graph_def, inputs, given=given, unknown_dim=size)
-        sized = Graph(graph_def, check_inputs=False)
+        sized = graph_pb2.GraphDef()
+        sized.CopyFrom(graph_def)
+        placeholders = {node.name: node for node in sized.node}
         for name, value in feeds.items():
-            shape = sized.mutable(node_name(name)).attr["shape"].shape
+            shape = placeholders[node_name(name)].attr["shape"].shape
             shape.Clear()
             for dim in np.shape(value):
                 shape.dim.add(size=dim)
         with tf.Graph().as_default() as graph:
             try:
-                tf.compat.v1.import_graph_def(sized.to_graph_def(), name="")
+                tf.compat.v1.import_graph_def(sized, name="")
             except ValueError:            # shape inference: a dimension became negative
                 continue
             shapes = [graph.get_tensor_by_name(tensor_name(o)).shape for o in outputs]
@@ -361,18 +373,19 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
            settings: Mapping[str, object] = (), *, tolerance: float = DEFAULT_TOLERANCE,
            seed: int = 0, given: Optional[Mapping[str, np.ndarray]] = None,
            timeout: float = DEFAULT_TIMEOUT, reference_note: Optional[str] = None,
-           preprocess=None) -> Verification:
+           preprocess=None, comparable=None) -> Verification:
     """Compare every output of ``optimized`` with ``original`` on the same feeds. ``settings``
     are values the original is fed besides the inputs: training flags False, dropout knobs at
     their inference value (a list of names means bool flags set False). ``preprocess`` (see
     tfsurgery.preprocessing.Preprocessor): the optimized graph takes raw inputs, the original
-    their preprocessed values, computed by the hook in NumPy."""
+    their preprocessed values, computed by the hook in NumPy. ``comparable``: what
+    ``comparable_reference`` made of the two for these settings, when the caller has it."""
     settings = _settings(settings)
     raw = None
     if preprocess is not None:
         raw, given = _preprocessed_feeds(original, optimized, inputs, outputs, preprocess,
                                          seed=seed, given=given)
-    reference, optimized, random_note = comparable_reference(
+    reference, optimized, random_note = comparable or comparable_reference(
         original, optimized, {node_name(k): v for k, v in settings.items()})
     feeds, expected, size = run_reference(reference, inputs, outputs, settings, seed=seed,
                                           given=given, timeout=timeout)
@@ -428,9 +441,11 @@ def verify_batches(original, optimized, inputs: Sequence[str], outputs: Sequence
     merged = None
     expected: Dict[str, list] = {name: [] for name in class_outputs}
     actual: Dict[str, list] = {name: [] for name in class_outputs}
+    comparable = comparable_reference(                 # the same for every batch: made once
+        original, optimized, {node_name(k): v for k, v in _settings(settings).items()})
     for label, given, seed in batches:
         one = verify(original, optimized, inputs, outputs, settings, tolerance=tolerance,
-                     seed=seed, given=given, **options)
+                     seed=seed, given=given, comparable=comparable, **options)
         for name in class_outputs:
             expected[name].append(np.asarray(one.expected[name]))
             actual[name].append(np.asarray(one.actual[name]))
@@ -492,7 +507,7 @@ def _second_size(reference, optimized, inputs, outputs, settings, first: int, **
 
 def _preprocessed_feeds(original, optimized, inputs, outputs, preprocess, *, seed, given):
     """Raw feeds for the optimized graph (the user's where given) and the original's feeds."""
-    size = test_size(original, inputs, outputs, given)
+    size = free_dim_size(original, inputs, outputs, given)
     made = make_feeds(optimized, inputs, seed, given=given, unknown_dim=size)
     fixed = {node_name(k) for k in (given or {})}
     raw = {**preprocess.raw_feeds(made, seed),

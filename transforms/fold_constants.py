@@ -30,7 +30,7 @@ def frontier(graph: Graph, constant: Set[str], options: Options) -> Dict[str, Li
     """Computed constants someone non-constant reads (or that are outputs): name → ports read."""
     wanted: Dict[str, Set[int]] = {}
     given = set(graph.names_with_ops(("Const", "NoOp")))
-    for name in constant:
+    for name in sorted(constant):           # a set: in name order, so every run folds alike
         if name in given:                   # a Const already is one (a set lookup, no NodeDef)
             continue
         for consumer in graph.consumers(name):

@@ -29,11 +29,11 @@ from tensorflow.core.framework import node_def_pb2
 from tfsurgery.constants import constant_values
 from tfsurgery.graph import COLOCATION_ATTR, COLOCATION_PREFIX, Graph, Ref, parse_ref
 from tfsurgery.contract import Options, TransformReport, transform
+from tfsurgery.ops import (FUNCTION_CALL_OPS, FUNCTIONAL_CASE_OPS, FUNCTIONAL_IF_OPS,
+                           FUNCTIONAL_WHILE_OPS)
 
-CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
-IF_OPS = frozenset({"If", "StatelessIf"})
-CASE_OPS = frozenset({"Case", "StatelessCase"})
-LOOP_OPS = frozenset({"While", "StatelessWhile"})
+CALL_OPS, IF_OPS, CASE_OPS, LOOP_OPS = (FUNCTION_CALL_OPS, FUNCTIONAL_IF_OPS, FUNCTIONAL_CASE_OPS,
+                                        FUNCTIONAL_WHILE_OPS)
 MAX_ROUNDS = 32          # nesting depth of calls in one graph; real graphs use a handful
 
 

@@ -24,7 +24,7 @@ def prune(graph: Graph, options: Options) -> TransformReport:
         report.notes.append(f"{dropped} control edges from constant-only nodes dropped")
     removed = graph.prune(options.outputs, keep=options.inputs)
     report.matched = len(removed)
-    report.rewritten.extend(removed)
+    report.removed.extend(removed)          # deleted, not rewritten: "removed N nodes"
     return report
 
 

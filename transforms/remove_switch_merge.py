@@ -109,7 +109,7 @@ def remove_switch_merge(graph: Graph, options: Options) -> TransformReport:
         report.matched += len(live_port)
         dead_total += collapse(graph, live_port, options, report)
     if report.matched:
-        report.notes.append(f"{dead_total} nodes on dead branches removed")
+        report.notes.append(f"of the nodes removed, {dead_total} were on dead branches")
     return report
 
 
