@@ -413,3 +413,22 @@ def test_bias_correction_removes_the_mean_shift_of_the_outputs(digits_model, tmp
         assert code == 0 and int8["bias_corrected"] == (choice == "on")
         shifts[choice] = np.abs((ort_scores(out, rows) - reference).mean(axis=0)).max()
     assert shifts["on"] < shifts["off"] / 2, shifts
+
+
+def test_tflite_full_integer_of_the_equalized_graph(digits_model, tmp_path):
+    from test_int8 import tflite_accuracy
+    from tfsurgery.cli import main
+    out, report = tmp_path / "digits.tflite", tmp_path / "report.json"
+    code = main(["optimize", str(digits_model["pb"]), "-o", str(tmp_path / "d.pb"), "--tflite",
+                 str(out), "--quantize", "int8", "--int8-equalize", "on", "--samples",
+                 str(digits_model["folder"] / "calibration.npz"), "--check-samples",
+                 str(digits_model["folder"] / "check.npz"), "--report-json", str(report), "-q"])
+    assert code == 0
+    int8 = json.loads(report.read_text())["tflite_int8"]
+    assert int8["model"] == "equalized" and [a["model"] for a in int8["tried"]] == ["equalized"]
+    assert int8["equalization"]["pairs"] == 1
+    reference = oracle.run(digits_model["graph_def"], {"input": digits_model["other"]},
+                           ["Identity"])[0]
+    float_accuracy = np.mean(reference.argmax(-1) == digits_model["labels"])
+    accuracy, _ = tflite_accuracy(out, digits_model["other"], digits_model["labels"])
+    assert accuracy >= float_accuracy - 0.01

@@ -874,14 +874,36 @@ def equalized_result(result: Result, calibration, check_rows=None
 
 def export_tflite_int8(source: Source, result: Result, path, *, calibration, check,
                        thresholds: quantize_mod.Thresholds, int8_io: bool = False,
-                       batch: Optional[Batch] = None):
+                       batch: Optional[Batch] = None, equalize: str = "off"):
     """Full-integer TFLite (calibration rows as representative dataset), checked in the LiteRT
-    interpreter on ``check`` against the float ORIGINAL; raises ``TfliteInt8Refused``."""
+    interpreter on ``check`` against the float ORIGINAL; raises ``TfliteInt8Refused``.
+    ``equalize`` as for :func:`export_int8` (the converter's own calibration, no bias
+    correction)."""
     require_verified(result)
+    if equalize not in EQUALIZE_CHOICES:
+        raise InputError(f"--int8-equalize {equalize}: choose from {', '.join(EQUALIZE_CHOICES)}")
+    candidates = {"plain": result.graph_def}
+    equalization: dict = {"asked": equalize}
+    if equalize != "off":
+        progress.say("cross-layer equalization before int8")
+        equalized, equalization = equalized_result(result, calibration, check)
+        equalization["asked"] = equalize
+        if equalized is not None:
+            candidates["equalized"] = equalized.graph_def
+        elif equalize == "on":
+            raise ExportError(f"--int8-equalize on: {equalization['why']}")
+        if equalize == "on":
+            del candidates["plain"]
     progress.say(f"converting to full-integer TensorFlow Lite: {path}")
     expected = quantize_mod.reference_outputs(source.graph_def, result.outputs, check,
                                                result.timeout)
-    return quantize_tflite.export(result.graph_def, signature_for(source, result), path,
-                                  outputs=result.outputs, calibration=calibration, check=check,
-                                  expected=expected, thresholds=thresholds, int8_io=int8_io,
-                                  input_path=source.path, batch=batch)
+    try:
+        report = quantize_tflite.export(candidates, signature_for(source, result), path,
+                                        outputs=result.outputs, calibration=calibration,
+                                        check=check, expected=expected, thresholds=thresholds,
+                                        int8_io=int8_io, input_path=source.path, batch=batch)
+    except quantize_tflite.TfliteInt8Refused as refused:
+        refused.report.equalization = equalization
+        raise
+    report.equalization = equalization
+    return report

@@ -268,9 +268,9 @@ def _int8_options(parser: argparse.ArgumentParser) -> None:
                             "tried on the check rows, the best kept, both reported; entropy is "
                             "~20x slower and only when asked)")
     group.add_argument("--int8-equalize", default="auto", choices=("auto", "on", "off"),
-                       help="cross-layer equalization before ONNX int8 (default auto: kept only "
-                            "if it quantizes better on the check rows; plain and equalized "
-                            "are reported)")
+                       help="cross-layer equalization before int8, ONNX or TFLite (default "
+                            "auto: kept only if it quantizes better on the check rows; plain "
+                            "and equalized are reported)")
     group.add_argument("--int8-bias-correction", default="auto", choices=("auto", "on", "off"),
                        help="correct each layer's bias for the mean shift its int8 weights "
                             "cause on the calibration rows (default auto: every attempt tried "
@@ -738,7 +738,8 @@ def _export_tflite_int8(args, source, result, data: dict, batch) -> int:
     try:
         report = api.export_tflite_int8(source, result, args.tflite, calibration=calibration,
                                         check=check, thresholds=thresholds,
-                                        int8_io=args.tflite_io == "int8", batch=batch)
+                                        int8_io=args.tflite_io == "int8", batch=batch,
+                                        equalize=args.int8_equalize)
     except api.TfliteInt8Refused as refused:
         data["tflite_int8"] = refused.report.as_dict()
         print(f"tfsurgery: TFLite int8 FAILED: {refused}; nothing written", file=sys.stderr)
@@ -749,8 +750,13 @@ def _export_tflite_int8(args, source, result, data: dict, batch) -> int:
     data["tflite_int8"] = report.as_dict()
     measures = ", ".join(f"{o.name}: {o.measure} {o.value:.4g} (threshold {o.threshold:g})"
                          for o in report.outputs)
-    _say(args, f"TFLite full-integer ({report.io_type} I/O), checked on {report.check_rows} "
-               f"held-back rows against the float original: {measures}")
+    equalized = " of the cross-layer-equalized graph" if report.model == "equalized" else ""
+    _say(args, f"TFLite full-integer{equalized} ({report.io_type} I/O), checked on "
+               f"{report.check_rows} held-back rows against the float original: {measures}")
+    if len(report.tried) > 1:
+        _say(args, "  tried: " + "; ".join(
+            f"{a.model}: " + ", ".join(f"{o.measure} {o.value:.4g}" for o in a.outputs)
+            for a in report.tried))
     for name, q in report.io_quantization.items():
         _say(args, f"  int8 {name}: scale {q['scale']:.6g}, zero point {q['zero_point']}")
     data["artefacts"].append({

@@ -20,6 +20,7 @@ import io
 import logging
 import math
 import threading
+import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -174,7 +175,6 @@ def quantize(float_model, path: Path, *, outputs: Sequence[str], calibration: Sa
     and without its biases corrected (:func:`correct_biases`: cheap, the ranges are cached);
     "on" only with, "off" only without. Raises ``ExportError`` carrying the report when the
     thresholds cannot be met."""
-    import time
     thresholds.check_applies(outputs, expected)
     candidates = {"plain": Path(float_model)} if isinstance(float_model, (str, Path)) else \
         {name: Path(p) for name, p in float_model.items()}
@@ -192,7 +192,12 @@ def quantize(float_model, path: Path, *, outputs: Sequence[str], calibration: Sa
             _quantize_static(candidates[model], staged, calibration, kept_float, method=method,
                              cache=stage / f"calibration-{model}-{method}.json")
             if corrected:
-                correct_biases(candidates[model], staged, calibration, input_means)
+                try:
+                    correct_biases(candidates[model], staged, calibration, input_means)
+                except Exception as error:   # onnx/onnxruntime errors are not one hierarchy
+                    raise ExportError(f"bias correction failed on {model} {method}: "
+                                      f"{str(error).splitlines()[0] if str(error) else error!r}"
+                                      "; --int8-bias-correction off skips it") from None
             return measure(staged, outputs, check, expected, thresholds, timeout)
 
         input_means: Dict[tuple, List[np.ndarray]] = {}     # bias correction's E[x], once
@@ -231,7 +236,7 @@ def quantize(float_model, path: Path, *, outputs: Sequence[str], calibration: Sa
 
 
 def calibration_methods(choice: str) -> List[str]:
-    """onnxruntime's method names for a choice ("auto": every one)."""
+    """onnxruntime's method names for a choice ("auto": AUTO_METHODS)."""
     if choice == "auto":
         return list(AUTO_METHODS)
     if choice not in CALIBRATION_METHODS:
