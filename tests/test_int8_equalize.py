@@ -432,3 +432,18 @@ def test_tflite_full_integer_of_the_equalized_graph(digits_model, tmp_path):
     float_accuracy = np.mean(reference.argmax(-1) == digits_model["labels"])
     accuracy, _ = tflite_accuracy(out, digits_model["other"], digits_model["labels"])
     assert accuracy >= float_accuracy - 0.01
+
+
+def test_equalize_on_with_nothing_to_equalize_fails_in_one_line(digits_model, tmp_path, capsys):
+    """Up to the first ReLU there is one conv and no pair: `on` cannot be honoured — exit 1,
+    one line saying why, nothing written (`auto` would go on with the plain model)."""
+    from tfsurgery.cli import main
+    first_relu = [n.name for n in digits_model["graph_def"].node if n.op == "Relu"][0]
+    out = tmp_path / "first.onnx"
+    args = ["export", str(digits_model["pb"]), "-o", str(out), "--quantize", "int8",
+            "--samples", str(digits_model["folder"] / "calibration.npz"), "--outputs",
+            first_relu, "--int8-min-sqnr", "10", "-q"]
+    assert main(args + ["--int8-equalize", "on"]) == 1 and not out.exists()
+    err = [line for line in capsys.readouterr().err.splitlines() if "tfsurgery:" in line]
+    assert len(err) == 1 and "--int8-equalize on: no layer pair could be equalized" in err[0]
+    assert main(args + ["--int8-equalize", "auto"]) == 0 and out.exists()
