@@ -58,7 +58,8 @@ FLOATS = ("float32", "float64")
 @dataclasses.dataclass
 class EqualizeParams:
     sweeps: int = 20                        # passes over all pairs (stops when scales settle)
-    # ReLU6 node → per-channel max of its input on calibration rows (None: ReLU6 pairs refused)
+    # ReLU6 node → per-channel max of its input on a caller's rows: evidence for channels no
+    # bound proves below the clip (None: only proven channels scale)
     activation_max: Optional[Dict[str, Tuple[float, ...]]] = None
     margin: float = 0.25                    # a channel's max × (1 + margin) must stay below 6
 
