@@ -386,7 +386,9 @@ def correct_biases(float_model: Path, quantized: Path, calibration: Samples,
     with E[x] the mean of each input channel over the calibration rows in the FLOAT model. That
     shift is subtracted from the layer's bias, in the bias's own int32 steps (scale = input scale
     × weight scale), for every Conv (grouped and depthwise too) and Gemm whose weights and
-    bias are quantized. Rewrites ``quantized``; returns how many layers were corrected.
+    bias are quantized (E[x] is over real positions: the zeros of padding at the borders are
+    not counted, a small overestimate there). Rewrites ``quantized``; returns how many layers
+    were corrected.
     ``means``: a cache of E[x] by (float model, tensors), kept by the caller across attempts."""
     import onnx
     from onnx import numpy_helper
