@@ -91,9 +91,16 @@ ALGEBRA = {
     "split": lambda tf, y: tf.raw_ops.Split(axis=1, value=y, num_split=1)[0],
     "minus_neg": lambda tf, y: tf.nn.relu(y) - (-y),            # Sub(Neg) → AddV2
     "plus_neg": lambda tf, y: tf.nn.relu(y) + (-y),             # Add(Neg) → Sub
-    "double": lambda tf, y: tf.nn.relu(y) + tf.nn.relu(y),      # merged, then p * 2
+    "double": lambda tf, y: tf.nn.relu(y) + tf.nn.relu(y),      # merged (p + p stays)
+    # remove-noop-shape-ops: shape ops that hand their input through ([batch, units])
+    "tile_ones": lambda tf, y: tf.tile(y, [1, 1]),
+    "pad_zeros": lambda tf, y: tf.pad(y, [[0, 0], [0, 0]]),
+    "slice_whole": lambda tf, y: tf.slice(y, [0, 0], [-1, -1]),
+    "strided_whole": lambda tf, y: y[:, :],
+    "stack_pick": lambda tf, y: tf.stack([tf.nn.relu(y), y], axis=1)[:, 1],
 }
-ALGEBRA_GONE = {"OnesLike", "ZerosLike", "Split", "Neg"}
+ALGEBRA_GONE = {"OnesLike", "ZerosLike", "Split", "Neg", "Tile", "Pad", "Slice", "StridedSlice",
+                "Pack"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -114,9 +114,147 @@ def test_conj_twice_goes():
     same_bits(result, np.complex64)
 
 
-def test_a_sum_of_one_tensor_with_itself_is_a_doubling():
-    result, kept = simplified(build(lambda x, y: tf.add(x * y, x * y)))
-    assert "AddV2" not in kept and kept.count("Mul") == 2, kept     # merged, then doubled
+def test_a_sum_of_one_tensor_with_itself_stays_where_doubling_gains_nothing():
+    """p + p → p * 2 would cost a constant node more: merged, and kept as p + p."""
+    result, kept = simplified(build(lambda x, y: tf.add(tf.nn.relu(x), tf.nn.relu(x)) - y))
+    assert kept.count("AddV2") == 1 and kept.count("Relu") == 1 and "Mul" not in kept, kept
+    same_bits(result)
+
+
+def test_a_doubling_scaled_by_a_constant_is_one_product_unless_exact():
+    c = R.uniform(0.5, 1.5, 4).astype(np.float32)
+    form = lambda x, y: tf.constant(c) * tf.add(tf.nn.relu(x), tf.nn.relu(x)) - y  # noqa: E731
+    result, kept = simplified(build(form))
+    assert "AddV2" not in kept and kept.count("Mul") == 1 and kept.count("Const") == 1, kept
+    same_bits(result, special=False, exact=False)
+    result, kept = simplified(build(form), exact=True)
+    assert kept.count("AddV2") == 1 and kept.count("Mul") == 1, kept
+    same_bits(result)
+
+
+def test_commutative_operands_in_either_order_merge():
+    form = lambda x, y: tf.add(x, y) * tf.add(y, x) + tf.multiply(y, x) * tf.multiply(x, y)  # noqa
+    result, kept = simplified(build(form), exact=True)
+    assert kept.count("AddV2") == 2 and kept.count("Mul") == 3, kept
+    same_bits(result)
+
+
+def test_maximum_is_never_merged_with_its_operands_swapped_nan_order_matters():
+    form = lambda x, y: tf.maximum(x, y) - tf.maximum(y, x)      # noqa: E731
+    result, kept = simplified(build(form))
+    assert kept.count("Maximum") == 2, kept
+    same_bits(result)
+
+
+def test_involution_around_a_value_preserving_chain_goes():
+    def form(x, y):
+        z = tf.transpose(tf.reshape(tf.identity(tf.negative(x)), [4, 3]))
+        return tf.negative(z) * y
+    result, kept = simplified(build(form), exact=True)
+    assert "Neg" not in kept and "Transpose" in kept, kept
+    same_bits(result)
+
+
+def test_reciprocal_around_a_squeeze_goes_unless_exact():
+    def form(x, y):
+        z = tf.squeeze(tf.identity(tf.math.reciprocal(tf.expand_dims(x, 1))), axis=[1])
+        return tf.math.reciprocal(z) * y
+    result, kept = simplified(build(form))
+    assert "Reciprocal" not in kept, kept
+    same_bits(result, special=False, exact=False)
+    result, kept = simplified(build(form), exact=True)
+    assert kept.count("Reciprocal") == 2, kept
+    same_bits(result)
+
+
+def test_involution_around_a_chain_read_elsewhere_is_refused():
+    def form(x, y):
+        inner = tf.squeeze(tf.math.reciprocal(tf.expand_dims(x, 1)), axis=[1])
+        return tf.math.reciprocal(inner) * y + inner       # the chain is needed as it is
+    result, kept = simplified(build(form))
+    assert kept.count("Reciprocal") == 2, kept
+    same_bits(result, special=False)
+
+
+def test_a_common_divisor_is_hoisted_unless_exact():
+    form = lambda x, y: x / y + (x * 0.5) / y      # noqa: E731
+    result, kept = simplified(build(form))
+    assert kept.count("RealDiv") == 1, kept
+    same_bits(result, special=False, exact=False)
+    assert "reassociated" in " ".join(report_of(result, "simplify-algebra").notes)
+    result, kept = simplified(build(form), exact=True)
+    assert kept.count("RealDiv") == 2, kept
+    same_bits(result)
+
+
+def test_an_integer_common_divisor_is_refused_division_truncates():
+    form = lambda x, y: tf.math.floordiv(x, y) + tf.math.floordiv(x * 3, y)    # noqa: E731
+    built = build(lambda x, y: tf.raw_ops.Div(x=x, y=y * 0 + 7) + tf.raw_ops.Div(x=x * 3,
+                                                                            y=y * 0 + 7),
+                  dtype=tf.int32)
+    result, kept = simplified(built)
+    assert kept.count("Div") == 2, kept
+    same_bits(result, np.int32)
+    del form
+
+
+@pytest.mark.parametrize("op", ["add", "multiply"])
+def test_constants_are_pushed_down_into_one_unless_exact(op):
+    c1, c2 = (R.uniform(0.5, 1.5, 4).astype(np.float32) for _ in range(2))
+    f = getattr(tf, op)
+    form = lambda x, y: f(tf.constant(c1), f(x, tf.constant(c2))) - y     # noqa: E731
+    result, kept = simplified(build(form))
+    assert kept.count("Const") == 1, kept
+    same_bits(result, special=False, exact=False)
+    result, kept = simplified(build(form), exact=True)
+    assert kept.count("Const") == 2, kept
+    same_bits(result)
+
+
+def test_integer_constants_are_pushed_down_even_exact():
+    form = lambda x, y: tf.add(tf.constant(2**31 - 5), tf.add(x, tf.constant(9))) * y   # noqa
+    result, kept = simplified(build(form, dtype=tf.int32), exact=True)
+    assert kept.count("Const") == 1 and kept.count("AddV2") == 1, kept      # wraps as TF does
+    same_bits(result, np.int32)
+
+
+def test_push_down_refused_when_the_combined_constant_would_be_larger():
+    c1, c2 = R.standard_normal((3, 1)).astype(np.float32), R.standard_normal(4).astype(np.float32)
+    form = lambda x, y: (tf.constant(c1) + (x + tf.constant(c2))) * y      # noqa: E731
+    result, kept = simplified(build(form))
+    assert kept.count("AddV2") == 2, kept                  # [3, 1] + [4] would be [3, 4]
+    same_bits(result)
+
+
+def test_push_down_refused_when_the_inner_sum_is_read_elsewhere():
+    c1, c2 = (R.standard_normal(4).astype(np.float32) for _ in range(2))
+
+    def form(x, y):
+        inner = x + tf.constant(c2)
+        return (tf.constant(c1) + inner) * inner
+    result, kept = simplified(build(form))
+    assert kept.count("AddV2") == 2, kept
+    same_bits(result, special=False)
+
+
+def test_a_tree_of_sums_is_one_addn_unless_exact():
+    form = lambda x, y: (x + y) + (y * 2.0 + x)      # noqa: E731
+    result, kept = simplified(build(form))
+    assert kept.count("AddN") == 1 and "AddV2" not in kept, kept
+    same_bits(result, special=False, exact=False)
+    result, kept = simplified(build(form), exact=True)
+    assert "AddN" not in kept and kept.count("AddV2") == 3, kept
+    same_bits(result)
+
+
+def test_a_tree_of_sums_that_broadcasts_is_refused():
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, (3, 4), name="in0")
+        y = tf.compat.v1.placeholder(tf.float32, (4,), name="in1")
+        tf.identity((x + y) + x, name="output")              # y broadcasts: AddN would not
+    result, kept = simplified(BuiltModel(graph.as_graph_def(), ["in0", "in1"], ["output"]))
+    assert "AddN" not in kept and kept.count("AddV2") == 2, kept
+    assert any("AddN" in why for _, why in report_of(result, "simplify-algebra").skipped)
     same_bits(result)
 
 
@@ -233,7 +371,7 @@ def test_common_factor_is_hoisted_unless_exact():
 def test_common_factor_refused_when_a_product_is_read_elsewhere():
     def form(x, y):
         first = x * y
-        return tf.stack([first + y * x, first])
+        return tf.stack([first + (y + 1.0) * x, first])      # (y*x would merge with x*y)
     result, kept = simplified(build(form))
     assert kept.count("Mul") == 2 and "AddV2" in kept, kept     # x*y is still needed
     assert not any("x*(y1 + y2)" in line for line in report_of(result, "simplify-algebra")
@@ -252,6 +390,11 @@ CHAIN_RULES = {
     "double": lambda x: tf.add(tf.nn.relu(x), tf.nn.relu(x)),
     "factor": lambda x: x * 0.5 + 0.25 * x,
     "matmul-t": lambda x: tf.matmul(tf.transpose(x[:, :3]), x),      # [3, 3]·[3, 4]
+    "recip-chain": lambda x: tf.math.reciprocal(tf.identity(tf.math.reciprocal(x + 3.0))),
+    "push-down": lambda x: (x + 0.75) * 2.0 * 0.5,
+    "sum-tree": lambda x: (x + x * 0.5) + x * 0.25,
+    "div-factor": lambda x: x / 4.0 + (x * 0.5) / 4.0,
+    "commuted": lambda x: tf.add(x, x * 0.5) * tf.add(x * 0.5, x),
 }
 
 
@@ -337,7 +480,7 @@ def shape_graph(batch):
 
 
 def test_shapes_of_a_fully_known_tensor_become_constants_and_fold():
-    result, kept = simplified(shape_graph(2))
+    result, kept = simplified(shape_graph(2), exact=True)   # (x * c) * counts: no push-down
     assert not {"Shape", "ShapeN", "Size", "Rank", "Reshape", "ConcatV2"} & set(kept), kept
     assert report_of(result, "materialize-shapes").rewritten
     same_bits(result)
@@ -426,3 +569,51 @@ def test_peer_duplicates_merge_in_a_plain_run():
                [d.size for d in n.attr["value"].tensor.tensor_shape.dim] == [4, 3]]
     assert len(weights) == 1, [n.name for n in weights]
     same_bits(result)
+
+
+# ---------------------------------------------------------------- AddN and int8 converters
+def sum_tree_graph():
+    form = lambda x, y: ((x + y) + tf.nn.relu(x)) + tf.sigmoid(y)     # noqa: E731
+    return build(form)
+
+
+def test_sum_trees_can_be_turned_off():
+    result, kept = simplified(sum_tree_graph(),
+                              transform_params={"simplify-algebra": {"sum_trees": False}})
+    assert "AddN" not in kept and kept.count("AddV2") == 3, kept
+    same_bits(result)
+
+
+def test_adds_of_add_n_gives_the_chain_back_for_int8_converters():
+    """The TFLite int8 export's step: every AddN a left-to-right chain of AddV2s (TFLite's
+    ADD_N has no int8 kernel); the caller's GraphDef untouched, the output name kept."""
+    from tfsurgery.transforms.simplify_algebra import adds_of_add_n
+    result, kept = simplified(sum_tree_graph())
+    assert kept.count("AddN") == 1, kept
+    before = result.graph_def.SerializeToString(deterministic=True)
+    split = adds_of_add_n(result.graph_def)
+    assert result.graph_def.SerializeToString(deterministic=True) == before
+    left = ops(split)
+    assert "AddN" not in left and left.count("AddV2") == 3, left
+    given = feeds(result.test_model, special=False)
+    (expected,) = oracle.run(result.graph_def, given, ["output"])
+    (actual,) = oracle.run(split, given, ["output"])
+    np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_tflite_int8_of_a_sum_tree_is_integer_throughout(tmp_path):
+    """Converted as the TFLite int8 export converts (after adds_of_add_n): no float ADD_N
+    between DEQUANTIZEs, only the interface quantizes."""
+    from tfsurgery.transforms.simplify_algebra import adds_of_add_n
+    result, _ = simplified(sum_tree_graph())
+    path = tmp_path / "frozen.pb"
+    path.write_bytes(adds_of_add_n(result.graph_def).SerializeToString())
+    converter = tf.compat.v1.lite.TFLiteConverter.from_frozen_graph(
+        str(path), ["in0", "in1"], ["output"], {"in0": [3, 4], "in1": [3, 4]})
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: (
+        [R.standard_normal((3, 4)).astype(np.float32) for _ in range(2)] for _ in range(8))
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    interpreter = tf.lite.Interpreter(model_content=converter.convert())
+    names = [op["op_name"] for op in interpreter._get_ops_details()]
+    assert "ADD_N" not in names and names.count("DEQUANTIZE") <= 1, names

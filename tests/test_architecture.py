@@ -15,7 +15,8 @@ from tfsurgery.graph import Graph
 from tfsurgery.contract import Options, TransformReport, transform
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = {"tfsurgery": "tfsurgery", "tfsurgery/training": "tfsurgery.training",
+FOLDERS = {"tfsurgery": "tfsurgery", "tfsurgery/graph": "tfsurgery.graph",
+           "tfsurgery/training": "tfsurgery.training",
            "transforms": "tfsurgery.transforms",
            "models": "tfsurgery.models", "benchmarks": "benchmarks"}
 # Every module's floor, explicitly: a module may import its own floor or below, never above.
@@ -28,7 +29,8 @@ FLOORS = {
         "image_layout", "cpu_layout", "samples", "tensor_list_loops", "onnx_tidy", "progress"},
     1: {"transforms"},
     2: {"pipeline", "localize", "compare", "verify", "reference", "report", "io", "artefacts",
-        "onnx_export", "savedmodel_export", "tflite_export", "quantize", "quantize_tflite", "equalize",
+        "onnx_export", "savedmodel_export", "tflite_export", "quantize", "quantize_tflite",
+        "int8_bench", "equalize",
         "latency", "picture", "preprocessing",
         "training_ops", "keras_optimizers", "training", "models"},
     3: {"api"},
@@ -37,9 +39,13 @@ FLOORS = {
     6: {"benchmarks"},
 }
 GROUND = FLOORS[0]
+# Inside the graph package (floor 0), one job per module, each importing only the ones before it:
+# the input grammar, the op registry and tensor codec, the library, the structure proof, the index.
+GRAPH_LAYERS = {"refs": 0, "opdefs": 1, "tensors": 1, "library": 1, "integrity": 2, "index": 3}
 
 
 def floor(module: str) -> int:
+    """The floor of a module; a subpackage's modules (tfsurgery.graph.index) share its floor."""
     parts = module.split(".")
     key = parts[0] if parts[0] == "benchmarks" else (
         "tfsurgery" if len(parts) == 1 else parts[1])
@@ -79,6 +85,23 @@ def import_graph():
 def test_every_module_has_a_floor():
     for name in import_graph():
         floor(name)
+
+
+def test_the_graph_package_is_ground_floor_split_by_job():
+    """Every module of tfsurgery.graph is on floor 0, has its place in GRAPH_LAYERS, and imports
+    only the modules below it (and nothing of ours above the ground floor); the package's
+    __init__ only re-exports."""
+    graph = import_graph()
+    inside = {name.rsplit(".", 1)[1] for name in graph if name.startswith("tfsurgery.graph.")}
+    assert inside == set(GRAPH_LAYERS)
+    assert floor("tfsurgery.graph") == floor("tfsurgery.graph.integrity") == 0
+    for module, layer in GRAPH_LAYERS.items():
+        for target in graph[f"tfsurgery.graph.{module}"]:
+            assert floor(target) == 0, (module, target)
+            if target.startswith("tfsurgery.graph."):
+                assert GRAPH_LAYERS[target.rsplit(".", 1)[1]] < layer, (module, target)
+            else:
+                assert target != "tfsurgery.graph", f"{module} imports the package facade"
 
 
 def test_the_cli_goes_through_the_api_only():
@@ -131,7 +154,7 @@ def test_transform_list_is_the_one_registry():
     from tfsurgery import transforms
     assert list(transforms.ORDER) == [fn.transform_name for fn in transforms.PIPELINE]
     defaults = [n for n in transforms.ORDER if transforms.REGISTRY[n].default]
-    for opt_in in ("fold-batch-norm", "add-preprocessing", "float16-weights"):
+    for opt_in in ("fold-batch-norm", "add-preprocessing", "float16-weights", "int8-weights"):
         assert opt_in not in defaults
     assert pipeline.resolve_transforms() == defaults
     assert pipeline.resolve_transforms(bn_fold=True) == [

@@ -556,3 +556,40 @@ def test_graph_transforms_flatten_atrous_case_ends_in_three_nodes():
     assert list(conv.attr["dilations"].list.i) == [1, 2, 2, 1]
     assert_matches(result, 1e-6)
 
+
+
+# ---------------------------------------------------------------- a scale before a Transpose
+@pytest.mark.parametrize("scale", ["scalar", "divide"])
+def test_a_scalar_scale_before_an_nhwc_to_nchw_transpose_folds(scale):
+    """Mul(x, 1/255) → Transpose NHWC→NCHW → NCHW Conv2D (Grappler's FoldMulToTransposeConv):
+    the scale moves after the Transpose, then into the weights."""
+    def body(x):
+        y = x * np.float32(1 / 255) if scale == "scalar" else x / np.float32(255)
+        y = tf.transpose(y, [0, 3, 1, 2])
+        return tf.nn.conv2d(y, _r(3, 3, 3, 4), 1, "VALID", data_format="NCHW")
+    result = optimize(built(body, (2, 9, 8, 3)), bn_fold=False)
+    assert not {"Mul", "RealDiv"} & set(ops(result.graph_def)), ops(result.graph_def)
+    assert any("moved after" in line for line in
+               report_of(result, "fold-affine-into-linear").rewritten)
+    assert_matches(result, 1e-5)
+
+
+def test_a_per_channel_scale_before_a_transpose_stays():
+    """Its channel axis would move with the Transpose: refused (the Mul stays, numbers kept)."""
+    def body(x):
+        y = tf.transpose(x * _r(3), [0, 3, 1, 2])
+        return tf.nn.conv2d(y, _r(3, 3, 3, 4), 1, "VALID", data_format="NCHW")
+    result = optimize(built(body, (2, 9, 8, 3)), bn_fold=False)
+    assert "Mul" in ops(result.graph_def)
+    assert_matches(result, 1e-5)
+
+
+def test_a_scale_before_a_transpose_read_elsewhere_stays():
+    def body(x):
+        y = x * np.float32(0.5)
+        z = tf.nn.conv2d(tf.transpose(y, [0, 3, 1, 2]), _r(3, 3, 3, 4), 1, "VALID",
+                         data_format="NCHW")
+        return tf.reduce_sum(z) + tf.reduce_sum(y)
+    result = optimize(built(body, (2, 9, 8, 3)), bn_fold=False)
+    assert "Mul" in ops(result.graph_def)
+    assert_matches(result, 1e-5)

@@ -170,8 +170,9 @@ def concat_graph(case):
     # the concat into both convs; the BatchToSpaceND takes the batch norm's name
     ("batch_to_space", 2, ("BatchToSpaceND", 1)),
     # concat(concat(a, b), c) along the channels is concat(a, b, c): each conv takes its slice;
-    # both concats stay, the outer one under the batch norm's name
-    ("nested", 3, ("ConcatV2", 2))])
+    # then remove-noop-shape-ops splices the inner concat in: one concat, under the batch
+    # norm's name
+    ("nested", 3, ("ConcatV2", 1))])
 def test_batch_norm_after_concat_folds_into_every_conv(case, convs, kept):
     result = optimize(concat_graph(case))
     left = ops(result.graph_def)

@@ -145,6 +145,25 @@ def test_const_values_are_written_and_read_as_tensorflow_does(value):
     assert not decoded.flags.writeable          # shared values: callers make new arrays
 
 
+def test_packed_dtypes_are_the_ones_tensorflow_packs():
+    """Our list of the dtypes make_tensor_proto writes as raw bytes is TensorFlow's own (its
+    private ``_TENSOR_CONTENT_TYPES``, read here only to catch a TF upgrade that changes it)."""
+    from tensorflow.python.framework import tensor_util
+    from tfsurgery.graph import PACKED_DTYPES
+    theirs = getattr(tensor_util, "_TENSOR_CONTENT_TYPES", None)
+    if theirs is None:
+        pytest.skip("this TensorFlow has no _TENSOR_CONTENT_TYPES to compare with")
+    assert PACKED_DTYPES == {dtype.as_datatype_enum for dtype in theirs}
+
+
+def test_mutable_is_a_deprecated_name_of_edit_node():
+    g = Graph(graph_def(node("x", "Placeholder"), node("y", "Neg", "x")))
+    with pytest.warns(DeprecationWarning, match="edit_node"):
+        g.mutable("y").op = "Abs"
+    assert [n.name for n in g.nodes_with_ops({"Abs"})] == ["y"]
+    assert g.structure_problem() is None
+
+
 def test_const_values_are_cached_and_forgotten_on_change():
     g = Graph(graph_def(const("c", np.arange(3, dtype=np.float32)), node("r", "Identity", "c")))
     first = g.const_value("c")
@@ -162,15 +181,15 @@ def _by_iteration(g, ops, named=()):
 
 def test_nodes_with_ops_is_iteration_filtered_by_op_through_edits():
     """The op index answers what filtering the graph's iteration would, in graph order: after
-    adds, removals, a name re-added with another op, and an op changed through ``mutable``."""
+    adds, removals, a name re-added with another op, and an op changed through ``edit_node``."""
     g = Graph(graph_def(node("x", "Placeholder"), node("a", "Neg", "x"), node("b", "Abs", "a"),
                         node("c", "Neg", "b"), node("flag", "Placeholder"), node("d", "Abs", "c")))
     g.new_node("Neg", "e", ["d"])
     g.remove(["b"])
     g.new_node("Neg", "b", ["a"])              # the same name, now last and a Neg
     g.set_input("c", 0, "b")
-    g.mutable("a").op = "Abs"                  # changed in place: keeps its place in order
-    g.mutable("flag").op = "Neg"
+    g.edit_node("a").op = "Abs"                  # changed in place: keeps its place in order
+    g.edit_node("flag").op = "Neg"
     for ops, named in [({"Neg"}, ()), ({"Abs"}, ()), ({"Neg", "Abs"}, ()), ({"Relu"}, ()),
                        ({"Abs"}, {"x", "e", "missing"}), ({"Placeholder", "Neg"}, ())]:
         assert [n.name for n in g.nodes_with_ops(ops, named=named)] == \
@@ -224,13 +243,19 @@ def test_checks_after_edits_find_what_a_full_check_finds(breakage, message):
     assert found == Graph(g.to_graph_def(), check_inputs=False).structure_problem()
 
 
+def _count_full_walks(monkeypatch):
+    """A list that grows by one each time the structure check walks the whole graph."""
+    from tfsurgery.graph import integrity
+    walks, kahn = [], integrity.kahn
+    monkeypatch.setattr(integrity, "kahn", lambda *a, **kw: walks.append(1) or kahn(*a, **kw))
+    return walks
+
+
 def test_sound_edits_are_checked_without_walking_the_graph(monkeypatch):
     """Edits through the index (a node replaced under its name, a new constant, a rewired
-    input) keep the topological proof; a node handed out by ``mutable`` brings a full check."""
+    input) keep the topological proof; a node handed out by ``edit_node`` brings a full check."""
     g = _chain_graph()
-    walks = []
-    kahn = Graph._kahn
-    monkeypatch.setattr(Graph, "_kahn", lambda self, **kw: walks.append(1) or kahn(self, **kw))
+    walks = _count_full_walks(monkeypatch)
     g.remove(["b"])
     bias = g.add_const("bias", np.ones(3, np.float32))
     g.new_node("BiasAdd", "b", ["a", bias])
@@ -238,7 +263,7 @@ def test_sound_edits_are_checked_without_walking_the_graph(monkeypatch):
     g.set_input("c", 0, "b")
     g.remove(["x"]), g.new_node("Placeholder", "x")
     assert g.structure_problem() is None and walks == []
-    g.mutable("c")
+    g.edit_node("c")
     assert g.structure_problem() is None and walks == [1]
     g.remove_inputs("c", [0])
     assert g.structure_problem() is None and walks == [1]
@@ -246,9 +271,7 @@ def test_sound_edits_are_checked_without_walking_the_graph(monkeypatch):
 
 def test_a_graph_not_in_topological_order_is_checked_in_full_once(monkeypatch):
     g = Graph(graph_def(node("b", "Neg", "a"), node("a", "Placeholder")))
-    walks = []
-    kahn = Graph._kahn
-    monkeypatch.setattr(Graph, "_kahn", lambda self, **kw: walks.append(1) or kahn(self, **kw))
+    walks = _count_full_walks(monkeypatch)
     assert g.structure_problem() is None and walks == [1]
     g.new_node("Neg", "c", ["b"])
     assert g.structure_problem() is None and walks == [1]
@@ -275,3 +298,15 @@ def test_static_shapes_import_the_asked_nodes_ancestors_first(monkeypatch):
     full = real(graph.to_graph_def())
     assert shapes.get("relu_5") == full["relu_5"] == [1, 10, 10, 3]
     assert imported == [1, len(graph)]         # x alone, then every live node, once
+
+
+def test_every_graph_method_the_reference_page_names_exists():
+    """docs/graph_api.md is the public API a plugin is written against: each ``graph.name``
+    it names is a Graph method, and the names issue 21 promised are among them."""
+    import re
+    from pathlib import Path
+    page = (Path(__file__).resolve().parent.parent / "docs" / "graph_api.md").read_text()
+    named = set(re.findall(r"`graph\.(\w+)\(", page))
+    assert {"node", "nodes_with_ops", "consumers", "const_value", "set_const_value", "add_const",
+            "new_node", "rewire", "remove", "edit_node", "mutable"} <= named
+    assert [name for name in sorted(named) if not callable(getattr(Graph, name, None))] == []

@@ -41,9 +41,10 @@ _MEASURE = textwrap.dedent("""
                     return int(line.split()[1]) * 1024
 
     options = Options(inputs=["input"], outputs=["output"])
-    # every transform but float16-weights (a storage format, not a simplification: it turns each
-    # weight into two nodes, which the node count and memory bounds below do not describe)
-    order = [name for name in pipeline.ORDER if name != "float16-weights"]
+    # every transform but float16-weights and int8-weights (storage formats, not simplifications:
+    # they turn each weight into two or four nodes, which the node count and memory bounds below
+    # do not describe)
+    order = [name for name in pipeline.ORDER if name not in ("float16-weights", "int8-weights")]
     pipeline.run(synthetic.repeated_blocks(2).graph_def, order, options)      # warm up imports
     with open(sys.argv[2], "rb") as f:        # built by the test: this process never held more
         wire = f.read()

@@ -132,7 +132,11 @@ def check_optimized(built):
         # Identity) — nothing is left to fold
         affine = {"BiasAdd", "Mul", "Add", "AddV2", "Sub", "RealDiv", *BN_OPS}
         zero_bias = len(readers) == 1 and out.op(readers[0]) not in affine
-        assert [out.op(r) for r in readers] == ["BiasAdd"] or zero_bias or \
+        # simplify-algebra's constant push-down may have made a chain of constant adds one
+        # Add of a constant before fold-batch-norm saw it: a lone bias add, already folded
+        lone_add = len(readers) == 1 and out.op(readers[0]) in ("Add", "AddV2") and \
+            any(out.op(ref) == "Const" for ref in out.inputs(readers[0]))
+        assert [out.op(r) for r in readers] == ["BiasAdd"] or zero_bias or lone_add or \
             _bias_in_sibling(out, linear), \
             (linear, readers, _skips(result))
     for bn in built.fold_bn:

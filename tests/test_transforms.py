@@ -115,7 +115,7 @@ def test_nested_and_shared_conds_collapse_by_value(nested):
 def test_switch_merge_keeps_the_true_side_when_the_predicate_is_true(nested):
     # Make `training` a constant True by hand and compare with the original fed True.
     graph = Graph(nested.graph_def)
-    flag = graph.mutable("training")
+    flag = graph.edit_node("training")
     flag.op = "Const"
     for key in list(flag.attr):
         del flag.attr[key]

@@ -21,7 +21,7 @@ from tfsurgery import (io, latency, onnx_export, pipeline, picture, preprocessin
 from tfsurgery import artefacts, localize, progress, savedmodel_export, tflite_export
 from tfsurgery import compare as compare_mod, samples as samples_mod
 from tfsurgery import equalize as equalize_mod
-from tfsurgery import quantize as quantize_mod
+from tfsurgery import int8_bench, quantize as quantize_mod
 from tfsurgery import quantize_tflite
 from tfsurgery.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
 from tfsurgery.errors import (ExportError, InputError, OriginalDoesNotRun,  # noqa: F401
@@ -38,7 +38,13 @@ DEMO_NAME = "article_cnn"
 # --weights float16: each weight is rounded to float16 (relative error up to 2^-11); through a
 # few layers the outputs move by up to ~1e-3 of their magnitude, so verification allows 1e-2.
 FLOAT16_TOLERANCE = 1e-2
-WEIGHTS = ("float32", "float16")
+# --weights int8: each weight moves by at most half its channel's step, max|W_c|/254 (0.4% of
+# the channel's largest weight; about 1% of a layer's output magnitude, rms, for weights that
+# look Gaussian). Compounded over a few layers and taken at the worst output element, outputs
+# move by a few % of their magnitude: verification allows 5e-2 (and no top-1 flip beyond it).
+INT8_WEIGHTS_TOLERANCE = 5e-2
+WEIGHTS = ("float32", "float16", "int8")
+WEIGHT_TRANSFORMS = {"float16": "float16-weights", "int8": "int8-weights"}
 log = logging.getLogger("tfsurgery")
 
 
@@ -74,7 +80,7 @@ class Result:
     verification_error: Optional[str] = None    # why the check could not compare (then raised)
     verify_skipped: bool = False        # verify=False / --no-verify: the caller chose no check
     preprocess: Optional[preprocessing.Preprocessor] = None   # raw inputs → the original's
-    weights: str = "float32"            # "float16": float16-weights ran (--weights float16)
+    weights: str = "float32"            # "float16"/"int8": float16-/int8-weights ran (--weights)
     # inputs no output reads after optimization → the stand-in value the original was fed
     unused_inputs: Dict[str, object] = dataclasses.field(default_factory=dict)
     frozen_form: str = ""               # how the source was frozen (io.Loaded.frozen_form)
@@ -280,8 +286,8 @@ class Interface:
 class Checks:
     """How the result is checked: ``verify=False`` skips it (explicitly: the result cannot then
     be saved without ``allow_unverified``); ``tolerance`` relative to each output's magnitude
-    (default 1e-4; 1e-2 with float16 weights); ``timeout`` per graph run in seconds; ``seed``
-    of the random inputs."""
+    (default 1e-4; 1e-2 with float16 weights, 5e-2 with int8 weights); ``timeout`` per graph
+    run in seconds; ``seed`` of the random inputs."""
 
     verify: bool = True
     tolerance: Optional[float] = None
@@ -315,7 +321,9 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
     detected training flags and dropout knobs. ``preprocess`` (input dtype, channel reversal,
     mean/scale) bakes the input pipeline into the graph (add-preprocessing, run first).
     ``weights="float16"`` stores large float32 weights as float16 (float16-weights, run last)
-    and verifies with ``FLOAT16_TOLERANCE`` unless a tolerance is given. ``exact``: only rewrites
+    and verifies with ``FLOAT16_TOLERANCE`` unless a tolerance is given; ``weights="int8"``
+    stores conv/matmul weights as int8 with per-channel scales (int8-weights, run last;
+    ``INT8_WEIGHTS_TOLERANCE``). ``exact``: only rewrites
     that are bit-exact in IEEE arithmetic (simplify-algebra's reassociations are off)."""
     if interface is not None:
         inputs, outputs, training_flags = interface.inputs, interface.outputs, \
@@ -452,6 +460,11 @@ def _float16_min_elements(result: Result) -> int:
     return (result.params.get("float16-weights") or fn.params_type()).min_elements
 
 
+def _int8_min_elements(result: Result) -> int:
+    fn = pipeline.lookup("int8-weights")
+    return (result.params.get("int8-weights") or fn.params_type()).min_elements
+
+
 def _localize(result: Result, original, transforms, options) -> Optional[localize.Divergence]:
     """The first transform after which the worst batch fails, and the first tensor it changed
     (tfsurgery.localize); None where the inputs are preprocessed (raw and model values differ
@@ -507,13 +520,15 @@ def _drop_unused_inputs(original, graph: Graph, inputs: List[str], outputs: List
 
 
 def _with_weights(transforms: Sequence[str], weights: str):
-    """The transforms for ``--weights`` (float16-weights last) and the default tolerance."""
+    """The transforms for ``--weights`` (float16-weights or int8-weights last) and the default
+    tolerance."""
     if weights not in WEIGHTS:
         raise InputError(f"--weights {weights}: choose one of {', '.join(WEIGHTS)}")
     if weights == "float32":
         return list(transforms), verify_mod.DEFAULT_TOLERANCE
-    return ([t for t in transforms if t != "float16-weights"] + ["float16-weights"],
-            FLOAT16_TOLERANCE)
+    last = WEIGHT_TRANSFORMS[weights]
+    return ([t for t in transforms if t not in WEIGHT_TRANSFORMS.values()] + [last],
+            FLOAT16_TOLERANCE if weights == "float16" else INT8_WEIGHTS_TOLERANCE)
 
 
 def _names_a_non_placeholder(graph_def, name: str) -> bool:
@@ -641,6 +656,8 @@ def export_onnx(result: Result, path, *, opset: Optional[int] = None,
                               ort_optimize=ort_optimize, input_path=input_path,
                               float16_min_elements=(_float16_min_elements(result)
                                                     if result.weights == "float16" else None),
+                              int8_min_elements=(_int8_min_elements(result)
+                                                 if result.weights == "int8" else None),
                               more_feeds=(result.verification.more_feeds
                                           if result.verification is not None else None),
                               expected=export_reference(result), batch=batch)
@@ -700,6 +717,41 @@ def bench(source: Source, result: Result, *, runs: int = 50, onnx: bool = True) 
                                          if result.preprocess else None))
 
 
+def bench_int8(source: Source, result: Result, int8: Result, *, runs: int = 50,
+               onnx: bool = True, tflite: bool = True) -> List[int8_bench.Side]:
+    """The float result and its int8-weight twin (``weights="int8"``, both verified) side by
+    side in TensorFlow, onnxruntime and TFLite: sizes, latency (each runtime in its own
+    process), and the int8 model's error against the float one in the same runtime. The float
+    result must have passed its check; the int8 one must have been checked — a miss is timed
+    too (nothing is written) and the caller says so."""
+    import tempfile
+    check_runs(runs)
+    if int8.weights != "int8":
+        raise InputError("bench_int8 compares with a result optimized with weights='int8'")
+    require_verified(result)
+    if int8.verification is None:          # measured, passed or not: bench writes nothing
+        raise Unverified("bench_int8 needs the int8 result's check: optimize it with verify=True")
+    runtimes = [r for r, wanted in zip(int8_bench.RUNTIMES, (True, onnx, tflite)) if wanted]
+    progress.say(f"benchmarking float against int8 weights in {', '.join(runtimes)}")
+    with tempfile.TemporaryDirectory() as work:
+        return int8_bench.bench({"float": result.graph_def, "int8": int8.graph_def},
+                                result.inputs, result.outputs, signature_for(source, result),
+                                feeds=check_feeds(result),
+                                tolerances={"float": result.tolerance, "int8": int8.tolerance},
+                                int8_min_elements=_int8_min_elements(int8), work=Path(work),
+                                runs=runs, runtimes=runtimes, timeout=result.timeout,
+                                compare_on=_sample_feeds(result))
+
+
+def _sample_feeds(result: Result) -> List[Dict[str, object]]:
+    """Every batch of the user's samples as full feeds (the rest seeded random, as verification
+    made them); none without --samples."""
+    if result.samples is None:
+        return []
+    return [verify_mod.make_feeds(result.graph_def, result.inputs, seed, given=given)
+            for _, given, seed in check_batches(result, result.given, 0)]
+
+
 # ---------------------------------------------------------------- deployment artefacts
 def wants_directory(output) -> bool:
     """``-o DIR/`` (a trailing slash) asks for a SavedModel."""
@@ -747,14 +799,16 @@ def export_saved_model(source: Source, result: Result, path, *, force: bool = Fa
 
 def export_tflite(source: Source, result: Result, path, batch: Optional[Batch] = None, *,
                   allow_unverified: bool = False) -> Artefact:
-    """Convert with tf.lite.TFLiteConverter (float16 weights with --weights float16), run in the
+    """Convert with tf.lite.TFLiteConverter (float16 weights with --weights float16, dynamic-range
+    int8 weights with --weights int8), run in the
     LiteRT interpreter on the verification inputs; written only if it matches the reference
     (``export_reference``; with a ``batch``: when the whole run has passed)."""
     require_verified(result, allow_unverified=allow_unverified)
     progress.say(f"converting to TensorFlow Lite: {path}")
     return tflite_export.export(result.graph_def, signature_for(source, result), path,
                                 feeds=feeds_for_checks(result), tolerance=result.tolerance,
-                                float16=result.weights == "float16", timeout=result.timeout,
+                                float16=result.weights == "float16",
+                                int8=result.weights == "int8", timeout=result.timeout,
                                 input_path=source.path, expected=export_reference(result),
                                 batch=batch)
 
@@ -762,7 +816,17 @@ def export_tflite(source: Source, result: Result, path, batch: Optional[Batch] =
 # ---------------------------------------------------------------- int8 (--quantize int8)
 Int8Thresholds = quantize_mod.Thresholds
 Int8Refused = quantize_mod.Int8Refused
-check_int8_request = quantize_mod.check_request
+
+
+def check_int8_request(samples_path, quantize, onnx: bool, nchw_inputs: Sequence[str] = (),
+                       *, weights: str = "float32") -> None:
+    """Bad --quantize requests, before any work: one line each (exit 2)."""
+    if quantize and weights != "float32":
+        raise InputError(f"--quantize {quantize} quantizes the float model: drop --weights "
+                         f"{weights} (--weights int8 is storage only, float compute)")
+    quantize_mod.check_request(samples_path, quantize, onnx, nchw_inputs)
+
+
 TfliteInt8Refused = quantize_tflite.TfliteInt8Refused
 
 

@@ -23,6 +23,7 @@ EXAMPLES = """examples:
   tfsurgery export frozen.pb --bn-fold       # -> frozen.onnx next to the input (no .pb written)
   tfsurgery optimize frozen.pb --bn-fold --picture diff.svg --picture-scope backend/bn_1
   tfsurgery bench frozen.pb --bn-fold        # latency before/after in TF and onnxruntime
+  tfsurgery bench frozen.pb --int8           # float vs int8 weights: size, latency, agreement
   tfsurgery optimize saved_model_dir -o lean_saved_model/   # a SavedModel back out, checked
   tfsurgery optimize frozen.pb --tflite lean.tflite --weights float16   # TFLite, float16 weights
 """
@@ -86,9 +87,11 @@ def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="more detail")
     parser.add_argument("-q", "--quiet", action="store_true", help="errors only")
     _preprocessing_options(parser)
-    parser.add_argument("--weights", choices=("float32", "float16"), default="float32",
+    parser.add_argument("--weights", choices=("float32", "float16", "int8"), default="float32",
                         help="float16: store float32 weights of 64+ values as float16 with a Cast "
-                             "back (about half the file; verified with tolerance 1e-2)")
+                             "back (about half the file; verified with tolerance 1e-2); int8: "
+                             "conv/matmul weights of 1024+ values as int8 with per-channel "
+                             "scales, float compute (about a quarter; tolerance 5e-2)")
 
 
 def _deploy_options(parser: argparse.ArgumentParser) -> None:
@@ -346,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(bench)
     bench.add_argument("--runs", type=int, default=50, help="timed runs per variant (default 50)")
     bench.add_argument("--no-onnx", action="store_true", help="TensorFlow only")
+    bench.add_argument("--int8", action="store_true",
+                       help="the optimized float model against its --weights int8 twin in "
+                            "TensorFlow, onnxruntime and TFLite: size, latency, agreement")
     bench.add_argument("--report-json", metavar="PATH", help="write the timings as JSON")
     return parser
 
@@ -436,7 +442,7 @@ def _run(args) -> int:
     if getattr(args, "quantize", None):
         api.check_int8_request(args.samples, args.quantize, args.command == "export" or
                                bool(args.onnx) or bool(args.tflite),
-                               _split(args.inputs_as_nchw))
+                               _split(args.inputs_as_nchw), weights=args.weights)
     if saved_model is not None:
         api.check_saved_model_target(saved_model, force=args.force, input_path=args.input)
     source = api.load(args.input, args.signature) if args.input else api.demo()
@@ -622,7 +628,7 @@ def _optimized(api, source, transforms, args, **options):
     """The optimized result — also when its check failed (``VerificationFailed`` carries it):
     the CLI still prints what changed and why the check failed, then writes nothing."""
     try:
-        return api.optimize(source, transforms, **options, **_interface(args))
+        return api.optimize(source, transforms, **{**_interface(args), **options})
     except api.VerificationFailed as failed:
         if failed.result is None:
             raise
@@ -835,6 +841,8 @@ def _inspect(args, source, transforms) -> int:
 def _bench(args, source, transforms) -> int:
     from tfsurgery import api
     api.check_runs(args.runs)                   # before the optimization runs
+    if args.int8:
+        return _bench_int8(args, source, transforms)
     result = _optimized(api, source, transforms, args)
     code = _check_verification(args, result)
     if code:
@@ -861,6 +869,57 @@ def _bench(args, source, transforms) -> int:
     if args.report_json:
         api.write_json(args.report_json, {"runs": args.runs,
                                           "timings": [t.as_dict() for t in timings]},
+                       input_path=source.path)
+    return 0
+
+
+def _bench_int8(args, source, transforms) -> int:
+    """``bench --int8``: per runtime, the float and the int8-weight model's size, latency and
+    the int8 model's error against the float one (top-1 agreement for class scores)."""
+    from tfsurgery import api
+    if args.weights != "float32":
+        raise api.InputError("bench --int8 compares float32 with int8 weights: drop --weights")
+    result = _optimized(api, source, transforms, args)
+    code = _check_verification(args, result)
+    if code:
+        return code
+    int8 = _optimized(api, source, transforms, args, weights="int8")
+    if int8.verification is None:
+        return _check_verification(args, int8)         # could not compare: exit 1
+    _say(args, f"int8 weights: {int8.verification.summary()}")
+    if not int8.verification.passed:
+        _say(args, f"int8 weights MISS their check ({int8.verification.failure()}): timed "
+                   "anyway; bench writes nothing, and optimize would refuse to")
+    try:
+        sides = api.bench_int8(source, result, int8, runs=args.runs, onnx=not args.no_onnx)
+    except (api.ExportError, api.VerificationError) as error:
+        print(f"tfsurgery: bench FAILED: {error}", file=sys.stderr)
+        return 1
+    rows = []
+    for side in sides:
+        if side.skipped:
+            rows.append((side.runtime, "-", "-", "not converted", "-", "-", "-"))
+            continue
+        float_t, int8_t = side.timings["float"], side.timings["int8"]
+        agree = "".join(f"; top-1 {a['agree']}/{a['rows']}" for a in side.agreement.values())
+        rows.append((side.runtime, _size(side.bytes["float"]), _size(side.bytes["int8"]),
+                     _timing_cell(float_t), _timing_cell(int8_t), _speedup(float_t, int8_t),
+                     f"{side.max_error:.3g}{agree}"))
+    timed = [t for side in sides for t in side.timings.values()]
+    _say(args, f"{source.label}: float32 against int8 weights; median ± interquartile range over "
+               f"{args.runs} interleaved runs, ms; each runtime in its own process"
+               f"{f', {timed[0].threads} intra-op threads' if timed else ''}; int8 vs float: "
+               "max error relative to each output's magnitude (worst batch) and top-1 "
+               "agreement, on " + ("every --samples row" if args.samples else
+                                   "the random bench inputs (no accuracy claim)"))
+    _say(args, api.format_table(rows, headers=("runtime", "float size", "int8 size", "float",
+                                               "int8", "speed-up", "int8 vs float")))
+    for side in sides:
+        if side.skipped:
+            _say(args, f"{side.runtime} not timed: {side.skipped}")
+    if args.report_json:
+        api.write_json(args.report_json, {"runs": args.runs,
+                                          "int8": [side.as_dict() for side in sides]},
                        input_path=source.path)
     return 0
 

@@ -196,7 +196,7 @@ def with_declared_inputs(graph_def, inputs: Sequence[str],
         if node.op not in PLACEHOLDER_OPS:
             raise InputError(f"--input-shape: '{name}' is a {node.op} node, not an input; "
                              "name it with --inputs too")
-        _set_shape(graph.mutable(node.name), dims)
+        _set_shape(graph.edit_node(node.name), dims)
     return graph.to_graph_def()
 
 

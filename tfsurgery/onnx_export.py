@@ -74,6 +74,7 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
            ort_optimize: bool = True, input_path=None, seed: int = 0,
            timeout: float = verify.DEFAULT_TIMEOUT,
            float16_min_elements: Optional[int] = None,
+           int8_min_elements: Optional[int] = None,
            more_feeds: Optional[Dict[str, Dict[str, np.ndarray]]] = None,
            expected: Optional[Dict[str, np.ndarray]] = None, batch=None) -> OnnxExport:
     """Convert ``graph_def`` to ONNX at ``path`` and check it against TensorFlow.
@@ -83,6 +84,8 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
     onnxruntime where ``inputs_as_nchw`` made the ONNX input NCHW). The model is written only if
     ``passed``; ``input_path`` is never overwritten. ``float16_min_elements``: float32 initializers
     of at least that many values are stored as float16 with a Cast back (--weights float16).
+    ``int8_min_elements``: conv/matmul weight initializers of at least that many values are
+    stored as int8 with a per-channel ``DequantizeLinear`` in front (--weights int8).
     ``more_feeds``: further inputs to check on, by label (verification's ``{"@32": feeds}``, a
     second sequence length), their errors named ``output@32``.
     ``expected`` (output → values, e.g. the original fed the verifier's preprocessing) replaces
@@ -111,6 +114,10 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
             optimize_with_onnxruntime(staged, external_data=large_model)
         if float16_min_elements is not None:
             weights_to_float16(staged, float16_min_elements)
+        if int8_min_elements is not None and not weights_to_int8(staged, int8_min_elements):
+            raise ExportError("--weights int8: no conv/matmul weight initializer of at least "
+                              f"{int8_min_elements} values is left in the ONNX model to store "
+                              "as int8")
         check(staged)
         actual = run_onnx(staged, _onnx_feeds(feeds, nchw), outputs, timeout=timeout)
         errors = [verify.output_error(name, e, a) for name, e, a in zip(outputs, expected, actual)]
@@ -378,6 +385,99 @@ def weights_to_float16(path: Path, min_elements: int) -> int:
                         location=data.name if external else None,
                         size_threshold=EXTERNAL_MIN_BYTES)
     return len(casts)
+
+
+# ONNX op → (weight input, output-channel axis of that weight); MatMul's B is [in, out], Gemm's
+# [out, in] with transB; Conv's W [out, in/group, k...]; ConvTranspose's W [in, out/group, k...].
+ONNX_WEIGHT_INPUTS = {"Conv": (1, 0), "ConvTranspose": (1, 1), "MatMul": (1, 1), "Gemm": (1, None)}
+
+
+def weights_to_int8(path: Path, min_elements: int) -> int:
+    """Float32 weight initializers of Conv/ConvTranspose/MatMul/Gemm with at least
+    ``min_elements`` values → int8 initializers + ``DequantizeLinear`` (per output channel,
+    symmetric: zero point 0) under the original name, so onnxruntime computes in float with its
+    float kernels. The TensorFlow side stored these weights as int8 already (int8-weights;
+    ``dequantized_weights`` folded them for tf2onnx): requantizing q·s per output channel gives
+    back q (a depthwise Conv's multiplier channels share their input channel's scale, as there).
+    After onnxruntime's rewrite, whose constant folding would undo it; through a
+    Transpose of the initializer too (--raw-onnx). Returns how many were converted."""
+    import onnx
+    from onnx import helper, numpy_helper
+    from tfsurgery.transforms.int8_weights import quantize
+    model = onnx.load(str(path))
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    axes: Dict[str, set] = collections.defaultdict(set)
+    producers = {out: node for node in graph.node for out in node.output}
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            if name not in initializers:
+                continue
+            spec = ONNX_WEIGHT_INPUTS.get(node.op_type)
+            weight = spec and index == spec[0] and not (node.op_type == "MatMul" and
+                                                        len(initializers[name].dims) != 2)
+            axes[name].add((_onnx_axis(node), _shared(node, initializers[name]))
+                           if weight else None)
+        if node.op_type in ONNX_WEIGHT_INPUTS and len(node.input) > 1:
+            transpose = producers.get(node.input[1])
+            if transpose is not None and transpose.op_type == "Transpose" and \
+                    transpose.input[0] in initializers:
+                perm = [a for attr in transpose.attribute if attr.name == "perm"
+                        for a in attr.ints]
+                axis = _onnx_axis(node)
+                axes[transpose.input[0]].add((perm[axis], 1) if perm and axis is not None
+                                             else None)
+    dequantize, kept = [], []
+    for tensor in graph.initializer:
+        chosen = axes.get(tensor.name, {None})
+        if tensor.data_type != onnx.TensorProto.FLOAT or np.prod(tensor.dims) < min_elements \
+                or len(chosen) != 1 or None in chosen or len(tensor.dims) < 2:
+            kept.append(tensor)
+            continue
+        value = numpy_helper.to_array(tensor)
+        if not np.all(np.isfinite(value)):
+            kept.append(tensor)
+            continue
+        axis, group = chosen.pop()
+        q, scale = quantize(value, axis, group)
+        base = tensor.name
+        kept += [numpy_helper.from_array(q, base + "_int8"),
+                 numpy_helper.from_array(scale, base + "_scale"),
+                 numpy_helper.from_array(np.zeros_like(scale, dtype=np.int8), base + "_zero")]
+        dequantize.append(helper.make_node(
+            "DequantizeLinear", [base + "_int8", base + "_scale", base + "_zero"], [base],
+            name=base + "_dequantize", axis=axis))
+    if dequantize:
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+        nodes = dequantize + list(graph.node)
+        del graph.node[:]
+        graph.node.extend(nodes)
+        data = path.with_name(path.name + ".data")
+        external = data.exists()
+        data.unlink(missing_ok=True)
+        onnx.save_model(model, str(path), save_as_external_data=external,
+                        location=data.name if external else None,
+                        size_threshold=EXTERNAL_MIN_BYTES)
+    return len(dequantize)
+
+
+def _shared(node, weight) -> int:
+    """Output channels sharing one scale: a depthwise Conv's (group > 1, one input channel per
+    group) multiplier channels, as int8-weights scaled them per input channel; else 1."""
+    group = next((a.i for a in node.attribute if a.name == "group"), 1)
+    if node.op_type != "Conv" or group <= 1:
+        return 1
+    if len(weight.dims) < 2 or weight.dims[1] != 1:
+        return 1
+    return int(weight.dims[0]) // group
+
+
+def _onnx_axis(node) -> Optional[int]:
+    if node.op_type == "Gemm":
+        trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
+        return 0 if trans_b else 1
+    return ONNX_WEIGHT_INPUTS[node.op_type][1]
 
 
 def check(path: Path) -> None:

@@ -17,6 +17,7 @@ from tfsurgery import artefacts, io, quantize, savedmodel_export, tflite_export
 from tfsurgery.errors import ExportError
 from tfsurgery.ops import tensor_name
 from tfsurgery.samples import Samples
+from tfsurgery.transforms.simplify_algebra import adds_of_add_n
 
 
 @dataclasses.dataclass
@@ -59,6 +60,7 @@ def export(graph_def, signature: savedmodel_export.Signature, path, *, outputs: 
     """``graph_def``: one graph, or candidates by name ({"plain": g, "equalized": h}), each
     converted and measured on ``check``; the best (``quantize.rank``) is kept."""
     thresholds.check_applies(outputs, expected)
+    graph_def = adds_of_add_n(graph_def)        # TFLite's ADD_N has no int8 kernel; ADD has
     path = Path(path)
     io.check_writable(path)
     io.refuse_input(path, input_path)

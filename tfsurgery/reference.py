@@ -65,7 +65,7 @@ def comparable_reference(original, optimized,
 
 
 def _fix_seed(graph: Graph, name: str) -> None:
-    node = graph.mutable(name)
+    node = graph.edit_node(name)
     node.attr["seed"].i = FIXED_SEED
     node.attr["seed2"].i = zlib.crc32(name.encode()) % (2 ** 31) or 1
 

@@ -105,7 +105,7 @@ def _rewrite(graph: Graph, creator: str, family: Dict[str, int]) -> None:
             continue
         op = graph.op(name)
         if op in CARRIERS:
-            graph.mutable(name).attr["T"].type = tf.float32.as_datatype_enum
+            graph.edit_node(name).attr["T"].type = tf.float32.as_datatype_enum
         else:
             _replace_user(graph, name, handle if level == 0 else inner, dtype,
                           read_flow if op == "TensorListGetItem" else None, slot, unset,

@@ -3,9 +3,13 @@
 The optimized graph is converted from its SavedModel (``savedmodel_export.build``) with
 ``tf.lite.TFLiteConverter.from_saved_model`` — builtin TFLite ops only, so the result runs in the
 plain interpreter. With ``float16=True`` the converter's float16 post-training quantization stores
-the weights as float16 (they are dequantized to float32 when the model loads). The model is then
-run through its signature in the LiteRT interpreter (``ai_edge_litert``, the maintained successor
-of ``tf.lite.Interpreter``; the latter is the fallback when LiteRT is not installed) on the
+the weights as float16 (they are dequantized to float32 when the model loads). With ``int8=True``
+(the graph's weights already int8, ``int8-weights``: the converter folds each ``Dequantize`` into
+the float weight it feeds) the converter's dynamic-range quantization (``Optimize.DEFAULT``, no
+representative dataset) stores weights of 1024+ values as int8 again — per channel, so it gets
+the same int8 values back — and TFLite's hybrid kernels quantize activations on the fly. The
+model is then run through its signature in the LiteRT interpreter (``ai_edge_litert``, the
+maintained successor of ``tf.lite.Interpreter``; the latter is the fallback when LiteRT is not installed) on the
 verification inputs and compared with TensorFlow (with preprocessing in the graph: with the original
 fed the verifier's NumPy preprocessing). The file is written only if it matched.
 
@@ -38,6 +42,7 @@ def interpreter_class():
 
 def export(graph_def, signature: savedmodel_export.Signature, path, *,
            feeds: Mapping[str, np.ndarray], tolerance: float, float16: bool = False,
+           int8: bool = False,
            timeout: float = verify.DEFAULT_TIMEOUT, input_path=None,
            expected: Optional[Mapping[str, np.ndarray]] = None,
            batch: Optional[artefacts.Batch] = None) -> Artefact:
@@ -53,22 +58,25 @@ def export(graph_def, signature: savedmodel_export.Signature, path, *,
     with artefacts.staging(path) as stage:
         saved_model = stage / "saved_model"
         savedmodel_export.build(graph_def, signature, saved_model)
-        model = convert(saved_model, signature.key, float16=float16)
+        model = convert(saved_model, signature.key, float16=float16, int8=int8)
     artefact = check(model, signature, feeds, expected, tolerance=tolerance, timeout=timeout)
-    artefact.path, artefact.weights = path, "float16" if float16 else "float32"
+    artefact.path = path
+    artefact.weights = "float16" if float16 else "int8" if int8 else "float32"
     artefact.reference = reference_note
     if artefact.passed:
         artefacts.publish(lambda: io.write_atomically(path, model), batch)
     return artefact
 
 
-def convert(saved_model: Path, key: str, *, float16: bool = False) -> bytes:
+def convert(saved_model: Path, key: str, *, float16: bool = False, int8: bool = False) -> bytes:
     """The TFLite flatbuffer of one SavedModel signature (builtin ops only)."""
     import tensorflow as tf
     converter = tf.lite.TFLiteConverter.from_saved_model(str(saved_model), signature_keys=[key])
     if float16:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.target_spec.supported_types = [tf.float16]
+    if int8:                        # dynamic range: int8 weights, no representative dataset
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
     try:
         return converter.convert()
     except Exception as error:  # noqa: BLE001 - ConverterError, ValueError, RuntimeError, ...

@@ -8,10 +8,11 @@ from tfsurgery.transforms import (add_preprocessing, flatten_atrous_conv, fold_a
                                   fold_batch_norm, fold_constants, fold_pad_into_conv,
                                   freeze_placeholder_defaults, freeze_training_flags,
                                   materialize_shapes, merge_duplicates, prune, remove_dropout,
-                                  remove_identity,
+                                  remove_identity, remove_noop_shape_ops,
                                   remove_switch_merge, simplify_algebra, simplify_arithmetic,
                                   strip_debug)
-from tfsurgery.transforms import equalize_cross_layer, float16_weights, inline_functions
+from tfsurgery.transforms import (equalize_cross_layer, float16_weights, inline_functions,
+                                  int8_weights)
 
 PIPELINE = (
     add_preprocessing.add_preprocessing,
@@ -24,6 +25,7 @@ PIPELINE = (
     remove_identity.remove_identity,
     materialize_shapes.materialize_shapes,     # its constants are folded next
     fold_constants.fold_constants,
+    remove_noop_shape_ops.remove_noop_shape_ops,
     simplify_arithmetic.simplify_arithmetic,
     simplify_algebra.simplify_algebra,
     # before BN folding: the batch norm after a BatchToSpaceND then follows the dilated conv
@@ -39,6 +41,7 @@ PIPELINE = (
     # only for int8 (--int8-equalize): balances weight ranges before calibration
     equalize_cross_layer.equalize_cross_layer,
     float16_weights.float16_weights,
+    int8_weights.int8_weights,
 )
 
 REGISTRY = {fn.transform_name: fn for fn in PIPELINE}

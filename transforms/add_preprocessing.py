@@ -56,7 +56,7 @@ def _rewrite(graph: Graph, name: str, spec: Preprocessing, axis: Optional[int]) 
     consumers = graph.consumers(name, 0)
     last, steps = Ref(name, 0), []
     if spec.dtype and tf.dtypes.as_dtype(spec.dtype) != model_dtype:
-        graph.mutable(name).attr["dtype"].type = tf.dtypes.as_dtype(spec.dtype).as_datatype_enum
+        graph.edit_node(name).attr["dtype"].type = tf.dtypes.as_dtype(spec.dtype).as_datatype_enum
         cast = graph.new_node("Cast", f"{name}/preprocess/cast", [last], {
             "SrcT": tf.dtypes.as_dtype(spec.dtype), "DstT": model_dtype, "Truncate": False})
         last, steps = Ref(cast.name, 0), steps + [f"cast to {model_dtype.name}"]

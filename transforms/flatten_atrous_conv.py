@@ -225,7 +225,7 @@ def _flatten(graph: Graph, s2b: str, reader: str, conv: str, steps: List[str], b
              atrous: Atrous, options: Options) -> None:
     """``reader`` (the conv, or a 1-D conv's ExpandDims) reads the SpaceToBatchND's input."""
     graph.set_input(reader, 0, graph.inputs(s2b)[0])
-    node = graph.mutable(conv)
+    node = graph.edit_node(conv)
     node.attr["padding"].s = atrous.padding.encode()
     node.attr["dilations"].list.i[:] = atrous.dilations
     if "explicit_paddings" in node.attr or atrous.padding == "EXPLICIT":
@@ -233,7 +233,7 @@ def _flatten(graph: Graph, s2b: str, reader: str, conv: str, steps: List[str], b
             atrous.explicit if atrous.padding == "EXPLICIT" else []
     for name in {reader, conv, *steps}:      # their spatial (and batch) sizes change
         if "_output_shapes" in graph.node(name).attr:
-            del graph.mutable(name).attr["_output_shapes"]
+            del graph.edit_node(name).attr["_output_shapes"]
     # the last node takes the BatchToSpaceND's name (graph_transforms does the same): its
     # readers, control edges and a graph output of that name read the same values
     last = graph.node(steps[-1] if steps else conv)

@@ -14,7 +14,9 @@ nor before a Conv3D that pads.
 A zero border in the model's space is not a zero border in the raw space, so an additive constant
 before a padded conv stays; a scale before it moves after it so that the scale still folds:
     (x * s) + a        = (x + a / s) * s        (s nonzero; Keras Rescaling then Normalization)
-Multiplicative maps and channel reversal pass a constant zero Pad (0 * s = 0; the channel axis
+A scalar scale before a Transpose (an NHWC input turned NCHW for an NCHW conv) moves after it,
+    Transpose(x * s)   = Transpose(x) * s       (exact: the same products, moved)
+so that it folds too. Multiplicative maps and channel reversal pass a constant zero Pad (0 * s = 0; the channel axis
 itself unpadded). Keras Rescaling/Normalization at the input, the
 preprocessing ``add-preprocessing`` emits, and a batch norm after a ReLU before a Dense layer
 (the Mul + Add that fold-batch-norm leaves) are the common cases.
@@ -120,6 +122,8 @@ def _fold_one(graph: Graph, lin: str, options: Options, report: TransformReport)
     pad = data.node if graph.op(data) == "Pad" and data.port == 0 else None
     producer = graph.inputs(pad)[0] if pad else data
     op = graph.op(producer)
+    if op == "Transpose" and producer.port == 0:
+        return _scale_after_transpose(graph, producer.node, pad or lin, options, report)
     if op not in SCALE_OPS + SHIFT_OPS + ("ReverseV2", "GatherV2") or producer.port != 0:
         return False
     if pad and not _zero_pad(graph, pad, lin):
@@ -174,6 +178,27 @@ def _scale_after_shift(graph, shift, rank, axis, channels, options, report) -> b
     graph.set_input(shift, shift_inputs.index(data), found[0])
     graph.set_input(scale, scale_inputs.index(found[0]), Ref(shift, 0))
     report.rewritten.append(f"{scale} ({graph.op(scale)}) moved after {shift}, to fold")
+    return True
+
+
+def _scale_after_transpose(graph, transpose, reader, options, report) -> bool:
+    """Transpose(x * s) → Transpose(x) * s for a scalar constant s: the scale then reads the
+    Transpose and feeds the linear op (or its Pad), where the next step folds it."""
+    data = graph.inputs(transpose)[0]
+    scale = data.node
+    if graph.op(scale) not in SCALE_OPS or data.port != 0 or scale in options.protected or \
+            transpose in options.protected or not _sole_reader(graph, scale, transpose) or \
+            not _sole_reader(graph, transpose, reader) or graph.control_inputs(transpose):
+        return False
+    found = _affine_operand(graph, scale)
+    if found is None or found[1].size != 1 or graph.control_inputs(scale):
+        return False                    # a per-channel scale would need its axis moved too
+    x = found[0]
+    data_index = graph.inputs(scale).index(x)
+    graph.rewire(Ref(transpose, 0), Ref(scale, 0))
+    graph.set_input(transpose, 0, x)
+    graph.set_input(scale, data_index, Ref(transpose, 0))
+    report.rewritten.append(f"{scale} ({graph.op(scale)}) moved after {transpose}, to fold")
     return True
 
 
@@ -344,7 +369,7 @@ def _pad_with(graph: Graph, lin: str, name: str, paddings: np.ndarray, value: fl
     if pad:
         graph.remove([pad])
     else:
-        graph.mutable(lin).attr["padding"].s = b"VALID"
+        graph.edit_node(lin).attr["padding"].s = b"VALID"
 
 
 def _int32():

@@ -156,7 +156,7 @@ def _padding_form(graph: Graph, conv: str, pad: str, total: np.ndarray,
 
 def _fold(graph: Graph, conv: str, pad: str, padding: str, total: np.ndarray) -> None:
     graph.set_input(conv, 0, graph.inputs(pad)[0])
-    node = graph.mutable(conv)
+    node = graph.edit_node(conv)
     node.attr["padding"].s = padding.encode()
     if "explicit_paddings" in node.attr:
         del node.attr["explicit_paddings"].list.i[:]

@@ -45,7 +45,7 @@ def freeze_training_flags(graph: Graph, options: Options) -> TransformReport:
 
 def _make_constant(graph: Graph, name: str, value) -> None:
     import tensorflow as tf
-    node = graph.mutable(name)
+    node = graph.edit_node(name)
     dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
     for key in list(node.attr):
         del node.attr[key]

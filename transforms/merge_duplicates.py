@@ -1,7 +1,10 @@
 """merge-duplicates: nodes that compute the same thing are computed once.
 
 Two nodes are the same when they have the same op, device, attributes and inputs (control inputs
-as a set); two Consts are the same when their dtype, shape and values are. Visiting producers
+as a set); two Consts are the same when their dtype, shape and values are. The two operands of a
+commutative op count in either order (``Add(a, b)`` is ``Add(b, a)``: IEEE addition and
+multiplication commute exactly; never ``Maximum``/``Minimum``, whose NaN handling depends on the
+order, nor an ``Add`` of strings, which concatenates). Visiting producers
 before consumers makes one pass reach the fixpoint: once ``a`` and ``a'`` are one node, ``f(a)``
 and ``f(a')`` read the same input and merge too. The anchors are graph_transforms'
 ``merge_duplicate_nodes`` and Grappler's dedup. Never merged: stateful ops (variables, queues,
@@ -12,11 +15,15 @@ from __future__ import annotations
 
 from typing import Dict, Hashable, Optional, Tuple
 
+from tensorflow.core.framework import types_pb2
+
 from tfsurgery.graph import Graph, Ref, op_def, parse_ref
 from tfsurgery.ops import CONTROL_FLOW_V1_OPS, PLACEHOLDER_OPS
 from tfsurgery.contract import Options, TransformReport, transform
 
 MAX_ROUNDS = 5
+COMMUTATIVE = frozenset({"Add", "AddV2", "Mul", "LogicalAnd", "LogicalOr", "Equal", "NotEqual",
+                         "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
 
 
 @transform("merge-duplicates", repeat=True)
@@ -78,7 +85,7 @@ def _bucket(graph: Graph, name: str) -> Optional[Hashable]:
     if definition is None or definition.is_stateful:
         return None
     refs = graph.input_refs(name)
-    data = tuple(ref for ref in refs if not ref.control)
+    data = _in_order(node, tuple(ref for ref in refs if not ref.control))
     control = frozenset(ref.node for ref in refs if ref.control)
     if op == "Const":
         tensor = node.attr["value"].tensor
@@ -91,7 +98,8 @@ def _bucket(graph: Graph, name: str) -> Optional[Hashable]:
 def _signature(graph: Graph, name: str) -> Hashable:
     """What the node computes, as a hashable key."""
     node = graph.node(name)
-    data = tuple(str(parse_ref(text)) for text in node.input if not text.startswith("^"))
+    data = _in_order(node, tuple(str(parse_ref(text)) for text in node.input
+                                 if not text.startswith("^")))
     control = frozenset(text for text in node.input if text.startswith("^"))
     if node.op == "Const":
         tensor = node.attr["value"].tensor
@@ -106,6 +114,14 @@ def _signature(graph: Graph, name: str) -> Hashable:
     attrs = tuple(sorted((k, v.SerializeToString(deterministic=True))
                          for k, v in node.attr.items()))
     return (node.op, node.device, attrs, data, control)
+
+
+def _in_order(node, data: tuple) -> tuple:
+    """A commutative op's two operands in one canonical order; any other op's as they are."""
+    if node.op not in COMMUTATIVE or len(data) != 2 or \
+            ("T" in node.attr and node.attr["T"].type == types_pb2.DT_STRING):
+        return data
+    return tuple(sorted(data, key=str))
 
 
 def _value_key(value) -> Hashable:

@@ -11,12 +11,27 @@ in the last bits (or in the sign of a zero) for some inputs; these run unless ``
   bool operands only. For floats ``!(a < b)`` is true when either is NaN and ``a >= b`` is not:
   refused (Grappler's RemoveLogicalNotStage rewrites floats too). ``==``/``!=`` are each other's
   negation for NaN too, so they are rewritten for every dtype.
-- Involutions: ``LogicalNot(LogicalNot(x))``, ``Conj(Conj(x))`` → ``x``: exact.
+- Involutions: ``LogicalNot(LogicalNot(x))``, ``Conj(Conj(x))``, ``Neg(Neg(x))`` → ``x``: exact.
   ``Reciprocal(Reciprocal(x))`` → ``x``: not bit-exact (``1/(1/x)`` rounds twice; subnormal ``x``
-  becomes Inf) — only without ``exact``.
-- ``Add(p, p)`` → ``p * 2``: exact (doubling is exact, overflow gives the same Inf).
-- ``x*y1 + y2*x`` → ``x * (y1 + y2)``: reassociating, not bit-exact — only without ``exact``; both
-  products read by the sum alone.
+  becomes Inf) — only without ``exact``. Also around a chain of value-preserving ops
+  (``Identity``, ``Snapshot``, ``Reshape``, ``Squeeze``, ``ExpandDims``, ``Transpose``: they move
+  elements, an element-wise op commutes with them): ``f(chain(f(x)))`` → ``chain(x)``, each link
+  read by the next alone.
+- ``c * (p + p)`` → ``p * (2c)`` (``Add(p, p)`` as ``p * 2``, its constant then pushed down): only
+  where the sum's one reader multiplies it by a constant — alone, ``p * 2`` would cost a constant
+  node more than ``p + p``. Not bit-exact (``p + p`` may overflow where ``p * 2c`` does not).
+- ``x*y1 + y2*x`` → ``x * (y1 + y2)`` and ``y1/x + y2/x`` → ``(y1 + y2)/x`` (floats only: an integer
+  ``Div`` truncates): reassociating, not bit-exact — only without ``exact``; both products
+  (quotients) read by the sum alone.
+- Constant push-down: ``c1 + (x + c2)`` → ``x + (c1 + c2)`` and ``c1 * (x * c2)`` → ``x * (c1 * c2)``,
+  in any operand order, the inner op read by the outer alone; the constants are combined here.
+  Exact for integers (two's complement wraps the same); reassociating for floats — only without
+  ``exact``.
+- A tree of ``Add``/``AddV2``/``AddN`` over tensors of one fully known static shape (no
+  broadcasting anywhere) → one ``AddN`` of its leaves, in order: the inner sums read by the tree
+  alone. Not guaranteed bit-exact (AddN sums in the kernel's order) — only without ``exact``, and
+  only with ``sum_trees`` (on by default). TFLite's ``ADD_N`` has no int8 kernel: the TFLite
+  int8 export turns every ``AddN`` back into ``AddV2``s first (``adds_of_add_n``).
 - ``Split``/``SplitV`` into one piece → the input: exact. (A ``Concat``/``ConcatV2`` of one input
   cannot occur: their OpDefs require ``N >= 2`` and TensorFlow refuses such a graph.)
 - ``MatMul(Transpose(a, [1, 0]), b)`` → ``MatMul(a, b, transpose_a=¬transpose_a)`` (and ``b``);
@@ -43,12 +58,16 @@ ADDS = ("Add", "AddV2")
 NEGATED = {"Less": "GreaterEqual", "LessEqual": "Greater", "Greater": "LessEqual",
            "GreaterEqual": "Less", "Equal": "NotEqual", "NotEqual": "Equal"}
 NAN_SAFE = ("Equal", "NotEqual")            # ¬(a == b) is a != b for NaN too
-INVOLUTIONS = {"LogicalNot": True, "Conj": True, "Reciprocal": False}   # op → exact
+INVOLUTIONS = {"LogicalNot": True, "Conj": True, "Neg": True, "Reciprocal": False}  # op → exact
+VALUE_PRESERVING = ("Identity", "Snapshot", "Reshape", "Squeeze", "ExpandDims", "Transpose")
+QUOTIENTS = ("RealDiv", "Div")
 ONE_PIECE = ("Split", "SplitV")
 MATMULS = {"MatMul": ("transpose_a", "transpose_b"), "BatchMatMul": ("adj_x", "adj_y"),
            "BatchMatMulV2": ("adj_x", "adj_y"), "BatchMatMulV3": ("adj_x", "adj_y")}
 FLOATS = {types_pb2.DT_HALF, types_pb2.DT_BFLOAT16, types_pb2.DT_FLOAT, types_pb2.DT_DOUBLE}
 COMPLEX = {types_pb2.DT_COMPLEX64, types_pb2.DT_COMPLEX128}
+INTEGERS = {types_pb2.DT_INT8, types_pb2.DT_INT16, types_pb2.DT_INT32, types_pb2.DT_INT64,
+            types_pb2.DT_UINT8, types_pb2.DT_UINT16, types_pb2.DT_UINT32, types_pb2.DT_UINT64}
 RULE_OPS = frozenset(ADDS) | {"Sub", "Mul", "LogicalNot"} | frozenset(INVOLUTIONS) | \
     frozenset(ONE_PIECE) | frozenset(MATMULS)
 MAX_ROUNDS = 10
@@ -57,12 +76,15 @@ MAX_ROUNDS = 10
 @dataclasses.dataclass
 class SimplifyAlgebraParams:
     exact: bool = False     # only rewrites that are bit-exact in IEEE arithmetic (--exact)
+    sum_trees: bool = True  # a tree of sums of one shape as one AddN
 
 
 @transform("simplify-algebra", repeat=True, params=SimplifyAlgebraParams)
 def simplify_algebra(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("simplify-algebra")
-    rules = _Rules(graph, options, report, options.params_for(simplify_algebra).exact)
+    params = options.params_for(simplify_algebra)
+    rules = _Rules(graph, options, report, params.exact)
+    rules.sum_trees = params.sum_trees
     for _ in range(MAX_ROUNDS):
         rules.shapes = StaticShapes(graph, options.outputs)
         changed = sum(rules.apply(name) for name in graph.names_with_ops(RULE_OPS)
@@ -80,6 +102,7 @@ class _Rules:
         self.graph, self.options, self.report, self.exact = graph, options, report, exact
         self.shapes = None
         self.reassociated = 0
+        self.sum_trees = True
 
     def apply(self, name: str) -> bool:
         graph = self.graph
@@ -88,11 +111,12 @@ class _Rules:
             return False
         if op in ADDS:
             return self._add_of_negation(name) or self._double(name) or \
-                self._plus_zeros_like(name) or self._common_factor(name)
+                self._plus_zeros_like(name) or self._common_factor(name) or \
+                self._push_down_constant(name) or self._sum_tree(name)
         if op == "Sub":
             return self._minus_negation(name)
         if op == "Mul":
-            return self._times_ones_like(name)
+            return self._times_ones_like(name) or self._push_down_constant(name)
         if op == "LogicalNot" and self._not_comparison(name):
             return True
         if op in INVOLUTIONS:
@@ -145,54 +169,172 @@ class _Rules:
         graph = self.graph
         inner = graph.inputs(name)[0]
         op = graph.op(name)
-        if graph.op(inner) != op or inner.port:
+        chain = []                      # value-preserving ops between the two, outermost first
+        while graph.op(inner) in VALUE_PRESERVING and not inner.port and \
+                self._private(inner.node):
+            chain.append(inner.node)
+            inner = graph.inputs(inner.node)[0]
+        if graph.op(inner) != op or inner.port or (chain and not self._private(inner.node)):
             return False
         if not INVOLUTIONS[op] and self.exact:
             self.report.skip(name, f"{op}∘{op}: not bit-exact (--exact)")
             return False
         if not INVOLUTIONS[op]:
             self.reassociated += 1
-        return self._bypass(name, graph.inputs(inner.node)[0], f"{op}∘{op}" +
-                            ("" if INVOLUTIONS[op] else " (not bit-exact)"))
+        why = f"{op}∘{op}" + (f" around {' → '.join(reversed(chain))}" if chain else "") + \
+            ("" if INVOLUTIONS[op] else " (not bit-exact)")
+        if not chain:
+            return self._bypass(name, graph.inputs(inner.node)[0], why)
+        graph.set_input(chain[-1], 0, graph.inputs(inner.node)[0])
+        graph.remove([inner.node])
+        return self._bypass(name, Ref(chain[0]), why)
+
+    def _private(self, name: str) -> bool:
+        """Read by one consumer alone, not an output, no control inputs: free to rewrite."""
+        return self.graph.reader_count(name) == 1 and name not in self.options.protected and \
+            not self.graph.control_inputs(name) and \
+            not self.graph.has_control_consumers(name)
 
     # ------------------------------------------------------------ sums
     def _double(self, name: str) -> bool:
-        """p + p → p * 2: exact."""
+        """p + p → p * 2 where its one reader multiplies it by a constant (c * (p + p) → then
+        p * (2c) by the push-down); alone, p * 2 costs a constant more than p + p."""
         x, y = self.graph.inputs(name)
         if x != y:
             return False
         dtype = self.graph.node(name).attr["T"]
-        if dtype.type == types_pb2.DT_STRING:
-            return False                       # Add of strings concatenates
+        if dtype.type not in INTEGERS | FLOATS:
+            return False                       # (strings concatenate; complex: no push-down)
+        if not self._private(name):
+            return False
+        reader = next(iter(self.graph.consumer_nodes(name)))
+        if self.graph.op(reader) != "Mul" or self.graph.control_inputs(reader) or \
+                not any(self.graph.const_value(ref) is not None
+                        for ref in self.graph.inputs(reader)):
+            return False
+        if self.exact and dtype.type not in INTEGERS:
+            return False                       # the push-down would be refused: no gain
         two = self.graph.add_const(f"{name}/two", np.array(2), dtype=dtype.type,
                                    device=self.graph.node(name).device)
         return self._replace(name, "Mul", [x, Ref(two)], "p + p → p * 2")
 
     def _common_factor(self, name: str) -> bool:
-        """x*y1 + y2*x → x*(y1 + y2): one product fewer; reassociates (not bit-exact)."""
+        """x*y1 + y2*x → x*(y1 + y2), y1/x + y2/x → (y1 + y2)/x: one product (quotient) fewer;
+        reassociates (not bit-exact)."""
         graph = self.graph
         first, second = graph.inputs(name)
-        products = []
+        op = graph.op(first)
+        if op not in ("Mul",) + QUOTIENTS or graph.op(second) != op or first.node == second.node:
+            return False
+        operands = []
         for ref in (first, second):
-            if graph.op(ref) != "Mul" or ref.port or graph.reader_count(ref.node) != 1 or \
+            if ref.port or graph.reader_count(ref.node) != 1 or \
                     ref.node in self.options.protected or graph.control_inputs(ref.node):
                 return False
-            products.append(graph.inputs(ref.node))
-        common = [ref for ref in products[0] if ref in products[1]]
-        if not common or first.node == second.node:
+            operands.append(graph.inputs(ref.node))
+        if op == "Mul":
+            common = [ref for ref in operands[0] if ref in operands[1]]
+        else:
+            common = [operands[0][1]] if operands[0][1] == operands[1][1] else []
+            if common and graph.node(name).attr["T"].type not in FLOATS | COMPLEX:
+                return False                # an integer Div truncates each quotient
+        if not common:
             return False
+        form = "x*y1 + y2*x → x*(y1 + y2)" if op == "Mul" else "y1/x + y2/x → (y1 + y2)/x"
         if self.exact:
-            self.report.skip(name, "x*y1 + y2*x → x*(y1 + y2) reassociates (--exact)")
+            self.report.skip(name, f"{form} reassociates (--exact)")
             return False
         x = common[0]
-        rest = [_other(products[0], x), _other(products[1], x)]
+        rest = [_other(operands[0], x), _other(operands[1], x)] if op == "Mul" else \
+            [operands[0][0], operands[1][0]]
         attrs = {"T": graph.node(name).attr["T"]}
         device = graph.node(name).device
         total = graph.new_node("AddV2", f"{name}/factors", rest, attrs, device=device)
         graph.remove([first.node, second.node])
         self.reassociated += 1
-        return self._replace(name, "Mul", [x, Ref(total.name)],
-                             "x*y1 + y2*x → x*(y1 + y2) (reassociated)")
+        inputs = [x, Ref(total.name)] if op == "Mul" else [Ref(total.name), x]
+        return self._replace(name, op, inputs, f"{form} (reassociated)")
+
+    # ------------------------------------------------------------ constant push-down
+    def _push_down_constant(self, name: str) -> bool:
+        """c1 + (x + c2) → x + (c1 + c2); c1 * (x * c2) → x * (c1 * c2)."""
+        graph = self.graph
+        op = graph.op(name)
+        family = ADDS if op in ADDS else ("Mul",)
+        for position in (0, 1):
+            c1_ref, inner = graph.inputs(name)[position], graph.inputs(name)[1 - position]
+            c1 = graph.const_value(c1_ref)
+            if c1 is None or graph.op(inner) not in family or inner.port or \
+                    not self._private(inner.node):
+                continue
+            for inner_position in (0, 1):
+                c2_ref = graph.inputs(inner.node)[inner_position]
+                x = graph.inputs(inner.node)[1 - inner_position]
+                c2 = graph.const_value(c2_ref)
+                if c2 is None or graph.const_value(x) is not None:
+                    continue
+                return self._combine_constants(name, op, x, inner.node, c1, c2)
+        return False
+
+    def _combine_constants(self, name, op, x: Ref, inner: str, c1, c2) -> bool:
+        graph = self.graph
+        dtype = graph.node(name).attr["T"].type
+        if dtype not in INTEGERS | FLOATS or c1.dtype != c2.dtype:
+            return False
+        exact = dtype in INTEGERS
+        form = "c1 + (x + c2) → x + (c1 + c2)" if op in ADDS else "c1 * (x * c2) → x * (c1 * c2)"
+        if self.exact and not exact:
+            self.report.skip(name, f"{form} reassociates (--exact)")
+            return False
+        if np.broadcast(c1, c2).size > max(c1.size, c2.size):
+            return False                       # the combined constant would be larger
+        with np.errstate(all="ignore"):         # integers wrap as TensorFlow's do
+            value = np.add(c1, c2) if op in ADDS else np.multiply(c1, c2)
+        combined = graph.add_const(f"{name}/constants", np.asarray(value, c1.dtype),
+                                   dtype=dtype, device=graph.node(name).device)
+        graph.remove([inner])
+        if not exact:
+            self.reassociated += 1
+        return self._replace(name, op, [x, Ref(combined)],
+                             form + ("" if exact else " (reassociated)"))
+
+    # ------------------------------------------------------------ a tree of sums as one AddN
+    def _sum_tree(self, name: str) -> bool:
+        graph = self.graph
+        dtype = graph.node(name).attr["T"].type
+        if not self.sum_trees or dtype not in INTEGERS | FLOATS | COMPLEX:
+            return False
+        leaves, inner = [], []
+
+        def expand(ref: Ref, root: bool) -> None:
+            if (root or (graph.op(ref) in ADDS + ("AddN",) and not ref.port and
+                         self._private(ref.node) and
+                         graph.node(ref.node).attr["T"].type == dtype)):
+                if not root:
+                    inner.append(ref.node)
+                for operand in graph.inputs(ref.node):
+                    expand(operand, False)
+            else:
+                leaves.append(ref)
+
+        expand(Ref(name), True)
+        if not inner:
+            return False
+        shape = self.shapes.get(name)
+        if shape is None or None in shape or \
+                any(ref.port or self.shapes.get(ref.node) != shape for ref in leaves):
+            self.report.skip(name, "a tree of sums: the shapes are not all known and equal "
+                                   "(AddN does not broadcast)")
+            return False
+        if self.exact:
+            self.report.skip(name, "a tree of sums as one AddN: its order of summation is the "
+                                   "kernel's (--exact)")
+            return False
+        graph.remove(inner)
+        self.reassociated += 1
+        attrs = {"T": graph.node(name).attr["T"], "N": len(leaves)}
+        return self._replace(name, "AddN", leaves, f"a tree of {len(inner) + 1} sums as one AddN "
+                             "(reassociated)", attrs=attrs)
 
     # ------------------------------------------------------------ x * OnesLike, x + ZerosLike
     def _times_ones_like(self, name: str) -> bool:
@@ -258,7 +400,7 @@ class _Rules:
             if op != "MatMul" and dtype in COMPLEX:
                 self.report.skip(name, f"{flag} conjugates complex values; a Transpose does not")
                 continue
-            node = graph.mutable(name)
+            node = graph.edit_node(name)
             node.attr[flag].b = not graph.attr(name, flag, False)
             graph.set_input(name, index, graph.inputs(ref.node)[0])
             self.report.matched += 1
@@ -300,3 +442,26 @@ class _Rules:
 def _other(pair, ref: Ref) -> Ref:
     """The operand of a two-input product that is not ``ref`` (``ref`` itself for x*x)."""
     return pair[1] if pair[0] == ref else pair[0]
+
+
+def adds_of_add_n(graph_def):
+    """``graph_def`` with every ``AddN`` of two or more inputs as a left-to-right chain of
+    ``AddV2``s (the last one keeps the AddN's name): for converters without an int8 ``ADD_N``.
+    The caller's GraphDef is not changed."""
+    if not any(node.op == "AddN" for node in graph_def.node):
+        return graph_def
+    graph = Graph(graph_def)
+    for name in graph.names_with_ops(("AddN",)):
+        node = graph.node(name)
+        data = [ref for ref in graph.input_refs(name) if not ref.control]
+        control = [ref for ref in graph.input_refs(name) if ref.control]
+        if len(data) < 2:
+            continue
+        attrs, device = {"T": node.attr["T"]}, node.device
+        total = data[0]
+        for index, ref in enumerate(data[1:-1], start=1):
+            total = Ref(graph.new_node("AddV2", f"{name}/sum_{index}", [total, ref], attrs,
+                                       device=device).name)
+        graph.remove([name])
+        graph.new_node("AddV2", name, [total, data[-1]] + control, attrs, device=device)
+    return graph.to_graph_def()

@@ -151,7 +151,7 @@ def _shape_op(graph: Graph, name: str, shapes, options: Options, report) -> bool
         return _constant_batch_shape(graph, name, report)
     if graph.op(name) == "Reshape" and _restores_reduced_dims(graph, name, shapes, options):
         reduction = x.node
-        graph.mutable(reduction).attr["keep_dims"].b = True
+        graph.edit_node(reduction).attr["keep_dims"].b = True
         return _bypass(graph, name, x, options, report,
                        f"the dims {graph.op(reduction)} dropped, kept by it instead")
     if _same_shape(shapes, Ref(name), x) and shapes[name] is not None:

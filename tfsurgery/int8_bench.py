@@ -1,0 +1,147 @@
+"""``bench --int8``: the float model and its int8-weight twin side by side in each runtime.
+
+For each runtime — TensorFlow (the two ``.pb``), onnxruntime (the float ONNX and the one with
+int8 initializers + ``DequantizeLinear``), TFLite (float and dynamic-range int8) — both models
+are written (each export checked as usual against its own graph in TensorFlow), sized, timed
+in one process of their own through ``latency.measure_in_subprocess`` (interleaved runs, median
+and interquartile range), and compared with each other on the same inputs: the int8 model's
+max error relative to each float output's magnitude, and top-1 agreement where an output is
+class scores. On random inputs and random weights that agreement says nothing about accuracy
+on real data; with ``--samples`` it is measured on the user's rows.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Dict, List, Mapping, Sequence
+
+import numpy as np
+
+from tfsurgery import artefacts, latency, onnx_export, savedmodel_export, tflite_export, verify
+from tfsurgery.errors import ExportError
+from tfsurgery.ops import tensor_name
+
+RUNTIMES = ("tensorflow", "onnxruntime", "tflite")
+VARIANTS = ("float", "int8")
+
+
+@dataclasses.dataclass
+class Side:
+    """One runtime: both models' sizes and timings, and how far int8 is from float there."""
+    runtime: str
+    bytes: Dict[str, int] = dataclasses.field(default_factory=dict)        # variant → size
+    timings: Dict[str, latency.Timing] = dataclasses.field(default_factory=dict)
+    max_error: float = float("nan")      # int8 vs float, relative to each output's magnitude
+    agreement: Dict[str, dict] = dataclasses.field(default_factory=dict)   # class outputs
+    skipped: str = ""                    # why this runtime has no row
+
+    def as_dict(self) -> dict:
+        return {"runtime": self.runtime, "bytes": self.bytes, "max_error": self.max_error,
+                "timings": {v: t.as_dict() for v, t in self.timings.items()},
+                "agreement": self.agreement, "skipped": self.skipped}
+
+
+def bench(graphs: Mapping[str, object], inputs: Sequence[str], outputs: Sequence[str],
+          signature: savedmodel_export.Signature, *, feeds: Mapping[str, np.ndarray],
+          tolerances: Mapping[str, float], int8_min_elements: int, work: Path,
+          runs: int = 50, runtimes: Sequence[str] = RUNTIMES,
+          compare_on: Sequence[Mapping[str, np.ndarray]] = (),
+          timeout: float = verify.DEFAULT_TIMEOUT) -> List[Side]:
+    """``graphs``: {"float": GraphDef, "int8": GraphDef}, both checked against the original
+    (``tolerances``: each one's). Timed on ``feeds``; int8 compared with float on
+    ``compare_on`` (e.g. every row of the user's samples; default: ``feeds``). A runtime whose
+    export fails is reported as skipped, with why."""
+    sides = []
+    for runtime in runtimes:
+        side = Side(runtime)
+        try:
+            paths = _write(runtime, graphs, inputs, outputs, signature, feeds, tolerances,
+                           int8_min_elements, work, timeout)
+            values = {variant: _run(runtime, paths[variant], graphs[variant], outputs,
+                                    signature, list(compare_on) or [feeds], timeout)
+                      for variant in VARIANTS}
+        except ExportError as error:
+            side.skipped = str(error)
+            sides.append(side)
+            continue
+        side.bytes = {v: artefacts.size_of(p) + _data_size(p) for v, p in paths.items()}
+        side.max_error, side.agreement = _agreement(values["float"], values["int8"])
+        npz = work / f"feeds_{runtime}.npz"
+        np.savez(npz, **(artefacts.feeds_by_key(feeds, signature.inputs) if runtime == "tflite"
+                         else {k: np.asarray(v) for k, v in feeds.items()}))
+        rows = latency.measure_in_subprocess(runtime, {v: (paths[v], npz) for v in VARIANTS},
+                                             list(outputs), runs=runs, work=work,
+                                             timeout=max(timeout, 600))
+        side.timings = {row.variant: row for row in rows}
+        sides.append(side)
+    return sides
+
+
+def _write(runtime, graphs, inputs, outputs, signature, feeds, tolerances, min_elements,
+           work: Path, timeout: float) -> Dict[str, Path]:
+    """Each variant's model for one runtime, written (ONNX and TFLite: checked against their
+    own graph in TensorFlow on ``feeds``, as every export is)."""
+    paths = {}
+    for variant in VARIANTS:
+        graph_def, int8 = graphs[variant], variant == "int8"
+        if runtime == "tensorflow":
+            path = work / f"{variant}.pb"
+            path.write_bytes(graph_def.SerializeToString())
+        elif runtime == "onnxruntime":
+            path = work / f"{variant}.onnx"
+            exported = onnx_export.export(graph_def, inputs, outputs, path, feeds=dict(feeds),
+                                          tolerance=tolerances[variant], timeout=timeout,
+                                          int8_min_elements=min_elements if int8 else None)
+            if not exported.passed:
+                raise ExportError(f"the {variant} ONNX model differs from its graph in "
+                                  f"TensorFlow by {exported.max_error:.3g}")
+        else:
+            path = work / f"{variant}.tflite"
+            exported = tflite_export.export(graph_def, signature, path, feeds=feeds,
+                                            tolerance=tolerances[variant], int8=int8,
+                                            timeout=timeout)
+            if not exported.passed:
+                raise ExportError(f"the {variant} TFLite model differs from its graph in "
+                                  f"TensorFlow by {exported.max_error:.3g}")
+        paths[variant] = path
+    return paths
+
+
+def _run(runtime: str, path: Path, graph_def, outputs: Sequence[str], signature,
+         batches: Sequence[Mapping[str, np.ndarray]], timeout: float) -> List[Dict]:
+    """The model's outputs ({output: values}) on each batch."""
+    got = []
+    model = path.read_bytes() if runtime == "tflite" else None
+    for feeds in batches:
+        if runtime == "tensorflow":
+            values = verify.run_graph(graph_def, dict(feeds), outputs, timeout=timeout)
+        elif runtime == "onnxruntime":
+            values = onnx_export.run_onnx(path, {tensor_name(k): v for k, v in feeds.items()},
+                                          outputs, timeout=timeout)
+        else:
+            by_key = tflite_export.run(tflite_export.interpreter_class()[0], model, signature,
+                                       feeds)
+            key_of = {tensor: key for key, tensor in signature.outputs.items()}
+            values = [by_key[key_of[tensor_name(name)]] for name in outputs]
+        got.append({name: np.asarray(value) for name, value in zip(outputs, values)})
+    return got
+
+
+def _data_size(path: Path) -> int:
+    data = path.with_name(path.name + ".data")
+    return data.stat().st_size if data.exists() else 0
+
+
+def _agreement(reference: Sequence[Mapping[str, np.ndarray]],
+               int8: Sequence[Mapping[str, np.ndarray]]):
+    """(the worst batch's max error of int8 against float, relative to each output's magnitude
+    as verification measures it; {class output: {"agree", "rows"}} over every batch's rows)."""
+    errors = [verify.output_error(name, expected[name], actual[name])
+              for expected, actual in zip(reference, int8) for name in expected]
+    agreement = {}
+    for name in reference[0]:
+        if all(verify.is_class_scores(batch[name]) for batch in reference):
+            same = np.concatenate([np.argmax(e[name], -1) == np.argmax(a[name], -1)
+                                   for e, a in zip(reference, int8)])
+            agreement[name] = {"agree": int(np.count_nonzero(same)), "rows": int(same.size)}
+    return verify.worst_error(errors), agreement
