@@ -30,7 +30,7 @@ FLOORS = {
     1: {"transforms"},
     2: {"pipeline", "localize", "compare", "verify", "reference", "report", "io", "artefacts",
         "onnx_export", "savedmodel_export", "tflite_export", "quantize", "quantize_tflite",
-        "int8_bench",
+        "int8_bench", "equalize",
         "latency", "picture", "preprocessing",
         "training_ops", "keras_optimizers", "training", "models"},
     3: {"api"},
