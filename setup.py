@@ -28,9 +28,10 @@ setup(
         "ai-edge-litert>=2.3",
     ],
     extras_require={
-        # scikit-learn: real data for the int8 tests, shipped inside its wheel (load_digits).
+        # scikit-learn: real data for the int8 tests, shipped inside its wheel (load_digits;
+        # load_sample_images, which needs pillow to read its two JPEG photos).
         "test": ["pytest", "hypothesis", "tf_keras>=2.21,<2.22", "graphviz", "graphviz-pure",
-                 "scikit-learn"],
+                 "scikit-learn", "pillow"],
         # --picture: DOT text, and a self-contained `dot` when Graphviz itself is not installed.
         "picture": ["graphviz", "graphviz-pure"],
     },

@@ -29,7 +29,7 @@ FLOORS = {
         "image_layout", "cpu_layout", "samples", "tensor_list_loops", "onnx_tidy", "progress"},
     1: {"transforms"},
     2: {"pipeline", "localize", "compare", "verify", "reference", "report", "io", "artefacts",
-        "onnx_export", "savedmodel_export", "tflite_export", "quantize", "quantize_tflite",
+        "onnx_export", "savedmodel_export", "tflite_export", "quantize", "quantize_tflite", "equalize",
         "int8_bench",
         "latency", "picture", "preprocessing",
         "training_ops", "keras_optimizers", "training", "models"},

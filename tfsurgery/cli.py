@@ -265,6 +265,19 @@ def _int8_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--int8-max-float-layers", type=int, default=None, metavar="N",
                        help="most layers kept float when a threshold fails (default 10%% of "
                             "the layers, at least 1)")
+    group.add_argument("--int8-calibration", default="auto",
+                       choices=("auto", "minmax", "percentile", "entropy"),
+                       help="ONNX calibration method (default auto: minmax and percentile "
+                            "tried on the check rows, the best kept, both reported; entropy is "
+                            "~20x slower and only when asked)")
+    group.add_argument("--int8-equalize", default="auto", choices=("auto", "on", "off"),
+                       help="cross-layer equalization before int8, ONNX or TFLite (default "
+                            "auto: kept only if it quantizes better on the check rows; plain "
+                            "and equalized are reported)")
+    group.add_argument("--int8-bias-correction", default="auto", choices=("auto", "on", "off"),
+                       help="correct each layer's bias for the mean shift its int8 weights "
+                            "cause on the calibration rows (default auto: every attempt tried "
+                            "with and without, the best on the check rows kept)")
 
 
 def _picture_options(parser: argparse.ArgumentParser) -> None:
@@ -692,7 +705,10 @@ def _export_int8(args, source, result, path: Path, data: dict, batch) -> int:
             return code
         try:
             report = api.export_int8(source, result, float_path, path, calibration=calibration,
-                                     check=check, thresholds=thresholds, batch=batch)
+                                     check=check, thresholds=thresholds, batch=batch,
+                                     calibration_method=args.int8_calibration,
+                                     equalize=args.int8_equalize,
+                                     bias_correction=args.int8_bias_correction)
         except api.Int8Refused as refused:
             data["int8"] = refused.report.as_dict()
             _say_int8(args, refused.report)
@@ -728,7 +744,8 @@ def _export_tflite_int8(args, source, result, data: dict, batch) -> int:
     try:
         report = api.export_tflite_int8(source, result, args.tflite, calibration=calibration,
                                         check=check, thresholds=thresholds,
-                                        int8_io=args.tflite_io == "int8", batch=batch)
+                                        int8_io=args.tflite_io == "int8", batch=batch,
+                                        equalize=args.int8_equalize)
     except api.TfliteInt8Refused as refused:
         data["tflite_int8"] = refused.report.as_dict()
         print(f"tfsurgery: TFLite int8 FAILED: {refused}; nothing written", file=sys.stderr)
@@ -739,8 +756,13 @@ def _export_tflite_int8(args, source, result, data: dict, batch) -> int:
     data["tflite_int8"] = report.as_dict()
     measures = ", ".join(f"{o.name}: {o.measure} {o.value:.4g} (threshold {o.threshold:g})"
                          for o in report.outputs)
-    _say(args, f"TFLite full-integer ({report.io_type} I/O), checked on {report.check_rows} "
-               f"held-back rows against the float original: {measures}")
+    equalized = " of the cross-layer-equalized graph" if report.model == "equalized" else ""
+    _say(args, f"TFLite full-integer{equalized} ({report.io_type} I/O), checked on "
+               f"{report.check_rows} held-back rows against the float original: {measures}")
+    if len(report.tried) > 1:
+        _say(args, "  tried: " + "; ".join(
+            f"{a.model}: " + ", ".join(f"{o.measure} {o.value:.4g}" for o in a.outputs)
+            for a in report.tried))
     for name, q in report.io_quantization.items():
         _say(args, f"  int8 {name}: scale {q['scale']:.6g}, zero point {q['zero_point']}")
     data["artefacts"].append({
@@ -752,8 +774,23 @@ def _export_tflite_int8(args, source, result, data: dict, batch) -> int:
 
 
 def _say_int8(args, report) -> None:
-    _say(args, f"int8 ({report.calibration_method} calibration on {report.calibration_rows} rows, "
-               f"checked on {report.check_rows} held-back rows against the float original):")
+    equalized = " of the cross-layer-equalized graph" if report.model == "equalized" else ""
+    corrected = ", biases corrected" if report.bias_corrected else ""
+    _say(args, f"int8{equalized} ({report.calibration_method} calibration{corrected} on "
+               f"{report.calibration_rows} rows, checked on {report.check_rows} held-back rows "
+               "against the float original):")
+    eq = report.equalization
+    if eq.get("asked", "off") != "off":
+        how = (f"{eq.get('pairs', 0)} layer pair(s) equalized, {eq.get('refused', 0)} refused"
+               + (f"; not used: {eq['why']}" if eq.get("why") else ""))
+        _say(args, f"  cross-layer equalization ({eq['asked']}): {how}")
+        for skipped in eq.get("transform", {}).get("skipped", [])[:5]:
+            _say(args, f"    refused {skipped['node']}: {skipped['reason']}")
+    if len(report.tried) > 1:
+        _say(args, "  tried (error score, lower is better): " + "; ".join(
+            f"{a.label}: " + ", ".join(f"{o.measure} {o.value:.4g}"
+                                                  for o in a.outputs) + f" ({a.score:.4g})"
+            for a in report.tried))
     for plain, final in zip(report.plain_outputs, report.outputs):
         changed = (f" (plain int8: {plain.value:.4g})" if report.kept_float else "")
         _say(args, f"  {final.name}: {final.measure} {final.value:.4g}{changed}, threshold "

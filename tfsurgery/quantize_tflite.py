@@ -1,11 +1,13 @@
 """Full-integer TensorFlow Lite: TFLiteConverter with the calibration rows as representative
 dataset (int8 builtin ops only), checked in the LiteRT interpreter on the held-back rows against
-the float original with int8's own measures (``quantize.compare``). Float inputs and outputs by
+the float original with int8's own measures (``quantize.compare``); given the cross-layer-
+equalized graph too, both are converted and the better kept. Float inputs and outputs by
 default; ``int8_io`` makes them int8 too (their scale and zero point are reported). No per-layer
 fallback here: a model that misses its thresholds is refused."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -27,6 +29,9 @@ class TfliteInt8Report:
     io_type: str                                   # "float32" or "int8"
     io_quantization: Dict[str, dict] = dataclasses.field(default_factory=dict)
     bytes: int = 0
+    model: str = "plain"                   # the float graph converted: plain or equalized
+    tried: List[quantize.Attempt] = dataclasses.field(default_factory=list)
+    equalization: dict = dataclasses.field(default_factory=dict)     # set by the caller
 
     @property
     def passed(self) -> bool:       # nothing measured is never a pass (review H5)
@@ -34,7 +39,8 @@ class TfliteInt8Report:
 
     def as_dict(self) -> dict:
         data = dataclasses.asdict(self)
-        data.update(passed=self.passed, outputs=[o.as_dict() for o in self.outputs])
+        data.update(passed=self.passed, outputs=[o.as_dict() for o in self.outputs],
+                    tried=[a.as_dict() for a in self.tried])
         return data
 
 
@@ -51,19 +57,31 @@ def export(graph_def, signature: savedmodel_export.Signature, path, *, outputs: 
            calibration: Samples, check: Samples, expected: List[List[np.ndarray]],
            thresholds: quantize.Thresholds, int8_io: bool = False, input_path=None,
            batch: Optional[artefacts.Batch] = None) -> TfliteInt8Report:
+    """``graph_def``: one graph, or candidates by name ({"plain": g, "equalized": h}), each
+    converted and measured on ``check``; the best (``quantize.rank``) is kept."""
     thresholds.check_applies(outputs, expected)
     graph_def = adds_of_add_n(graph_def)        # TFLite's ADD_N has no int8 kernel; ADD has
     path = Path(path)
     io.check_writable(path)
     io.refuse_input(path, input_path)
-    with artefacts.staging(path) as stage:
-        saved_model = stage / "saved_model"
-        savedmodel_export.build(graph_def, signature, saved_model)
-        model = convert(saved_model, signature, calibration, int8_io)
-    actual, io_quantization = run(model, signature, outputs, check)
-    report = TfliteInt8Report(str(path), calibration.rows, check.rows,
-                              quantize.compare(outputs, expected, actual, thresholds),
-                              "int8" if int8_io else "float32", io_quantization, len(model))
+    candidates = graph_def if isinstance(graph_def, dict) else {"plain": graph_def}
+    tried, built = [], {}
+    for name, candidate in candidates.items():
+        started = time.perf_counter()
+        with artefacts.staging(path) as stage:
+            saved_model = stage / "saved_model"
+            savedmodel_export.build(candidate, signature, saved_model)
+            model = convert(saved_model, signature, calibration, int8_io)
+        actual, io_quantization = run(model, signature, outputs, check)
+        measures = quantize.compare(outputs, expected, actual, thresholds)
+        tried.append(quantize.Attempt(name, "TFLiteConverter", measures,
+                                      time.perf_counter() - started))
+        built[name] = (model, io_quantization)
+    best = min(tried, key=quantize.rank)
+    model, io_quantization = built[best.model]
+    report = TfliteInt8Report(str(path), calibration.rows, check.rows, best.outputs,
+                              "int8" if int8_io else "float32", io_quantization, len(model),
+                              model=best.model, tried=tried)
     if not report.passed:
         raise TfliteInt8Refused(report)
     artefacts.publish(lambda: io.write_atomically(path, model), batch)

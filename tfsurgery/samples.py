@@ -94,6 +94,18 @@ class Samples:
         return self.take(order[check:]), self.take(order[:check])
 
 
+def concatenate(parts: Sequence[Samples]) -> Samples:
+    """The rows of ``parts`` one after the other (the same inputs, each batched alike)."""
+    first = parts[0]
+    for part in parts[1:]:
+        if part.inputs != first.inputs or part.batched != first.batched:
+            raise InputError(f"{part.source} and {first.source} do not hold the same inputs "
+                             "the same way")
+    return Samples({name: np.concatenate([p.arrays[name] for p in parts])
+                    for name in first.inputs}, dict(first.batched),
+                   " + ".join(p.source for p in parts))
+
+
 def input_specs(graph_def, inputs: Sequence[str]) -> Dict[str, InputSpec]:
     """Each input placeholder's dtype and declared shape."""
     import tensorflow as tf

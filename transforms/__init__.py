@@ -11,7 +11,8 @@ from tfsurgery.transforms import (add_preprocessing, flatten_atrous_conv, fold_a
                                   remove_identity, remove_noop_shape_ops,
                                   remove_switch_merge, simplify_algebra, simplify_arithmetic,
                                   strip_debug)
-from tfsurgery.transforms import float16_weights, inline_functions, int8_weights
+from tfsurgery.transforms import (equalize_cross_layer, float16_weights, inline_functions,
+                                  int8_weights)
 
 PIPELINE = (
     add_preprocessing.add_preprocessing,
@@ -37,6 +38,8 @@ PIPELINE = (
     # fixpoint rounds, so what a merge exposes to them (a BN now behind a shared conv) is done.
     merge_duplicates.merge_duplicates,
     prune.prune,
+    # only for int8 (--int8-equalize): balances weight ranges before calibration
+    equalize_cross_layer.equalize_cross_layer,
     float16_weights.float16_weights,
     int8_weights.int8_weights,
 )
