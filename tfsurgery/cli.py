@@ -455,15 +455,26 @@ def _run(args) -> int:
     return _optimize(args, source, transforms)
 
 
-def _interface(args) -> dict:
+def _interface(args):
     """The options that describe the graph's interface, as api.optimize takes them."""
-    return {"inputs": _split(args.inputs), "outputs": _split(args.outputs),
-            "training_flags": [name for name, value in args.training_flag if value is None],
-            "inference_values": {name: value for name, value in args.training_flag
-                                 if value is not None},
-            "input_shapes": dict(args.input_shape), "feeds": dict(getattr(args, "feed", [])),
-            "verify_timeout": getattr(args, "verify_timeout", None),
-            "keep_asserts": args.keep_asserts, "preprocess": args.preprocess,
+    from tfsurgery import api
+    return api.Interface(
+        inputs=_split(args.inputs), outputs=_split(args.outputs),
+        training_flags=[name for name, value in args.training_flag if value is None],
+        inference_values={name: value for name, value in args.training_flag
+                          if value is not None},
+        input_shapes=dict(args.input_shape), feeds=dict(getattr(args, "feed", [])))
+
+
+def _checks(args, verify: bool = True, tolerance=None):
+    from tfsurgery import api
+    return api.Checks(verify=verify, tolerance=tolerance,
+                      timeout=getattr(args, "verify_timeout", None))
+
+
+def _options(args) -> dict:
+    """api.optimize's other options: what the transforms do and what the checks run on."""
+    return {"keep_asserts": args.keep_asserts, "preprocess": args.preprocess,
             "weights": args.weights, "samples": getattr(args, "samples", None),
             "check_n": getattr(args, "check_n", 1),
             "transform_params": _params(args.param), "exact": args.exact}
@@ -615,11 +626,14 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 1024:.1f} KiB" if nbytes < 1 << 20 else f"{nbytes / (1 << 20):.1f} MiB"
 
 
-def _optimized(api, source, transforms, args, **options):
+def _optimized(api, source, transforms, args, *, verify: bool = True, tolerance=None,
+               **options):
     """The optimized result — also when its check failed (``VerificationFailed`` carries it):
     the CLI still prints what changed and why the check failed, then writes nothing."""
     try:
-        return api.optimize(source, transforms, **{**_interface(args), **options})
+        return api.optimize(source, transforms, interface=_interface(args),
+                            checks=_checks(args, verify, tolerance),
+                            **{**_options(args), **options})
     except api.VerificationFailed as failed:
         if failed.result is None:
             raise
@@ -693,7 +707,8 @@ def _side_by_side(tf_summary: dict, exported) -> List[tuple]:
 
 def _inspect(args, source, transforms) -> int:
     from tfsurgery import api
-    result = api.optimize(source, transforms, verify=False, **_interface(args))
+    result = api.optimize(source, transforms, interface=_interface(args),
+                          checks=_checks(args, verify=False), **_options(args))
     hist = api.op_histogram(source.graph_def)
     _say(args, f"{source.label}: {len(source.graph_def.node)} nodes, "
                f"{source.graph_def.ByteSize()} bytes")

@@ -60,11 +60,12 @@ def export(graph_def, signature: savedmodel_export.Signature, path, *, outputs: 
     """``graph_def``: one graph, or candidates by name ({"plain": g, "equalized": h}), each
     converted and measured on ``check``; the best (``quantize.rank``) is kept."""
     thresholds.check_applies(outputs, expected)
-    graph_def = adds_of_add_n(graph_def)        # TFLite's ADD_N has no int8 kernel; ADD has
     path = Path(path)
     io.check_writable(path)
     io.refuse_input(path, input_path)
     candidates = graph_def if isinstance(graph_def, dict) else {"plain": graph_def}
+    # TFLite's ADD_N has no int8 kernel; ADD has
+    candidates = {name: adds_of_add_n(g) for name, g in candidates.items()}
     tried, built = [], {}
     for name, candidate in candidates.items():
         started = time.perf_counter()
