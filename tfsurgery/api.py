@@ -1055,6 +1055,10 @@ def write(source, result: Result, targets: Targets) -> Written:
     ran raises ``Unverified`` unless ``targets.allow_unverified``."""
     source = as_source(source)
     require_verified(result, allow_unverified=targets.allow_unverified)
+    if targets.int8 is not None:              # what the CLI refuses before any work
+        check_int8_request(targets.int8.samples, "int8",
+                           targets.onnx is not None or targets.tflite is not None,
+                           targets.inputs_as_nchw, weights=result.weights)
     written = Written()
     batch = Batch()
     try:
