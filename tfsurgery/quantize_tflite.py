@@ -63,9 +63,9 @@ def export(graph_def, signature: savedmodel_export.Signature, path, *, outputs: 
     path = Path(path)
     io.check_writable(path)
     io.refuse_input(path, input_path)
-    candidates = graph_def if isinstance(graph_def, dict) else {"plain": graph_def}
-    # TFLite's ADD_N has no int8 kernel; ADD has
-    candidates = {name: adds_of_add_n(g) for name, g in candidates.items()}
+    candidates = {name: adds_of_add_n(g)     # TFLite's ADD_N has no int8 kernel; ADD has
+                  for name, g in (graph_def if isinstance(graph_def, dict)
+                                  else {"plain": graph_def}).items()}
     tried, built = [], {}
     for name, candidate in candidates.items():
         started = time.perf_counter()
