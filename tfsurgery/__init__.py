@@ -6,6 +6,8 @@ The public names, importable from here (loaded on first use: ``import tfsurgery`
   path, GraphDef or Source in, a checked ``Result`` out (``VerificationFailed`` otherwise), with
   ``result.save(path)`` and ``result.export_onnx(path)``; ``tfsurgery.api`` has the rest (load,
   SavedModel/TFLite export, bench, inspect);
+- ``tfsurgery.write(source, result, Targets(pb=..., onnx=..., saved_model=..., tflite=...))`` —
+  every artefact checked, then all written or none (``WriteFailed``); a ``Written`` back;
 - ``tfsurgery.transform("name")`` — the decorator that makes a function a transform, and
   ``tfsurgery.TransformReport``, what it returns; ``tfsurgery.Graph``, what it edits;
 - ``tfsurgery.VerificationFailed``, ``tfsurgery.Unverified``, ``tfsurgery.InputError``.
@@ -27,7 +29,8 @@ _PUBLIC = {"transform": "contract", "TransformReport": "contract", "Options": "c
            "InputError": "errors"}
 
 
-_API = ("optimize", "load", "save", "export_onnx", "Interface", "Checks", "Result")
+_API = ("optimize", "load", "save", "export_onnx", "Interface", "Checks", "Result", "write",
+        "Targets", "Int8Targets", "Written", "WriteFailed")
 
 
 def __getattr__(name):

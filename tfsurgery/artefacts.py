@@ -37,13 +37,27 @@ class Artefact:
     weights: str = "float32"
     outputs: List[verify.OutputError] = dataclasses.field(default_factory=list)
     reference: str = OPTIMIZED_REFERENCE     # what its outputs were compared with
+    error: Optional[str] = None  # the export itself failed (then only format and error count)
+    written: Optional[bool] = None      # set by api.write: published with the whole run, or not
+
+    @classmethod
+    def failed(cls, format: str, path, error: str) -> "Artefact":
+        """An export that raised before anything could be checked."""
+        nan = float("nan")
+        return cls(format, Path(path), 0, nan, nan, False, "", error=error)
 
     def as_dict(self) -> dict:
-        return {"format": self.format, "path": str(self.path), "bytes": int(self.bytes),
-                "weights": self.weights, "max_error": float(self.max_error),
-                "tolerance": float(self.tolerance), "passed": bool(self.passed),
-                "checked_by": self.checked_by, "reference": self.reference,
-                "outputs": [o.as_dict() for o in self.outputs]}
+        if self.error is not None:
+            data = {"format": self.format, "passed": False, "error": self.error}
+        else:
+            data = {"format": self.format, "path": str(self.path), "bytes": int(self.bytes),
+                    "weights": self.weights, "max_error": float(self.max_error),
+                    "tolerance": float(self.tolerance), "passed": bool(self.passed),
+                    "checked_by": self.checked_by, "reference": self.reference,
+                    "outputs": [o.as_dict() for o in self.outputs]}
+        if self.written is not None:
+            data["written"] = self.written
+        return data
 
 
 class Batch:

@@ -459,15 +459,26 @@ def _run(args) -> int:
     return _optimize(args, source, transforms)
 
 
-def _interface(args) -> dict:
+def _interface(args):
     """The options that describe the graph's interface, as api.optimize takes them."""
-    return {"inputs": _split(args.inputs), "outputs": _split(args.outputs),
-            "training_flags": [name for name, value in args.training_flag if value is None],
-            "inference_values": {name: value for name, value in args.training_flag
-                                 if value is not None},
-            "input_shapes": dict(args.input_shape), "feeds": dict(getattr(args, "feed", [])),
-            "verify_timeout": getattr(args, "verify_timeout", None),
-            "keep_asserts": args.keep_asserts, "preprocess": args.preprocess,
+    from tfsurgery import api
+    return api.Interface(
+        inputs=_split(args.inputs), outputs=_split(args.outputs),
+        training_flags=[name for name, value in args.training_flag if value is None],
+        inference_values={name: value for name, value in args.training_flag
+                          if value is not None},
+        input_shapes=dict(args.input_shape), feeds=dict(getattr(args, "feed", [])))
+
+
+def _checks(args, verify: bool = True, tolerance=None):
+    from tfsurgery import api
+    return api.Checks(verify=verify, tolerance=tolerance,
+                      timeout=getattr(args, "verify_timeout", None))
+
+
+def _options(args) -> dict:
+    """api.optimize's other options: what the transforms do and what the checks run on."""
+    return {"keep_asserts": args.keep_asserts, "preprocess": args.preprocess,
             "weights": args.weights, "samples": getattr(args, "samples", None),
             "check_n": getattr(args, "check_n", 1),
             "transform_params": _params(args.param), "exact": args.exact}
@@ -479,14 +490,11 @@ def _say(args, text: str = "") -> None:
 
 
 def _optimize(args, source, transforms) -> int:
-    """``optimize`` (writes the .pb, and the ONNX model with --onnx) and ``export`` (ONNX only).
-    All or nothing: any failed check exits 1 with nothing written."""
+    """``optimize`` (writes the .pb, and the ONNX model with --onnx) and ``export`` (ONNX only):
+    the API writes every target, all or nothing; here it is printed. Any failed check exits 1
+    with nothing written."""
     from tfsurgery import api
-    exporting = args.command == "export"
-    saved_model = _saved_model_path(args)
-    output = None if exporting or _saved_model_from_output(args) else (
-        Path(args.output) if args.output else api.default_output_path(source))
-    onnx_path = _onnx_path(args, source)
+    targets = _targets(args, source)
     result = _optimized(api, source, transforms, args, verify=not args.no_verify,
                         tolerance=args.tolerance)
     _say(args, f"{source.label}: {len(source.graph_def.node)} → "
@@ -496,27 +504,21 @@ def _optimize(args, source, transforms) -> int:
         _say(args, line)
     _interface_notes(args, result)
     data = result.as_report()
+    data["artefacts"] = []
     code = _check_verification(args, result)
-    written = data.setdefault("artefacts", [])
-    batch = api.Batch()            # every export checked first, then all published, or none
-    try:
-        if code == 0:
-            code = _exports(args, source, result, onnx_path, saved_model, data, batch)
-        if code == 0 and args.picture:       # drawn before anything is written: it may refuse
-            api.draw(source, result, args.picture, scope=args.picture_scope, batch=batch)
-        if code == 0:
-            batch.publish_all()
-            if onnx_path is not None:
-                written.insert(0, _onnx_artefact(data["onnx"], result.weights))
-            if output is not None:
-                api.save(result, output, input_path=source.path,
-                         allow_unverified=args.no_verify)
-                written.insert(0, api.pb_artefact(result, output).as_dict())
-            _say_written(args, written)
-        for entry in written:
-            entry["written"] = code == 0
-    finally:
-        batch.discard()
+    if code == 0:
+        failed = None
+        try:
+            written = api.write(source, result, targets)
+        except api.WriteFailed as error:
+            failed, written, code = error, error.written, 1
+        _say_checks(args, result, written)
+        if failed is not None:
+            print(f"tfsurgery: {failed.stage} FAILED: {failed}; nothing written",
+                  file=sys.stderr)
+        else:
+            _say_written(args, written.artefacts)
+        data.update(written.report())
     if args.report_json:           # last: it describes outputs that now exist (or a failed check)
         api.write_json(args.report_json, data, input_path=source.path)
     if code == 0 and args.picture:
@@ -524,43 +526,78 @@ def _optimize(args, source, transforms) -> int:
     return code
 
 
-def _exports(args, source, result, onnx_path, saved_model, data: dict, batch) -> int:
-    """Each requested export, converted and checked in turn (held in ``batch``); 1 at the first
-    failure (the others are then not attempted and nothing is written)."""
+def _targets(args, source):
+    """What to write, from the options (the API decides how)."""
     from tfsurgery import api
-    written = data["artefacts"]
-    if onnx_path is not None and getattr(args, "quantize", None):
-        code = _export_int8(args, source, result, onnx_path, data, batch)
-        if code:
-            return code
-    elif onnx_path is not None:
-        code = _export_onnx(args, source, result, onnx_path, data, batch)
-        if code:
-            return code
-    if saved_model is not None:
-        code = _export_artefact(args, "SavedModel", written, lambda: api.export_saved_model(
-            source, result, saved_model, force=args.force, batch=batch,
-            allow_unverified=args.no_verify))
-        if code:
-            return code
-    if getattr(args, "tflite", None) and getattr(args, "quantize", None):
-        return _export_tflite_int8(args, source, result, data, batch)
-    if getattr(args, "tflite", None):
-        return _export_artefact(args, "TFLite", written, lambda: api.export_tflite(
-            source, result, args.tflite, batch=batch, allow_unverified=args.no_verify))
-    return 0
+    exporting = args.command == "export"
+    int8 = None
+    if getattr(args, "quantize", None):
+        int8 = api.Int8Targets(
+            samples=args.samples, check_samples=args.check_samples,
+            check_fraction=args.check_fraction,
+            thresholds=api.Int8Thresholds(args.int8_min_agreement, args.int8_min_sqnr,
+                                          args.int8_max_float_layers),
+            calibration=args.int8_calibration, equalize=args.int8_equalize,
+            bias_correction=args.int8_bias_correction, tflite_io=args.tflite_io)
+    return api.Targets(
+        pb=None if exporting or _saved_model_from_output(args) else (
+            Path(args.output) if args.output else api.default_output_path(source)),
+        saved_model=_saved_model_path(args), force=getattr(args, "force", False),
+        tflite=getattr(args, "tflite", None) or None, onnx=_onnx_path(args, source),
+        opset=getattr(args, "opset", None), inputs_as_nchw=_split(getattr(args, "inputs_as_nchw",
+                                                                           None)),
+        ort_optimize=not getattr(args, "raw_onnx", False), int8=int8,
+        picture=getattr(args, "picture", None) or None,
+        picture_scope=getattr(args, "picture_scope", None), allow_unverified=args.no_verify)
 
 
-def _say_written(args, written: list) -> None:
+def _say_checks(args, result, written) -> None:
+    """What each export's conversion and check found, in the order they ran."""
+    from tfsurgery import api
+    exported = written.onnx
+    if exported is not None:
+        path = Path(written.onnx_record["path"])
+        _say(args, f"ONNX (opset {exported.opset}): {exported.node_count} nodes "
+                   f"({exported.converted_node_count} from tf2onnx"
+                   f"{''.join(f'; {n} {what}' for what, n in exported.tidied.items())})"
+                   f"{', weights in ' + path.name + '.data' if exported.external_data else ''}")
+        _say(args, api.format_table(
+            _side_by_side(api.summary(result.graph_def), exported),
+            headers=("TF after", "count", "ONNX", "count")))
+        _say(args, f"ONNX check: max error {exported.max_error:.3g} vs {exported.reference} "
+                   f"(tolerance {exported.tolerance:g}; onnx.checker passed)")
+    if written.int8 is not None:
+        _say_int8(args, written.int8)
+    for artefact in written.checks:
+        _say(args, f"{CHECK_NAMES[artefact.format]} check: {api.check_line(artefact)}")
+    report = written.tflite_int8
+    if report is not None and report.passed:
+        measures = ", ".join(f"{o.name}: {o.measure} {o.value:.4g} (threshold {o.threshold:g})"
+                             for o in report.outputs)
+        equalized = " of the cross-layer-equalized graph" if report.model == "equalized" else ""
+        _say(args, f"TFLite full-integer{equalized} ({report.io_type} I/O), checked on "
+                   f"{report.check_rows} held-back rows against the float original: {measures}")
+        if len(report.tried) > 1:
+            _say(args, "  tried: " + "; ".join(
+                f"{a.model}: " + ", ".join(f"{o.measure} {o.value:.4g}" for o in a.outputs)
+                for a in report.tried))
+        for name, q in report.io_quantization.items():
+            _say(args, f"  int8 {name}: scale {q['scale']:.6g}, zero point {q['zero_point']}")
+
+
+CHECK_NAMES = {"saved_model": "SavedModel", "tflite": "TFLite"}
+
+
+def _say_written(args, artefacts: list) -> None:
     """One line per artefact written: its path, size and check result."""
     import math
-    for entry in written:
-        check = entry["checked_by"]
-        if math.isfinite(entry["max_error"]):
-            check += (f" against {entry['reference']}: max error {entry['max_error']:.3g} "
-                      f"(tolerance {entry['tolerance']:g})")
-        _say(args, f"wrote {entry['path']} ({FORMAT_NAMES[entry['format']]}, {entry['weights']} "
-                   f"weights, {_size(entry['bytes'])}); {check}")
+    for artefact in artefacts:
+        check = artefact.checked_by
+        if math.isfinite(artefact.max_error):
+            check += (f" against {artefact.reference}: max error {artefact.max_error:.3g} "
+                      f"(tolerance {artefact.tolerance:g})")
+        _say(args, f"wrote {artefact.path} ({FORMAT_NAMES[artefact.format]}, "
+                   f"{artefact.weights} weights, {_size(artefact.bytes)}); {check}")
 
 
 FORMAT_NAMES = {"pb": "frozen graph", "onnx": "ONNX", "saved_model": "SavedModel",
@@ -593,46 +630,14 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 1024:.1f} KiB" if nbytes < 1 << 20 else f"{nbytes / (1 << 20):.1f} MiB"
 
 
-def _export_artefact(args, kind: str, written: list, export) -> int:
-    """Run one checked export; on success record it, else one line on stderr and exit 1."""
-    from tfsurgery.api import ExportError
-    try:
-        artefact = export()
-    except ExportError as error:
-        print(f"tfsurgery: {kind} export FAILED: {error}; nothing written", file=sys.stderr)
-        written.append({"format": artefact_format(kind), "passed": False, "error": str(error)})
-        return 1
-    check = (f"{artefact.checked_by}: max error {artefact.max_error:.3g} vs "
-             f"{artefact.reference} (tolerance {artefact.tolerance:g})")
-    if not artefact.passed:
-        written.append({**artefact.as_dict(), "bytes": 0})
-        print(f"tfsurgery: {kind} check FAILED: {check}; nothing written", file=sys.stderr)
-        return 1
-    written.append(artefact.as_dict())
-    _say(args, f"{kind} check: {check}")
-    return 0
-
-
-def artefact_format(kind: str) -> str:
-    return {"SavedModel": "saved_model", "TFLite": "tflite"}[kind]
-
-
-def _onnx_artefact(onnx: dict, weights: str) -> dict:
-    path = Path(onnx["path"])
-    data = path.with_name(path.name + ".data")
-    size = path.stat().st_size + (data.stat().st_size if data.exists() else 0)
-    return {"format": "onnx", "path": str(path), "bytes": size, "weights": weights,
-            "max_error": onnx["max_error"], "tolerance": onnx["tolerance"],
-            "passed": onnx["passed"], "checked_by": "onnxruntime",
-            "reference": onnx["reference"], "outputs": onnx.get("outputs", []),
-            **onnx.get("as_int8", {})}
-
-
-def _optimized(api, source, transforms, args, **options):
+def _optimized(api, source, transforms, args, *, verify: bool = True, tolerance=None,
+               **options):
     """The optimized result — also when its check failed (``VerificationFailed`` carries it):
     the CLI still prints what changed and why the check failed, then writes nothing."""
     try:
-        return api.optimize(source, transforms, **{**_interface(args), **options})
+        return api.optimize(source, transforms, interface=_interface(args),
+                            checks=_checks(args, verify, tolerance),
+                            **{**_options(args), **options})
     except api.VerificationFailed as failed:
         if failed.result is None:
             raise
@@ -660,121 +665,6 @@ def _onnx_path(args, source) -> Optional[Path]:
     if args.command != "export":
         return Path(args.onnx) if args.onnx else None
     return Path(args.output) if args.output else api.default_onnx_path(source)
-
-
-def _export_onnx(args, source, result, path: Path, data: dict, batch=None) -> int:
-    """Export, print the TF-vs-ONNX table, record the outcome in ``data``; 1 if it failed.
-    A conversion failure exits 1, not 2: the graph ran in TensorFlow, the conversion is what
-    failed (as with a failed verification)."""
-    from tfsurgery import api
-    from tfsurgery.api import ExportError
-    try:
-        exported = api.export_onnx(result, path, opset=args.opset,
-                                   inputs_as_nchw=_split(args.inputs_as_nchw),
-                                   ort_optimize=not args.raw_onnx, input_path=source.path,
-                                   batch=batch, allow_unverified=args.no_verify)
-    except ExportError as error:
-        data["onnx"] = {"path": str(path), "passed": False, "error": str(error)}
-        print(f"tfsurgery: ONNX export FAILED: {error}; nothing written", file=sys.stderr)
-        return 1
-    data["onnx"] = exported.as_dict()
-    _say(args, f"ONNX (opset {exported.opset}): {exported.node_count} nodes "
-               f"({exported.converted_node_count} from tf2onnx"
-               f"{''.join(f'; {n} {what}' for what, n in exported.tidied.items())})"
-               f"{', weights in ' + path.name + '.data' if exported.external_data else ''}")
-    _say(args, api.format_table(
-        _side_by_side(api.summary(result.graph_def), exported),
-        headers=("TF after", "count", "ONNX", "count")))
-    _say(args, f"ONNX check: max error {exported.max_error:.3g} vs {exported.reference} "
-               f"(tolerance {exported.tolerance:g}; onnx.checker passed)")
-    if not exported.passed:
-        where = f"; {exported.divergence}" if exported.divergence else ""
-        print(f"tfsurgery: ONNX check FAILED: onnxruntime differs from {exported.reference} by "
-              f"{exported.max_error:.3g} (tolerance {exported.tolerance:g}){where}; nothing "
-              "written", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _export_int8(args, source, result, path: Path, data: dict, batch) -> int:
-    """The float ONNX (checked as usual) in a scratch directory, then int8 from it, checked on
-    the held-back rows against the float original; 1 (nothing written) if it misses."""
-    import tempfile
-    from tfsurgery import api
-    calibration, check, thresholds = _int8_inputs(args, source, result)
-    with tempfile.TemporaryDirectory(prefix=f".{path.name}.float.", dir=path.parent) as scratch:
-        float_path = Path(scratch) / path.name
-        code = _export_onnx(args, source, result, float_path, data, None)
-        if code:
-            return code
-        try:
-            report = api.export_int8(source, result, float_path, path, calibration=calibration,
-                                     check=check, thresholds=thresholds, batch=batch,
-                                     calibration_method=args.int8_calibration,
-                                     equalize=args.int8_equalize,
-                                     bias_correction=args.int8_bias_correction)
-        except api.Int8Refused as refused:
-            data["int8"] = refused.report.as_dict()
-            _say_int8(args, refused.report)
-            print(f"tfsurgery: int8 FAILED: {refused}; nothing written", file=sys.stderr)
-            return 1
-        except api.ExportError as error:
-            print(f"tfsurgery: int8 FAILED: {error}; nothing written", file=sys.stderr)
-            return 1
-    data["int8"] = report.as_dict()
-    measures = ", ".join(f"{o.measure} {o.value:.4g}" for o in report.outputs)
-    data["onnx"].update(path=str(path), as_int8={           # what the artefact line says
-        "weights": "int8", "max_error": float("nan"), "reference": "the float original",
-        "checked_by": f"onnxruntime int8 on {report.check_rows} held-back rows against the "
-                      f"float original: {measures}"})
-    _say_int8(args, report)
-    return 0
-
-
-def _int8_inputs(args, source, result):
-    """(calibration rows, check rows, thresholds) from the int8 options."""
-    from tfsurgery import api
-    calibration, check = api.int8_samples(source, result, args.samples,
-                                          check_samples=args.check_samples,
-                                          check_fraction=args.check_fraction)
-    return calibration, check, api.Int8Thresholds(args.int8_min_agreement, args.int8_min_sqnr,
-                                                  args.int8_max_float_layers)
-
-
-def _export_tflite_int8(args, source, result, data: dict, batch) -> int:
-    """Full-integer TFLite, checked on the held-back rows; 1 (nothing written) if it misses."""
-    from tfsurgery import api
-    calibration, check, thresholds = _int8_inputs(args, source, result)
-    try:
-        report = api.export_tflite_int8(source, result, args.tflite, calibration=calibration,
-                                        check=check, thresholds=thresholds,
-                                        int8_io=args.tflite_io == "int8", batch=batch,
-                                        equalize=args.int8_equalize)
-    except api.TfliteInt8Refused as refused:
-        data["tflite_int8"] = refused.report.as_dict()
-        print(f"tfsurgery: TFLite int8 FAILED: {refused}; nothing written", file=sys.stderr)
-        return 1
-    except api.ExportError as error:
-        print(f"tfsurgery: TFLite int8 FAILED: {error}; nothing written", file=sys.stderr)
-        return 1
-    data["tflite_int8"] = report.as_dict()
-    measures = ", ".join(f"{o.name}: {o.measure} {o.value:.4g} (threshold {o.threshold:g})"
-                         for o in report.outputs)
-    equalized = " of the cross-layer-equalized graph" if report.model == "equalized" else ""
-    _say(args, f"TFLite full-integer{equalized} ({report.io_type} I/O), checked on "
-               f"{report.check_rows} held-back rows against the float original: {measures}")
-    if len(report.tried) > 1:
-        _say(args, "  tried: " + "; ".join(
-            f"{a.model}: " + ", ".join(f"{o.measure} {o.value:.4g}" for o in a.outputs)
-            for a in report.tried))
-    for name, q in report.io_quantization.items():
-        _say(args, f"  int8 {name}: scale {q['scale']:.6g}, zero point {q['zero_point']}")
-    data["artefacts"].append({
-        "format": "tflite", "path": str(args.tflite), "bytes": report.bytes, "weights": "int8",
-        "max_error": float("nan"), "tolerance": float("nan"), "passed": True,
-        "checked_by": f"LiteRT int8 on {report.check_rows} held-back rows against the float "
-                      "original", "reference": "the float original", "outputs": []})
-    return 0
 
 
 def _say_int8(args, report) -> None:
@@ -821,7 +711,8 @@ def _side_by_side(tf_summary: dict, exported) -> List[tuple]:
 
 def _inspect(args, source, transforms) -> int:
     from tfsurgery import api
-    result = api.optimize(source, transforms, verify=False, **_interface(args))
+    result = api.optimize(source, transforms, interface=_interface(args),
+                          checks=_checks(args, verify=False), **_options(args))
     hist = api.op_histogram(source.graph_def)
     _say(args, f"{source.label}: {len(source.graph_def.node)} nodes, "
                f"{source.graph_def.ByteSize()} bytes")

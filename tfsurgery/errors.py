@@ -62,3 +62,15 @@ class VerificationFailed(Exception):
 class Unverified(InputError):
     """Saving or exporting a result whose check failed, or that was never checked, without the
     caller saying so (``allow_unverified=True``, the CLI's ``--no-verify``)."""
+
+
+class WriteFailed(ExportError):
+    """``api.write`` stopped: an export failed or missed its check, so nothing was written.
+    ``stage`` names it ("ONNX check", "SavedModel export", "int8", ...); ``written`` (an
+    ``api.Written``) holds what was converted and checked up to there, and the records of the
+    failure, for the report. ``__cause__`` is the exporter's own exception, if one was raised."""
+
+    def __init__(self, stage: str, message: str, written=None):
+        super().__init__(message)
+        self.stage = stage
+        self.written = written
