@@ -373,17 +373,7 @@ def weights_to_float16(path: Path, min_elements: int) -> int:
         casts.append(helper.make_node("Cast", [tensor.name + "_float16"], [tensor.name],
                                       name=tensor.name + "_to_float32", to=onnx.TensorProto.FLOAT))
     if casts:
-        del graph.initializer[:]
-        graph.initializer.extend(kept)
-        nodes = casts + list(graph.node)
-        del graph.node[:]
-        graph.node.extend(nodes)
-        data = path.with_name(path.name + ".data")
-        external = data.exists()
-        data.unlink(missing_ok=True)
-        onnx.save_model(model, str(path), save_as_external_data=external,
-                        location=data.name if external else None,
-                        size_threshold=EXTERNAL_MIN_BYTES)
+        _store_weights(model, path, kept, casts)
     return len(casts)
 
 
@@ -448,18 +438,27 @@ def weights_to_int8(path: Path, min_elements: int) -> int:
             "DequantizeLinear", [base + "_int8", base + "_scale", base + "_zero"], [base],
             name=base + "_dequantize", axis=axis))
     if dequantize:
-        del graph.initializer[:]
-        graph.initializer.extend(kept)
-        nodes = dequantize + list(graph.node)
-        del graph.node[:]
-        graph.node.extend(nodes)
-        data = path.with_name(path.name + ".data")
-        external = data.exists()
-        data.unlink(missing_ok=True)
-        onnx.save_model(model, str(path), save_as_external_data=external,
-                        location=data.name if external else None,
-                        size_threshold=EXTERNAL_MIN_BYTES)
+        _store_weights(model, path, kept, dequantize)
     return len(dequantize)
+
+
+def _store_weights(model, path: Path, initializers: list, decoders: list) -> None:
+    """Saves ``model`` at ``path`` with ``initializers`` as its weights and ``decoders`` (the
+    nodes turning stored weights back into float32) in front of its nodes; external data stays
+    external."""
+    import onnx
+    graph = model.graph
+    del graph.initializer[:]
+    graph.initializer.extend(initializers)
+    nodes = decoders + list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    data = path.with_name(path.name + ".data")
+    external = data.exists()
+    data.unlink(missing_ok=True)
+    onnx.save_model(model, str(path), save_as_external_data=external,
+                    location=data.name if external else None,
+                    size_threshold=EXTERNAL_MIN_BYTES)
 
 
 def _shared(node, weight) -> int:
