@@ -10,6 +10,8 @@ import onnxruntime as ort
 import pytest
 import tensorflow as tf
 
+import oracle
+from test_plugins import WRONG
 from tfsurgery import api, onnx_export, pipeline
 from tfsurgery.cli import main
 
@@ -17,10 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def tf_run(graph_def, feeds, output):
-    with tf.Graph().as_default() as graph:
-        tf.compat.v1.import_graph_def(graph_def, name="")
-        with tf.compat.v1.Session(graph=graph) as session:
-            return session.run(output, feeds)
+    return oracle.run(graph_def, feeds, [output])[0]
 
 
 def comparable(records, folder):
@@ -186,21 +185,6 @@ def test_int8_without_an_int8_target_is_refused_before_any_work(pb, tmp_path):
         api.write(source, result, api.Targets(pb=tmp_path / "m.pb", int8=api.Int8Targets(
             samples=tmp_path / "rows.npz")))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["article.pb"]
-
-
-WRONG = '''
-import tfsurgery
-
-@tfsurgery.transform("scale-a-weight")
-def scale_a_weight(graph, options):
-    """Multiplies the first conv kernel by 1.1: the numbers move."""
-    report = tfsurgery.TransformReport("scale-a-weight")
-    conv = graph.nodes_with_ops({"Conv2D"})[0]
-    kernel = graph.inputs(conv.name)[1]
-    graph.set_input(conv.name, 1, graph.add_const("scaled", graph.const_value(kernel) * 1.1))
-    report.rewritten.append(conv.name)
-    return report
-'''
 
 
 def test_a_plugin_that_moves_the_numbers_writes_nothing_either_way(pb, tmp_path, monkeypatch,
