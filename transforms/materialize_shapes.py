@@ -100,14 +100,7 @@ def _identity_reshape(graph: Graph, name: str, shapes, options: Options, report)
     # unknown dim (a batch) that the element count pins
     if before is None or before != after or sum(d is None for d in before) != 1 or 0 in before:
         return
-    if name in options.protected:
-        dtype = graph.node(name).attr["T"]
-        device = graph.node(name).device
-        graph.remove([name])
-        graph.new_node("Identity", name, [x], {"T": dtype}, device=device)
-    else:
-        graph.rewire(name, x)
-        graph.move_control_consumers(name, x.node)
-        graph.remove([name])
+    graph.bypass(name, x, keep_name_as=graph.node(name).attr["T"] if name in options.protected
+                 else None)
     report.matched += 1
     report.rewritten.append(f"{name}: Reshape of {x} to its own static shape {before}")

@@ -296,14 +296,7 @@ class _Rules:
     def _bypass(self, name: str, source: Ref, why: str) -> bool:
         """Readers of ``name`` read ``source`` instead; an output keeps its name as an Identity."""
         graph = self.graph
-        node = graph.node(name)
-        if name in self.options.protected:
-            dtype, device = node.attr["T"], node.device
-            graph.remove([name])
-            graph.new_node("Identity", name, [source], {"T": dtype}, device=device)
-        else:
-            graph.rewire(name, source)
-            graph.move_control_consumers(name, source.node)
-            graph.remove([name])
+        keep = graph.node(name).attr["T"] if name in self.options.protected else None
+        graph.bypass(name, source, keep_name_as=keep)
         self._count(name, why)
         return True

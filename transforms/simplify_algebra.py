@@ -427,13 +427,7 @@ class _Rules:
         node = graph.node(name)
         dtype = attr_value_pb2.AttrValue(type=node.attr["T"].type if "T" in node.attr
                                          else types_pb2.DT_BOOL)       # LogicalNot has no T
-        if name in self.options.protected:
-            graph.remove([name])
-            graph.new_node("Identity", name, [source], {"T": dtype}, device=node.device)
-        else:
-            graph.rewire(name, source)
-            graph.move_control_consumers(name, source.node)
-            graph.remove([name])
+        graph.bypass(name, source, keep_name_as=dtype if name in self.options.protected else None)
         self.report.matched += 1
         self.report.rewritten.append(f"{name}: {why}")
         return True

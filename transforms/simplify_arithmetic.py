@@ -238,15 +238,11 @@ def _bypass(graph: Graph, name: str, source: Ref, options: Options, report, why:
     """Readers of ``name`` read ``source`` instead; an output keeps its name as an Identity."""
     if graph.control_inputs(name):
         return False
+    keep = None
     if name in options.protected:
-        dtype = graph.node(name).attr["T"] if "T" in graph.node(name).attr else \
-            graph.node(name).attr["DstT"]
-        graph.remove([name])
-        graph.new_node("Identity", name, [source], {"T": dtype})
-    else:
-        graph.rewire(name, source)
-        graph.move_control_consumers(name, source.node)
-        graph.remove([name])
+        node = graph.node(name)
+        keep = node.attr["T"] if "T" in node.attr else node.attr["DstT"]
+    graph.bypass(name, source, keep_name_as=keep)
     report.matched += 1
     report.rewritten.append(f"{name}: {why}")
     return True

@@ -394,14 +394,9 @@ class _Layout:
             return                       # its readers wait for those too: it stays
         self.maybe_unread.add(graph.inputs(name)[1].node)
         if name in self.options.protected:
-            node = graph.node(name)
-            dtype, device = node.attr["T"].type, node.device
-            graph.remove([name])
-            graph.new_node("Identity", name, [source], {"T": _dtype(dtype)}, device=device)
+            graph.bypass(name, source, keep_name_as=_dtype(graph.node(name).attr["T"].type))
             return
-        graph.rewire(name, source)
-        graph.move_control_consumers(name, source.node)
-        graph.remove([name])
+        graph.bypass(name, source)
         self.maybe_unread.add(source.node)
 
     def drop_unread(self) -> None:

@@ -369,6 +369,20 @@ class Graph:
                 moved += 1
         return moved
 
+    def bypass(self, name: str, source, *, keep_name_as=None) -> None:
+        """Readers of ``name`` (port 0, and its control readers) read ``source`` instead, and
+        ``name`` goes. ``keep_name_as``, a dtype: ``name`` must keep existing (a graph output),
+        so it becomes an Identity of ``source`` with that ``T``, on its device."""
+        source = source if isinstance(source, Ref) else parse_ref(source)
+        if keep_name_as is not None:
+            device = self.nodes[name].device
+            self.remove([name])
+            self.new_node("Identity", name, [source], {"T": keep_name_as}, device=device)
+            return
+        self.rewire(name, source)
+        self.move_control_consumers(name, source.node)
+        self.remove([name])
+
     def move_control_consumers(self, old: str, new: Optional[str]) -> None:
         """Control edges from ``old`` come from ``new`` instead (dropped if new is None)."""
         for consumer in self.consumers(old, control=True):
