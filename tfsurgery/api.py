@@ -1066,9 +1066,11 @@ def write(source, result: Result, targets: Targets) -> Written:
                            targets.inputs_as_nchw, weights=result.weights)
     written = Written()
     batch = Batch()
+    # the samples are read once: calibration and check rows for ONNX and TFLite alike
+    rows = _int8_rows(source, result, targets.int8) if targets.int8 is not None else None
     try:
         if targets.onnx is not None and targets.int8 is not None:
-            _write_int8_onnx(source, result, targets, Path(targets.onnx), written, batch)
+            _write_int8_onnx(source, result, targets, Path(targets.onnx), rows, written, batch)
         elif targets.onnx is not None:
             _write_onnx(source, result, targets, Path(targets.onnx), written, batch)
         if targets.saved_model is not None:
@@ -1076,7 +1078,7 @@ def write(source, result: Result, targets: Targets) -> Written:
                 source, result, targets.saved_model, force=targets.force, batch=batch,
                 allow_unverified=targets.allow_unverified))
         if targets.tflite is not None and targets.int8 is not None:
-            _write_tflite_int8(source, result, targets, written, batch)
+            _write_tflite_int8(source, result, targets, rows, written, batch)
         elif targets.tflite is not None:
             _write_checked("TFLite", written, lambda: export_tflite(
                 source, result, targets.tflite, batch=batch,
@@ -1124,12 +1126,12 @@ def _int8_rows(source: Source, result: Result, int8: Int8Targets):
                         check_fraction=int8.check_fraction)
 
 
-def _write_int8_onnx(source: Source, result: Result, targets: Targets, path: Path,
+def _write_int8_onnx(source: Source, result: Result, targets: Targets, path: Path, rows,
                      written: Written, batch: Batch) -> None:
     """The float ONNX (checked as usual) in a scratch directory, then int8 from it, checked on
     the held-back rows against the float original."""
     int8 = targets.int8
-    calibration, check = _int8_rows(source, result, int8)
+    calibration, check = rows
     with tempfile.TemporaryDirectory(prefix=f".{path.name}.float.", dir=path.parent) as scratch:
         _write_onnx(source, result, targets, Path(scratch) / path.name, written, None)
         try:
@@ -1185,11 +1187,11 @@ def check_line(artefact: Artefact) -> str:
             f"{artefact.reference} (tolerance {artefact.tolerance:g})")
 
 
-def _write_tflite_int8(source: Source, result: Result, targets: Targets, written: Written,
-                       batch: Batch) -> None:
+def _write_tflite_int8(source: Source, result: Result, targets: Targets, rows,
+                       written: Written, batch: Batch) -> None:
     """Full-integer TFLite, checked on the held-back rows against the float original."""
     int8 = targets.int8
-    calibration, check = _int8_rows(source, result, int8)
+    calibration, check = rows
     try:
         report = export_tflite_int8(source, result, targets.tflite, calibration=calibration,
                                     check=check, thresholds=int8.thresholds,
