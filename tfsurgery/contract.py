@@ -39,6 +39,9 @@ class Options:
     # placeholder → its inference value: dropout knobs, --training-flag NAME=VALUE
     inference_values: Dict[str, object] = dataclasses.field(default_factory=dict)
     params: Dict[str, object] = dataclasses.field(default_factory=dict)   # name → its params
+    # ``protected`` for the interface it was computed from (asked per node in hot loops)
+    _protected: Tuple[tuple, frozenset] = dataclasses.field(
+        default=((), frozenset()), init=False, repr=False, compare=False)
 
     def params_for(self, fn):
         """The parameters of transform ``fn`` for this run: the ones given, else its defaults."""
@@ -46,9 +49,13 @@ class Options:
         return given if given is not None else fn.params_type()
 
     @property
-    def protected(self) -> set:
+    def protected(self) -> frozenset:
         """Node names no transform may delete or rename: the graph's interface."""
-        return {name.split(":")[0] for name in self.inputs + self.outputs}
+        interface = (*self.inputs, None, *self.outputs)      # the lists may change in place
+        if self._protected[0] != interface:
+            self._protected = (interface, frozenset(name.split(":")[0]
+                                                    for name in self.inputs + self.outputs))
+        return self._protected[1]
 
 
 @dataclasses.dataclass

@@ -31,7 +31,7 @@ from typing import List, Optional, Tuple, Union
 
 import numpy as np
 
-from tfsurgery.graph import Graph, Ref
+from tfsurgery.graph import Graph, Ref, attr_value
 from tfsurgery.ops import FUSED_BATCH_NORM_OPS
 from tfsurgery.contract import Options, TransformReport, transform
 
@@ -122,9 +122,16 @@ def batch_norm_step(graph: Graph, name: str, lin: Linear) -> Union[Affine, str]:
     params = [graph.const_value(ref) for ref in graph.inputs(name)[1:5]]
     if any(p is None for p in params):
         return "batch-norm parameters (scale, offset, mean, variance) are not all constants"
-    gamma, beta, mean, var = (p.astype(np.float64) for p in params)
+    gamma, beta, mean, var = _as_float64(params)
     scale = gamma / np.sqrt(var + graph.attr(name, "epsilon", 1e-4))
     return scale, beta - mean * scale
+
+
+def _as_float64(params: List[np.ndarray]) -> List[np.ndarray]:
+    """The parameters as float64 vectors (one conversion when their shapes agree)."""
+    if len({p.shape for p in params}) == 1:
+        return list(np.asarray(params, dtype=np.float64))
+    return [p.astype(np.float64) for p in params]
 
 
 def global_norm_step(graph: Graph, name: str, lin: Linear) -> Union[Affine, str]:
@@ -135,7 +142,7 @@ def global_norm_step(graph: Graph, name: str, lin: Linear) -> Union[Affine, str]
     params = [graph.const_value(ref) for ref in graph.inputs(name)[1:5]]
     if any(p is None for p in params):
         return "batch-norm parameters (mean, variance, beta, gamma) are not all constants"
-    mean, var, beta, gamma = (p.astype(np.float64) for p in params)
+    mean, var, beta, gamma = _as_float64(params)
     scale = 1.0 / np.sqrt(var + graph.attr(name, "variance_epsilon", 1e-3))
     if graph.attr(name, "scale_after_normalization", False):
         scale = scale * gamma
@@ -260,23 +267,44 @@ def write_weights(graph: Graph, lin: Linear, weights: np.ndarray) -> None:
 def fold_chain(graph: Graph, lin: Linear, chain: Chain) -> None:
     last = chain.nodes[-1]
     device = graph.node(last).device
+    bias = own_bias(graph, chain)
     graph.remove(chain.nodes)
-    fold_into(graph, lin, chain.scale, chain.shift, Ref(chain.start), last, device)
+    fold_into(graph, lin, chain.scale, chain.shift, Ref(chain.start), last, device, bias)
+
+
+def own_bias(graph: Graph, chain: Chain) -> Optional[str]:
+    """The Const a BiasAdd opening the chain adds, when nothing else reads it: it can hold the
+    folded bias (no new node, and nothing left behind to prune)."""
+    first = chain.nodes[0]
+    if graph.op(first) != "BiasAdd":
+        return None
+    ref = graph.inputs(first)[1]
+    if ref.port or graph.op(ref) != "Const" or graph.reader_count(ref.node) != 1:
+        return None
+    return ref.node
 
 
 def fold_into(graph: Graph, lin: Linear, scale: np.ndarray, shift: np.ndarray, start: Ref,
-              name: str, device: str) -> str:
-    """W *= scale; then a BiasAdd called ``name`` adds ``shift`` to tensor ``start``."""
+              name: str, device: str, bias: Optional[str] = None) -> str:
+    """W *= scale; then a BiasAdd called ``name`` adds ``shift`` to tensor ``start`` (``bias``:
+    a Const no one else reads, to hold ``shift``; else a new one)."""
     weights = lin.weights
     dtype = weights.dtype
     # float32/64 weights: one rounding of W * s in their own type. half/bfloat16: in float32.
     math_type = dtype if dtype in (np.float32, np.float64) else np.float32
     scaled = lin.scale_weights(weights.astype(math_type, copy=False), scale.astype(math_type))
     write_weights(graph, lin, scaled.astype(dtype, copy=False))
-    bias = graph.add_const(f"{name}/folded_bias", shift.astype(dtype), device=device)
-    fmt = "NCHW" if lin.channel_axis == 1 and lin.rank > 2 else "NHWC"
+    if bias is None:
+        bias = graph.add_const(f"{name}/folded_bias", shift.astype(dtype), device=device)
+    else:
+        graph.set_const_value(bias, shift.astype(dtype))
     return graph.new_node("BiasAdd", name, [start, bias],
-                          {"T": lin.dtype, "data_format": fmt}, device=device).name
+                          {"T": lin.dtype, "data_format": _FORMATS[lin.channel_axis == 1 and
+                                                                   lin.rank > 2]},
+                          device=device).name
+
+
+_FORMATS = {True: attr_value("NCHW"), False: attr_value("NHWC")}    # built once, copied
 
 
 def downstream_batch_norms(graph: Graph, name: str, steps: int = 3) -> List[str]:
@@ -489,7 +517,9 @@ def fold_batch_norm(graph: Graph, options: Options) -> TransformReport:
         report.pruned = graph.prune(options.outputs, keep=options.inputs)   # booked to prune
     blocked = {}
     for node in graph.nodes_with_ops(LINEAR_OPS):
-        lin = linear_op(graph, node.name) if node.name in graph else None
+        if node.name not in graph or nothing_to_fold(graph, node.name):
+            continue
+        lin = linear_op(graph, node.name)
         if lin is None:
             continue
         if not lin.channels:
@@ -516,6 +546,32 @@ def fold_batch_norm(graph: Graph, options: Options) -> TransformReport:
         else:
             report.rewritten.append(f"{node.name} -> Mul + BiasAdd (no conv/matmul before it)")
     return report
+
+
+# What a chain may hold: per-channel steps, batch norms and the ops it passes through.
+CHAIN_OPS = frozenset(BATCH_NORM_OPS + STEP_OPS + ("Squeeze",))
+BIAS_OPS = ("BiasAdd", "Add", "AddV2")
+
+
+def nothing_to_fold(graph: Graph, name: str) -> bool:
+    """A structural look before any value is decoded: True when linear op ``name`` has constant
+    weights and is read by no batch norm and by at most one bias op that leads nowhere further
+    (the already-folded form, as every conv is after a first pass) — then ``affine_chain`` would
+    find nothing worth folding and no batch norm to report."""
+    reader = name
+    for _ in range(2):         # the op, then its one bias op
+        readers = graph.reader_slots(reader)
+        ops = [graph.op(slot[0]) for slot in readers]
+        if any(op in BATCH_NORM_OPS for op in ops):
+            return False
+        if len(ops) != 1 or ops[0] not in CHAIN_OPS:
+            # no chain can start (or go on) here; non-constant weights: the full path reports
+            # the batch norms they block
+            return graph.is_const(graph.inputs(name)[1])
+        if ops[0] not in BIAS_OPS:
+            return False       # a scale or a batch norm: worth the full look
+        ((reader, _index),) = readers
+    return False
 
 
 def batch_norm_as_mul_add(graph: Graph, name: str) -> Optional[str]:

@@ -42,15 +42,17 @@ def _merge_round(graph: Graph, options: Options, report: TransformReport) -> Tup
     """Merge in producer-first order: (merges, whether that order had no cycle — then nothing
     visited earlier can have become a duplicate of anything, and the round was the fixpoint)."""
     protected = options.protected
-    order, acyclic = graph.ordered()
-    # Bucketed by a key cheap to compute (op and inputs; a Const's dtype, shape and bytes' hash);
+    order, acyclic = graph.producer_first_order()
+    # Bucketed by a key cheap to compute (op and inputs; a Const's dtype and bytes' hash);
     # the full signature (attributes, values) only when a bucket already holds a node.
     buckets: Dict[Hashable, Dict[Hashable, str]] = {}
     merged = 0
+    nodes = graph.nodes
     for name in order:
-        if name not in graph:
+        node = nodes.get(name)
+        if node is None:
             continue
-        bucket_key = _bucket(graph, name)
+        bucket_key = _bucket(graph, name, node)
         if bucket_key is None:
             continue
         bucket = buckets.get(bucket_key)
@@ -73,26 +75,36 @@ def _merge_round(graph: Graph, options: Options, report: TransformReport) -> Tup
 
 
 _LATER = object()       # a bucket's first node, whose signature is not computed yet
+_MERGEABLE: Dict[str, bool] = {}      # op → whether its nodes may merge (asked per node)
 
 
-def _bucket(graph: Graph, name: str) -> Optional[Hashable]:
+def _may_merge(op: str) -> bool:
+    mergeable = _MERGEABLE.get(op)
+    if mergeable is None:
+        definition = op_def(op)
+        mergeable = definition is not None and not definition.is_stateful and \
+            op not in PLACEHOLDER_OPS and op not in CONTROL_FLOW_V1_OPS
+        if definition is not None:          # an op TF does not know yet is asked again
+            _MERGEABLE[op] = mergeable
+    return mergeable
+
+
+def _bucket(graph: Graph, name: str, node) -> Optional[Hashable]:
     """Part of what the node computes, cheap to read; None for nodes that must never merge."""
-    node = graph.node(name)
     op = node.op
-    if op in PLACEHOLDER_OPS or op in CONTROL_FLOW_V1_OPS:
-        return None
-    definition = op_def(op)
-    if definition is None or definition.is_stateful:
+    if not _may_merge(op):
         return None
     refs = graph.input_refs(name)
-    data = _in_order(node, tuple(ref for ref in refs if not ref.control))
-    control = frozenset(ref.node for ref in refs if ref.control)
     if op == "Const":
         tensor = node.attr["value"].tensor
         value = tensor.tensor_content or _value_key(graph.const_value(Ref(name, 0),
                                                                      through_identity=False))
-        return (op, tensor.dtype, hash(value), control)       # the shape: in the signature
-    return (op, data, control)
+        return (op, tensor.dtype, hash(value), frozenset(refs))   # (all control edges; the
+        # shape is in the signature)
+    if any(ref.control for ref in refs):
+        data = _in_order(node, tuple(ref for ref in refs if not ref.control))
+        return (op, data, frozenset(ref.node for ref in refs if ref.control))
+    return (op, _in_order(node, refs))
 
 
 def _signature(graph: Graph, name: str) -> Hashable:
@@ -103,14 +115,14 @@ def _signature(graph: Graph, name: str) -> Hashable:
     control = frozenset(text for text in node.input if text.startswith("^"))
     if node.op == "Const":
         tensor = node.attr["value"].tensor
-        shape = tuple(d.size for d in tensor.tensor_shape.dim)
         # Packed values are the array's bytes; other encodings (float_val, string_val, a
         # broadcast scalar) are decoded so that equal values in either encoding merge.
         value = tensor.tensor_content or _value_key(graph.const_value(Ref(name, 0),
                                                                      through_identity=False))
         attrs = tuple(sorted((k, v.SerializeToString(deterministic=True))
                              for k, v in node.attr.items() if k != "value"))
-        return ("Const", node.device, attrs, tensor.dtype, shape, value, control)
+        return ("Const", node.device, attrs, tensor.dtype,
+                tensor.tensor_shape.SerializeToString(deterministic=True), value, control)
     attrs = tuple(sorted((k, v.SerializeToString(deterministic=True))
                          for k, v in node.attr.items()))
     return (node.op, node.device, attrs, data, control)

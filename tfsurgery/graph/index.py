@@ -331,8 +331,19 @@ class Graph:
 
     def set_const_value(self, name: str, value, dtype=None) -> None:
         """Replace a Const's value in place (callers make sure no one else depends on it).
-        The node is rebuilt around the new value: the old one is never copied."""
+        The node is rebuilt around the new value, so a large old value is never copied."""
         old = self.nodes[name]
+        cached = self._values.get(name)
+        if dtype is None and cached is not None and isinstance(value, np.ndarray) and \
+                value.size > 1 and value.dtype == cached.dtype and value.shape == cached.shape \
+                and old.attr["value"].tensor.tensor_content:
+            # same dtype and shape, packed: a copy of the node with the new bytes is the same
+            # proto as a rebuilt one, at a third of the cost (folds rescale weights in place)
+            node = node_def_pb2.NodeDef()
+            node.CopyFrom(old)
+            node.attr["value"].tensor.tensor_content = value.tobytes()
+            self._replace_const_node(name, node)
+            return
         node = node_def_pb2.NodeDef(name=old.name, op=old.op, device=old.device)
         node.input.extend(old.input)
         for key in old.attr:
@@ -342,6 +353,9 @@ class Graph:
             if old.HasField(field):
                 getattr(node, field).CopyFrom(getattr(old, field))
         node.attr["dtype"].type = encode_tensor(value, dtype, into=node.attr["value"].tensor).dtype
+        self._replace_const_node(name, node)
+
+    def _replace_const_node(self, name: str, node: node_def_pb2.NodeDef) -> None:
         self._edits += 1         # a new value, no new edge: nothing for the structure check
         self._values.pop(name, None)
         self._owned.add(name)
@@ -568,6 +582,15 @@ class Graph:
         placed = set(order)
         order.extend(name for name in self.nodes if name not in placed)
         return order, False
+
+    def producer_first_order(self) -> Tuple[List[str], bool]:
+        """``ordered()``, from the topological positions the structure proof keeps when it
+        has them (a sort instead of a walk over every edge); Kahn otherwise, and for graphs with
+        while loops (the positions leave their back edges out)."""
+        proof = self._proof
+        if proof.positions is None or proof.full_check_due or self._has_any_op(BACK_EDGE_OPS):
+            return self.ordered()
+        return sorted(self.nodes, key=proof.positions.__getitem__), True
 
     def op_histogram(self) -> Dict[str, int]:
         counts: Dict[str, int] = defaultdict(int)
