@@ -264,11 +264,16 @@ def write_weights(graph: Graph, lin: Linear, weights: np.ndarray) -> None:
         graph.set_input(lin.name, 1, copy)
 
 
-def fold_chain(graph: Graph, lin: Linear, chain: Chain) -> None:
+def fold_chain(graph: Graph, lin: Linear, chain: Chain, options: Options) -> None:
     last = chain.nodes[-1]
     device = graph.node(last).device
     bias = own_bias(graph, chain)
+    params = {ref.node for name in chain.nodes for ref in graph.input_refs(name)}
     graph.remove(chain.nodes)
+    # the folded parameters (BN statistics, old biases) are read by nothing now: they go with
+    # their readers, not in a later prune's walk over the whole graph
+    graph.remove(sorted(name for name in params - {bias} - options.protected
+                        if graph.op(name) == "Const" and not graph.reader_count(name)))
     fold_into(graph, lin, chain.scale, chain.shift, Ref(chain.start), last, device, bias)
 
 
@@ -466,7 +471,7 @@ def fold_concat(graph: Graph, concat: str, options: Options, report: TransformRe
     report.matched += 1
     for part in parts:
         fold_concat_part(graph, part, chain.scale[part.channels],
-                         chain.shift[part.channels])
+                         chain.shift[part.channels], options)
     # chain.start is the concat, or the BatchToSpaceND reading it (it moves whole pixels, so the
     # per-channel map commutes with it): that node now yields the normalized values
     rename_concat(graph, chain.start, chain.nodes)
@@ -487,13 +492,13 @@ def refuse_concat(graph: Graph, concat: str, reason: str, options: Options,
 
 
 def fold_concat_part(graph: Graph, part: ConcatPart, scale: np.ndarray,
-                     shift: np.ndarray) -> None:
+                     shift: np.ndarray, options: Options) -> None:
     """Fold (z * a + c) * scale + shift into the part's linear op: W * (a·scale), one BiasAdd."""
     own = part.chain
     total_scale, total_shift = own.scale * scale, own.shift * scale + shift
     if own.nodes:           # the BiasAdd takes the last step's name: the concat still reads it
         fold_chain(graph, part.lin, dataclasses.replace(own, scale=total_scale,
-                                                        shift=total_shift))
+                                                        shift=total_shift), options)
         return
     device = graph.node(part.lin.name).device
     bias = fold_into(graph, part.lin, total_scale, total_shift, Ref(own.start),
@@ -531,7 +536,7 @@ def fold_batch_norm(graph: Graph, options: Options) -> TransformReport:
         if not worth_folding(graph, chain):
             continue
         report.matched += 1
-        fold_chain(graph, lin, chain)
+        fold_chain(graph, lin, chain, options)
         report.rewritten.append(f"{lin.name} <- {' + '.join(chain.nodes)}")
     for node in graph.nodes_with_ops(CONCAT_OPS):
         if node.name in graph:

@@ -146,5 +146,6 @@ def _replace(graph: Graph, duplicate: str, keeper: str) -> None:
     for consumer in graph.consumers(duplicate):
         graph.set_input(consumer.node, consumer.index,
                         Ref(keeper, consumer.ref.port, consumer.ref.control))
-    graph.move_control_consumers(duplicate, keeper)
+    if graph.has_control_consumers(duplicate):
+        graph.move_control_consumers(duplicate, keeper)
     graph.remove([duplicate])
