@@ -29,10 +29,9 @@ NODE_BYTES = 64           # what a NodeDef costs besides its tensor (name, op, a
 def frontier(graph: Graph, constant: Set[str], options: Options) -> Dict[str, List[int]]:
     """Computed constants someone non-constant reads (or that are outputs): name → ports read."""
     wanted: Dict[str, Set[int]] = {}
-    given = set(graph.names_with_ops(("Const", "NoOp")))
-    for name in sorted(constant):           # a set: in name order, so every run folds alike
-        if name in given:                   # a Const already is one (a set lookup, no NodeDef)
-            continue
+    # A Const already is one; what is left was computed (a set: in name order, so every run
+    # folds alike)
+    for name in sorted(constant.difference(graph.names_with_ops(("Const", "NoOp")))):
         for consumer in graph.consumers(name):
             if consumer.node not in constant:
                 wanted.setdefault(name, set()).add(consumer.ref.port)

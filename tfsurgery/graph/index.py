@@ -98,13 +98,16 @@ class Graph:
         # inputs, ports and order checked while indexing: sound unless a colocation is broken
         self._proof.indexed(in_order)
 
-    def _index_edges(self, name: str, node: node_def_pb2.NodeDef, attrs) -> Tuple[Ref, ...]:
-        """File a node (just added, so last in graph order) under its op, its inputs and its
-        colocation targets."""
+    def _index_edges(self, name: str, node: node_def_pb2.NodeDef, attrs,
+                     refs: Optional[Tuple[Ref, ...]] = None) -> Tuple[Ref, ...]:
+        """File a node (just added, so last in graph order) under its op, its inputs (``refs``:
+        already parsed) and its colocation targets."""
         op = node.op
         self._by_op[op][name] = next(self._positions)
         self._ops[name] = op
-        refs = self._refs[name] = tuple(map(parse_ref, node.input))
+        if refs is None:
+            refs = tuple(map(parse_ref, node.input))
+        self._refs[name] = refs
         consumers = self._consumers
         for index, ref in enumerate(refs):
             consumers[ref.node][(name, index)] = ref
@@ -298,26 +301,29 @@ class Graph:
             k += 1
         return f"{base}_{k}"
 
-    def add_node(self, node: node_def_pb2.NodeDef) -> node_def_pb2.NodeDef:
-        if node.name in self.nodes:
-            raise GraphError(f"node '{node.name}' already exists")
-        self.nodes[node.name] = node
+    def add_node(self, node: node_def_pb2.NodeDef, *,
+                 _refs: Optional[Tuple[Ref, ...]] = None) -> node_def_pb2.NodeDef:
+        name = node.name
+        if name in self.nodes:
+            raise GraphError(f"node '{name}' already exists")
+        self.nodes[name] = node
         self._edits += 1
-        self._owned.add(node.name)
-        self._values.pop(node.name, None)
-        self._index_edges(node.name, node, node.attr)
-        self._proof.node_added(node.name)
+        self._owned.add(name)
+        self._values.pop(name, None)
+        self._index_edges(name, node, node.attr, _refs)
+        self._proof.node_added(name)
         return node
 
     def new_node(self, op: str, name: str, inputs: Iterable = (), attrs: Optional[dict] = None,
                  device: str = "") -> node_def_pb2.NodeDef:
         """Create and add ``op`` named ``name`` (made unique) with inputs (str or Ref)."""
         node = node_def_pb2.NodeDef(op=op, name=self.unique_name(name), device=device)
-        node.input.extend([str(i) for i in inputs])
+        refs = tuple(ref if isinstance(ref, Ref) else parse_ref(ref) for ref in inputs)
+        node.input.extend([str(ref) for ref in refs])
         for key, value in (attrs or {}).items():
             node.attr[key].CopyFrom(value if isinstance(value, attr_value_pb2.AttrValue)
                                     else attr_value(value))
-        return self.add_node(node)
+        return self.add_node(node, _refs=refs)
 
     def add_const(self, name: str, value, dtype=None, device: str = "") -> str:
         """Add a Const holding ``value`` (numpy or scalar); returns its (unique) name."""

@@ -9,11 +9,11 @@ functions, which costs more than the data for small tensors.
 from __future__ import annotations
 
 import functools
-from typing import FrozenSet, Optional
+from typing import FrozenSet, Optional, Tuple
 
 import numpy as np
 
-from tensorflow.core.framework import tensor_pb2, types_pb2
+from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 
 # The dtypes ``tf.make_tensor_proto`` writes as packed bytes in ``tensor_content`` (TensorFlow
 # 2.21's own list; bool, complex, string, uint16 and the resource/variant types go in the typed
@@ -36,7 +36,7 @@ def decode_tensor(tensor: tensor_pb2.TensorProto) -> np.ndarray:
     np.prod) costs more than the data for small tensors."""
     content = tensor.tensor_content
     if content:             # what make_ndarray does for packed bytes, minus the copy
-        shape = [d.size for d in tensor.tensor_shape.dim]
+        shape = _dims(tensor.tensor_shape.SerializeToString())
         return np.frombuffer(content, dtype=_numpy_dtype(tensor.dtype)).reshape(shape)
     import tensorflow as tf
     value = tf.make_ndarray(tensor)
@@ -71,6 +71,14 @@ def tensor_nbytes(tensor: tensor_pb2.TensorProto) -> int:
     import tensorflow as tf
     count = int(np.prod([d.size for d in tensor.tensor_shape.dim], dtype=np.int64))
     return count * tf.dtypes.as_dtype(tensor.dtype).size
+
+
+@functools.lru_cache(maxsize=4096)
+def _dims(shape: bytes) -> Tuple[int, ...]:
+    """The dims of a serialized TensorShapeProto. Graphs repeat a few shapes over and over:
+    one dict lookup instead of a Python object per dim, per tensor."""
+    proto = tensor_shape_pb2.TensorShapeProto.FromString(shape)
+    return tuple(d.size for d in proto.dim)
 
 
 @functools.lru_cache(maxsize=None)
