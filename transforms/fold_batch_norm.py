@@ -209,13 +209,14 @@ def passes_through(graph: Graph, name: str, current: str, lin: Linear) -> bool:
     """Whether node ``name``, reading ``current``, commutes with any per-channel map (channels
     last): a BatchToSpaceND moves whole pixels, a Squeeze of size-1 spatial axes drops them (a
     1-D conv is ExpandDims → Conv2D → Squeeze)."""
-    if lin.channel_axis != lin.rank - 1 or graph.inputs(name)[:1] != [Ref(current)]:
+    op = graph.op(name)
+    if op not in CHANNEL_PRESERVING_OPS and op != "Squeeze" or \
+            lin.channel_axis != lin.rank - 1 or graph.inputs(name)[:1] != [Ref(current)]:
         return False
-    if graph.op(name) in CHANNEL_PRESERVING_OPS:
+    if op in CHANNEL_PRESERVING_OPS:
         return True
     dims = graph.attr(name, "squeeze_dims") or []
-    return graph.op(name) == "Squeeze" and bool(dims) and \
-        all(d % lin.rank not in (0, lin.rank - 1) for d in dims)
+    return bool(dims) and all(d % lin.rank not in (0, lin.rank - 1) for d in dims)
 
 
 def affine_chain(graph: Graph, lin: Linear, options: Options) -> Chain:
@@ -268,12 +269,14 @@ def fold_chain(graph: Graph, lin: Linear, chain: Chain, options: Options) -> Non
     last = chain.nodes[-1]
     device = graph.node(last).device
     bias = own_bias(graph, chain)
+    # the folded parameters (BN statistics, old biases) that only the chain reads go with it,
+    # not in a later prune's walk over the whole graph
+    chain_nodes = set(chain.nodes)
     params = {ref.node for name in chain.nodes for ref in graph.input_refs(name)}
-    graph.remove(chain.nodes)
-    # the folded parameters (BN statistics, old biases) are read by nothing now: they go with
-    # their readers, not in a later prune's walk over the whole graph
-    graph.remove(sorted(name for name in params - {bias} - options.protected
-                        if graph.op(name) == "Const" and not graph.reader_count(name)))
+    params = sorted(name for name in params - chain_nodes - {bias} - options.protected
+                    if graph.op(name) == "Const" and
+                    all(reader in chain_nodes for reader, _index in graph.reader_slots(name)))
+    graph.remove(chain.nodes + params)
     fold_into(graph, lin, chain.scale, chain.shift, Ref(chain.start), last, device, bias)
 
 

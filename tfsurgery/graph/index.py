@@ -84,19 +84,37 @@ class Graph:
         self._edits = 0
         self._proof = StructureProof(self.nodes, self._refs, self._consumers, self._ops,
                                      self._colocated, self._by_op)
-        outputs: Dict[str, Optional[int]] = {}
-        in_order = check_inputs
-        reads_earlier = self._proof.reads_earlier
         with gc_paused():        # a burst of small objects that all live on: nothing to collect
-            for name, node in self.nodes.items():
-                attrs = node.attr
-                refs = self._index_edges(name, node, attrs)
-                if check_inputs:
-                    check_attr_kinds(node, attrs, self._ops[name])
-                    check_node_inputs(node, refs, self.nodes, outputs)
-                    in_order = in_order and reads_earlier(name, refs)
+            in_order = self._index_all(check_inputs)
         # inputs, ports and order checked while indexing: sound unless a colocation is broken
         self._proof.indexed(in_order)
+
+    def _index_all(self, check_inputs: bool) -> bool:
+        """``_index_edges`` for every node in graph order, in one loop (the hot path of a large
+        graph); with ``check_inputs``, each node's attribute kinds and inputs are checked as it
+        is filed. Returns whether that was checked and every node reads only nodes before it."""
+        nodes, by_op, ops, refs_of = self.nodes, self._by_op, self._ops, self._refs
+        consumers, reads_earlier = self._consumers, self._proof.reads_earlier
+        outputs: Dict[str, Optional[int]] = {}
+        in_order = check_inputs
+        position = -1
+        for position, (name, node) in enumerate(nodes.items()):
+            op = node.op
+            by_op[op][name] = position
+            ops[name] = op
+            refs = refs_of[name] = tuple(map(parse_ref, node.input))
+            for index, ref in enumerate(refs):
+                consumers[ref.node][(name, index)] = ref
+            attrs = node.attr
+            if COLOCATION_ATTR in attrs:
+                self._file_colocations(name, node)
+            if check_inputs:
+                check_attr_kinds(node, attrs, op)
+                if refs:
+                    check_node_inputs(node, refs, nodes, outputs)
+                    in_order = in_order and reads_earlier(name, refs)
+        self._positions = itertools.count(position + 1)
+        return in_order
 
     def _index_edges(self, name: str, node: node_def_pb2.NodeDef, attrs,
                      refs: Optional[Tuple[Ref, ...]] = None) -> Tuple[Ref, ...]:
@@ -112,10 +130,13 @@ class Graph:
         for index, ref in enumerate(refs):
             consumers[ref.node][(name, index)] = ref
         if COLOCATION_ATTR in attrs:
-            self._proof.colocation_added = True
-            for target in colocation_targets(node):
-                self._colocated[target].add(name)
+            self._file_colocations(name, node)
         return refs
+
+    def _file_colocations(self, name: str, node: node_def_pb2.NodeDef) -> None:
+        self._proof.colocation_added = True
+        for target in colocation_targets(node):
+            self._colocated[target].add(name)
 
     # ---------------------------------------------------------------- reading
     def __contains__(self, name: str) -> bool:
