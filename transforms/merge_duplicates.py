@@ -46,24 +46,18 @@ def _merge_round(graph: Graph, options: Options, report: TransformReport) -> Tup
     # Bucketed by a key cheap to compute (op and inputs; a Const's dtype and bytes' hash);
     # the full signature (attributes, values) only when a bucket already holds a node.
     buckets: Dict[Hashable, Dict[Hashable, str]] = {}
+    constants: Dict[Hashable, str] = {}     # a Const's whole signature → the first with it
     merged = 0
     nodes = graph.nodes
     for name in order:
         node = nodes.get(name)
         if node is None:
             continue
-        bucket_key = _bucket(graph, name, node)
-        if bucket_key is None:
-            continue
-        bucket = buckets.get(bucket_key)
-        if bucket is None:
-            buckets[bucket_key] = {_LATER: name}     # its signature when someone needs it
-            continue
-        if _LATER in bucket:
-            first = bucket.pop(_LATER)
-            bucket.setdefault(_signature(graph, first), first)
-        keeper = bucket.setdefault(_signature(graph, name), name)
-        if keeper == name:
+        if node.op == "Const":      # its value is read anyway: the whole signature at once
+            keeper = constants.setdefault(_const_signature(graph, name, node), name)
+        else:
+            keeper = _keeper(graph, name, node, buckets)
+        if keeper is None or keeper == name:
             continue
         if name in protected:
             continue
@@ -72,6 +66,22 @@ def _merge_round(graph: Graph, options: Options, report: TransformReport) -> Tup
         report.rewritten.append(f"{name}: same as {keeper}")
         merged += 1
     return merged, acyclic
+
+
+def _keeper(graph: Graph, name: str, node, buckets) -> Optional[str]:
+    """The first node seen that computes what ``name`` computes (``name`` itself if none; None
+    if it must never merge)."""
+    bucket_key = _bucket(graph, name, node)
+    if bucket_key is None:
+        return None
+    bucket = buckets.get(bucket_key)
+    if bucket is None:
+        buckets[bucket_key] = {_LATER: name}     # its signature when someone needs it
+        return name
+    if _LATER in bucket:
+        first = bucket.pop(_LATER)
+        bucket.setdefault(_signature(graph, first), first)
+    return bucket.setdefault(_signature(graph, name), name)
 
 
 _LATER = object()       # a bucket's first node, whose signature is not computed yet
@@ -95,12 +105,6 @@ def _bucket(graph: Graph, name: str, node) -> Optional[Hashable]:
     if not _may_merge(op):
         return None
     refs = graph.input_refs(name)
-    if op == "Const":
-        tensor = node.attr["value"].tensor
-        value = tensor.tensor_content or _value_key(graph.const_value(Ref(name, 0),
-                                                                     through_identity=False))
-        return (op, tensor.dtype, hash(value), frozenset(refs))   # (all control edges; the
-        # shape is in the signature)
     if any(ref.control for ref in refs):
         data = _in_order(node, tuple(ref for ref in refs if not ref.control))
         return (op, data, frozenset(ref.node for ref in refs if ref.control))
@@ -108,24 +112,28 @@ def _bucket(graph: Graph, name: str, node) -> Optional[Hashable]:
 
 
 def _signature(graph: Graph, name: str) -> Hashable:
-    """What the node computes, as a hashable key."""
+    """What a node other than a Const computes, as a hashable key."""
     node = graph.node(name)
     data = _in_order(node, tuple(str(parse_ref(text)) for text in node.input
                                  if not text.startswith("^")))
     control = frozenset(text for text in node.input if text.startswith("^"))
-    if node.op == "Const":
-        tensor = node.attr["value"].tensor
-        # Packed values are the array's bytes; other encodings (float_val, string_val, a
-        # broadcast scalar) are decoded so that equal values in either encoding merge.
-        value = tensor.tensor_content or _value_key(graph.const_value(Ref(name, 0),
-                                                                     through_identity=False))
-        attrs = tuple(sorted((k, v.SerializeToString(deterministic=True))
-                             for k, v in node.attr.items() if k != "value"))
-        return ("Const", node.device, attrs, tensor.dtype,
-                tensor.tensor_shape.SerializeToString(deterministic=True), value, control)
     attrs = tuple(sorted((k, v.SerializeToString(deterministic=True))
                          for k, v in node.attr.items()))
     return (node.op, node.device, attrs, data, control)
+
+
+def _const_signature(graph: Graph, name: str, node) -> Hashable:
+    """What a Const holds (its control inputs, if any, as a set)."""
+    tensor = node.attr["value"].tensor
+    # Packed values are the array's bytes; other encodings (float_val, string_val, a broadcast
+    # scalar) are decoded so that equal values in either encoding merge.
+    value = tensor.tensor_content or _value_key(graph.const_value(Ref(name, 0),
+                                                                 through_identity=False))
+    attrs = tuple(sorted((k, v.SerializeToString(deterministic=True))
+                         for k, v in node.attr.items() if k != "value"))
+    control = frozenset(ref.node for ref in graph.input_refs(name))
+    return (node.device, attrs, tensor.dtype,
+            tensor.tensor_shape.SerializeToString(deterministic=True), value, control)
 
 
 def _in_order(node, data: tuple) -> tuple:
