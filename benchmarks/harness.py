@@ -17,6 +17,7 @@ import collections
 import datetime
 import os
 import platform
+import re
 import statistics
 import tempfile
 import time
@@ -563,6 +564,16 @@ def format_value(value) -> str:
 def render_targets(checks: List[dict]) -> str:
     rows = [[c["target"], c["value"], "met" if c["met"] else "**missed**"] for c in checks]
     return "## Targets\n\n" + markdown_table(["target", "measured", ""], rows, "lll")
+
+
+def replace_target_row(document: str, check: dict) -> str:
+    """``document`` with the Targets row of ``check`` (found by its target text) re-measured;
+    a target the document does not list yet is left out (a full run adds it)."""
+    old_row = re.compile(rf"^\| {re.escape(check['target'])} \|.*$", re.M)
+    new_row = markdown_table(["target", "measured", ""],
+                             [[check["target"], check["value"],
+                               "met" if check["met"] else "**missed**"]], "lll").splitlines()[-1]
+    return old_row.sub(lambda _: new_row, document, count=1)
 
 
 def render_markdown(result: dict) -> str:

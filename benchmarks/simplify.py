@@ -21,7 +21,7 @@ import re
 from typing import Callable, Dict, List, Optional
 
 from benchmarks import harness
-from benchmarks.common import markdown_table, source_of
+from benchmarks.common import markdown_table, source_of, splice_section
 from benchmarks.peer_graphs import CASES, Case, histogram
 from tfsurgery import api, verify
 from tfsurgery.ops import first_line
@@ -251,10 +251,7 @@ def render(result: dict) -> str:
 
 def splice(document: str, section: str) -> str:
     """``document`` with its peer section replaced by ``section`` (appended if it has none)."""
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(document):
-        return pattern.sub(lambda _: section.rstrip("\n") + "\n\n", document, count=1)
-    return document.rstrip("\n") + "\n\n" + section
+    return splice_section(document, SECTION, section)
 
 
 def section_of(document: str) -> Optional[str]:

@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import harness as benchmark  # noqa: E402
+from benchmarks.common import splice_section  # noqa: E402
 from tfsurgery import io, onnx_export  # noqa: E402
 
 
@@ -54,6 +55,11 @@ def parse_args(argv=None):
                         help="only the peer simplification cases (benchmarks/simplify.py): "
                              "their section of --out-md and key of --out-json are replaced, the "
                              "rest of both files is kept")
+    parser.add_argument("--scaling", action="store_true",
+                        help="only the scaling run (benchmarks.harness.scaling_run, this "
+                             "machine's details with it): its section, its target rows and "
+                             "machine line of --out-md, and its key of --out-json are replaced, "
+                             "the rest of both files is kept")
     parser.add_argument("--peer-misses", type=Path, default=None,
                         help="with --peer-graphs: also write the list of cases where tfsurgery "
                              "has more nodes than Grappler to this Markdown file")
@@ -78,6 +84,8 @@ def main(argv=None) -> int:
         return 0
     if args.peer_graphs:
         return peer_graphs(args)
+    if args.scaling:
+        return scaling_only(args)
     if args.layout:
         from benchmarks import layout
         print(layout.render(layout.measure(runs=max(args.deploy_runs, 5))))
@@ -125,6 +133,31 @@ def peer_graphs(args) -> int:
         outputs.append((args.peer_misses, "# Peer simplification cases: misses\n\n"
                         + simplify.render_misses(result)))
     for path, text in outputs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        io.write_atomically(path, text.encode())
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def scaling_only(args) -> int:
+    """Measure the scaling run alone; splice its section, its target rows and a note of when and
+    where it ran into the existing files."""
+    blocks = benchmark.QUICK_SCALING_BLOCKS if args.quick else benchmark.SCALING_BLOCKS
+    rows = benchmark.scaling_run(blocks, repeats=args.repeats)
+    machine = benchmark.machine_info()
+    section = benchmark.render_scaling(rows) + (
+        f"\n\nMeasured alone (`python scripts/benchmark.py --scaling`): {machine['cpu']}, "
+        f"{machine['cores']} cores; {machine['date']}; load average at start "
+        f"{' / '.join(map(str, machine['load_average_at_start']))}.")
+    print(section)
+    document = args.out_md.read_text() if args.out_md.exists() else "# Benchmark\n"
+    data = json.loads(args.out_json.read_text()) if args.out_json.exists() else {}
+    data["scaling"] = rows
+    for check in benchmark.check_targets({"models": [], "scaling": rows}):
+        document = benchmark.replace_target_row(document, check)
+    document = splice_section(document, "## Scaling", section)
+    for path, text in ((args.out_md, document),
+                       (args.out_json, json.dumps(data, indent=2, default=str) + "\n")):
         path.parent.mkdir(parents=True, exist_ok=True)
         io.write_atomically(path, text.encode())
         print(f"wrote {path}", file=sys.stderr)

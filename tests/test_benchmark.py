@@ -94,3 +94,24 @@ def test_localization_timing_names_the_broken_fold():
     assert row["transform"] == "fold-batch-norm" and row["node"]
     assert row["verification_seconds"] > 0 and row["localize_seconds"] > 0
     assert "article_cnn" in localize.render([row])
+
+
+def test_scaling_only_rewrites_its_section_and_rows_and_keeps_the_rest():
+    """`scripts/benchmark.py --scaling` splices a re-measured scaling section and its target rows
+    into the document; every other line stays as it was."""
+    from benchmarks.common import splice_section
+    document = ("# Benchmark\n\n## Targets\n\n| target | measured | |\n| --- | --- | --- |\n"
+                "| ResNet50: ≤ 300 TF nodes | 281 | met |\n"
+                "| scaling: 22 nodes at ≤ 15× the parse+serialize time per node | 9.0× | met |\n\n"
+                "## Scaling\n\nold table\n\n## Training ops\n\nkept\n")
+    rows = [{"blocks": 1, "nodes": 22, "nodes_after": 4, "seconds": 2.0, "us_per_node": 40.0,
+             "floor_seconds": 0.1, "floor_us_per_node": 2.0}]
+    for check in benchmark.check_targets({"models": [], "scaling": rows}):
+        document = benchmark.replace_target_row(document, check)
+    document = splice_section(document, "## Scaling", benchmark.render_scaling(rows))
+    assert "| scaling: 22 nodes at ≤ 15× the parse+serialize time per node | 20.0× | " \
+           "**missed** |" in document
+    assert "| ResNet50: ≤ 300 TF nodes | 281 | met |" in document
+    assert "old table" not in document and "| 1 | 22 | 4 |" in document
+    assert document.endswith("## Training ops\n\nkept\n")
+    assert splice_section("# B\n", "## New", "## New\n\nx") == "# B\n\n## New\n\nx\n"
