@@ -568,18 +568,21 @@ def nothing_to_fold(graph: Graph, name: str) -> bool:
     find nothing worth folding and no batch norm to report."""
     reader = name
     for _ in range(2):         # the op, then its one bias op
-        readers = graph.reader_slots(reader)
-        ops = [graph.op(slot[0]) for slot in readers]
-        if any(op in BATCH_NORM_OPS for op in ops):
-            return False
-        if len(ops) != 1 or ops[0] not in CHAIN_OPS:
-            # no chain can start (or go on) here; non-constant weights: the full path reports
-            # the batch norms they block
-            return graph.is_const(graph.inputs(name)[1])
-        if ops[0] not in BIAS_OPS:
+        readers = [graph.op(slot[0]) for slot in graph.reader_slots(reader)]
+        if len(readers) != 1:
+            if any(op in BATCH_NORM_OPS for op in readers):
+                return False
+            break              # no chain can start (or go on) here
+        op = readers[0]
+        if op not in CHAIN_OPS:
+            break
+        if op not in BIAS_OPS:
             return False       # a scale or a batch norm: worth the full look
-        ((reader, _index),) = readers
-    return False
+        reader = next(iter(graph.reader_slots(reader)))[0]
+    else:
+        return False           # a second bias op: the full look
+    # non-constant weights: the full path reports the batch norms they block
+    return graph.is_const(graph.inputs(name)[1])
 
 
 def batch_norm_as_mul_add(graph: Graph, name: str) -> Optional[str]:
