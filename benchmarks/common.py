@@ -27,4 +27,4 @@ def splice_section(document: str, title: str, section: str) -> str:
     pattern = re.compile(rf"^{re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(document):
         return pattern.sub(lambda _: section.rstrip("\n") + "\n\n", document, count=1)
-    return document.rstrip("\n") + "\n\n" + section + "\n"
+    return document.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
