@@ -28,3 +28,26 @@ def test_one_refused_constant_does_not_stop_the_others():
     assert reasons["bad_gather"].startswith("TensorFlow refused to evaluate it: ")
     assert "Rsqrt" not in {n.op for n in result.graph_def.node}
     oracle.assert_same_outputs(original, result.graph_def, ["input"], ["output"], seed=4)
+
+
+def test_a_weight_or_bias_that_is_a_graph_output_keeps_its_value():
+    """Folding scales the conv's weights and reuses its bias constant in place — unless the
+    constant is itself a graph output: then it stays as it was and the fold writes copies."""
+    r = np.random.default_rng(5)
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 6, 6, 3], name="input")
+        kernel = tf.constant(r.standard_normal((3, 3, 3, 4)), tf.float32, name="kernel")
+        bias = tf.constant(r.standard_normal(4), tf.float32, name="bias")
+        z = tf.nn.bias_add(tf.nn.conv2d(x, kernel, 1, "SAME"), bias)
+        y, _, _ = tf.compat.v1.nn.fused_batch_norm(
+            z, tf.constant(r.uniform(0.5, 2, 4), tf.float32), tf.constant(r.standard_normal(4),
+                                                                           tf.float32),
+            mean=tf.constant(r.standard_normal(4), tf.float32),
+            variance=tf.constant(r.uniform(0.5, 2, 4), tf.float32), is_training=False)
+        tf.nn.relu(y, name="output")
+    original = graph.as_graph_def()
+    outputs = ["output", "kernel", "bias"]
+    source = api.Source(original, "t", inputs=["input"], outputs=outputs)
+    result = api.optimize(source, api.choose_transforms(bn_fold=True))
+    assert "FusedBatchNormV3" not in {n.op for n in result.graph_def.node}
+    oracle.assert_same_outputs(original, result.graph_def, ["input"], outputs, seed=6)

@@ -252,10 +252,12 @@ def worth_folding(graph: Graph, chain: Chain) -> bool:
     return len(chain.nodes) > 1 or graph.op(chain.nodes[0]) not in ("BiasAdd", "Add", "AddV2")
 
 
-def write_weights(graph: Graph, lin: Linear, weights: np.ndarray) -> None:
-    """Store the scaled weights: in place if the constant is this op's alone, else as a copy."""
+def write_weights(graph: Graph, lin: Linear, weights: np.ndarray,
+                  protected: frozenset = frozenset()) -> None:
+    """Store the scaled weights: in place if the constant is this op's alone (and not part of
+    the graph's interface), else as a copy."""
     const = lin.weight
-    owned = (graph.op(const) == "Const" and const.port == 0
+    owned = (graph.op(const) == "Const" and const.port == 0 and const.node not in protected
              and graph.reader_count(const.node) == 1)      # lin is the one reader
     if owned:
         graph.set_const_value(const.node, weights)
@@ -268,7 +270,7 @@ def write_weights(graph: Graph, lin: Linear, weights: np.ndarray) -> None:
 def fold_chain(graph: Graph, lin: Linear, chain: Chain, options: Options) -> None:
     last = chain.nodes[-1]
     device = graph.node(last).device
-    bias = own_bias(graph, chain)
+    bias = own_bias(graph, chain, options.protected)
     # the folded parameters (BN statistics, old biases) that only the chain reads go with it,
     # not in a later prune's walk over the whole graph
     chain_nodes = set(chain.nodes)
@@ -277,31 +279,35 @@ def fold_chain(graph: Graph, lin: Linear, chain: Chain, options: Options) -> Non
                     if graph.op(name) == "Const" and
                     all(reader in chain_nodes for reader, _index in graph.reader_slots(name)))
     graph.remove(chain.nodes + params)
-    fold_into(graph, lin, chain.scale, chain.shift, Ref(chain.start), last, device, bias)
+    fold_into(graph, lin, chain.scale, chain.shift, Ref(chain.start), last, device, bias,
+              options.protected)
 
 
-def own_bias(graph: Graph, chain: Chain) -> Optional[str]:
-    """The Const a BiasAdd opening the chain adds, when nothing else reads it: it can hold the
-    folded bias (no new node, and nothing left behind to prune)."""
+def own_bias(graph: Graph, chain: Chain, protected: frozenset) -> Optional[str]:
+    """The Const a BiasAdd opening the chain adds, when nothing else reads it and it is not part
+    of the graph's interface: it can hold the folded bias (no new node, nothing left to prune)."""
     first = chain.nodes[0]
     if graph.op(first) != "BiasAdd":
         return None
     ref = graph.inputs(first)[1]
-    if ref.port or graph.op(ref) != "Const" or graph.reader_count(ref.node) != 1:
+    if ref.port or graph.op(ref) != "Const" or graph.reader_count(ref.node) != 1 or \
+            ref.node in protected:
         return None
     return ref.node
 
 
 def fold_into(graph: Graph, lin: Linear, scale: np.ndarray, shift: np.ndarray, start: Ref,
-              name: str, device: str, bias: Optional[str] = None) -> str:
+              name: str, device: str, bias: Optional[str] = None,
+              protected: frozenset = frozenset()) -> str:
     """W *= scale; then a BiasAdd called ``name`` adds ``shift`` to tensor ``start`` (``bias``:
-    a Const no one else reads, to hold ``shift``; else a new one)."""
+    a Const no one else reads, to hold ``shift``; else a new one). ``protected``: the graph's
+    interface, whose constants are copied, never changed."""
     weights = lin.weights
     dtype = weights.dtype
     # float32/64 weights: one rounding of W * s in their own type. half/bfloat16: in float32.
     math_type = dtype if dtype in (np.float32, np.float64) else np.float32
     scaled = lin.scale_weights(weights.astype(math_type, copy=False), scale.astype(math_type))
-    write_weights(graph, lin, scaled.astype(dtype, copy=False))
+    write_weights(graph, lin, scaled.astype(dtype, copy=False), protected)
     if bias is None:
         bias = graph.add_const(f"{name}/folded_bias", shift.astype(dtype), device=device)
     else:
@@ -505,7 +511,7 @@ def fold_concat_part(graph: Graph, part: ConcatPart, scale: np.ndarray,
         return
     device = graph.node(part.lin.name).device
     bias = fold_into(graph, part.lin, total_scale, total_shift, Ref(own.start),
-                     f"{part.lin.name}/folded_bias_add", device)
+                     f"{part.lin.name}/folded_bias_add", device, protected=options.protected)
     graph.set_input(part.concat, part.index, bias)
 
 
