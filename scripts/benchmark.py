@@ -109,11 +109,7 @@ def main(argv=None) -> int:
         markdown += "\n" + int8.render(result["int8"])
     markdown, result = keep_peer_section(args, markdown, result)
     print(markdown)
-    for path, data in ((args.out_md, markdown),
-                       (args.out_json, json.dumps(result, indent=2, default=str) + "\n")):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        io.write_atomically(path, data.encode())
-        print(f"wrote {path}", file=sys.stderr)
+    write_all([(args.out_md, markdown), (args.out_json, as_json(result))])
     return 0
 
 
@@ -124,18 +120,13 @@ def peer_graphs(args) -> int:
                                                   flush=True))
     section = simplify.render(result)
     print(section)
-    document = args.out_md.read_text() if args.out_md.exists() else "# Benchmark\n"
-    data = json.loads(args.out_json.read_text()) if args.out_json.exists() else {}
+    document, data = existing(args)
     data["peer_graphs"] = result
-    outputs = [(args.out_md, simplify.splice(document, section)),
-               (args.out_json, json.dumps(data, indent=2, default=str) + "\n")]
+    outputs = [(args.out_md, simplify.splice(document, section)), (args.out_json, as_json(data))]
     if args.peer_misses:
         outputs.append((args.peer_misses, "# Peer simplification cases: misses\n\n"
                         + simplify.render_misses(result)))
-    for path, text in outputs:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        io.write_atomically(path, text.encode())
-        print(f"wrote {path}", file=sys.stderr)
+    write_all(outputs)
     return 0
 
 
@@ -150,18 +141,32 @@ def scaling_only(args) -> int:
         f"{machine['cores']} cores; {machine['date']}; load average at start "
         f"{' / '.join(map(str, machine['load_average_at_start']))}.")
     print(section)
-    document = args.out_md.read_text() if args.out_md.exists() else "# Benchmark\n"
-    data = json.loads(args.out_json.read_text()) if args.out_json.exists() else {}
+    document, data = existing(args)
     data["scaling"] = rows
     for check in benchmark.check_targets({"models": [], "scaling": rows}):
         document = benchmark.replace_target_row(document, check)
     document = splice_section(document, "## Scaling", section)
-    for path, text in ((args.out_md, document),
-                       (args.out_json, json.dumps(data, indent=2, default=str) + "\n")):
+    write_all([(args.out_md, document), (args.out_json, as_json(data))])
+    return 0
+
+
+def existing(args):
+    """The Markdown and JSON results a partial run splices into (empty ones if there are none)."""
+    document = args.out_md.read_text() if args.out_md.exists() else "# Benchmark\n"
+    data = json.loads(args.out_json.read_text()) if args.out_json.exists() else {}
+    return document, data
+
+
+def as_json(data) -> str:
+    return json.dumps(data, indent=2, default=str) + "\n"
+
+
+def write_all(outputs) -> None:
+    """Each (path, text), written atomically."""
+    for path, text in outputs:
         path.parent.mkdir(parents=True, exist_ok=True)
         io.write_atomically(path, text.encode())
         print(f"wrote {path}", file=sys.stderr)
-    return 0
 
 
 def keep_peer_section(args, markdown: str, result: dict):
