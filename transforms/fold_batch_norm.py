@@ -274,8 +274,8 @@ def fold_chain(graph: Graph, lin: Linear, chain: Chain, options: Options) -> Non
     # the folded parameters (BN statistics, old biases) that only the chain reads go with it,
     # not in a later prune's walk over the whole graph
     chain_nodes = set(chain.nodes)
-    params = {ref.node for name in chain.nodes for ref in graph.input_refs(name)}
-    params = sorted(name for name in params - chain_nodes - {bias} - options.protected
+    inputs = {ref.node for name in chain.nodes for ref in graph.input_refs(name)}
+    params = sorted(name for name in inputs - chain_nodes - {bias} - options.protected
                     if graph.op(name) == "Const" and
                     all(reader in chain_nodes for reader, _index in graph.reader_slots(name)))
     graph.remove(chain.nodes + params)
@@ -312,13 +312,12 @@ def fold_into(graph: Graph, lin: Linear, scale: np.ndarray, shift: np.ndarray, s
         bias = graph.add_const(f"{name}/folded_bias", shift.astype(dtype), device=device)
     else:
         graph.set_const_value(bias, shift.astype(dtype))
+    fmt = "NCHW" if lin.channel_axis == 1 and lin.rank > 2 else "NHWC"
     return graph.new_node("BiasAdd", name, [start, bias],
-                          {"T": lin.dtype, "data_format": _FORMATS[lin.channel_axis == 1 and
-                                                                   lin.rank > 2]},
-                          device=device).name
+                          {"T": lin.dtype, "data_format": DATA_FORMATS[fmt]}, device=device).name
 
 
-_FORMATS = {True: attr_value("NCHW"), False: attr_value("NHWC")}    # built once, copied
+DATA_FORMATS = {fmt: attr_value(fmt) for fmt in ("NCHW", "NHWC")}    # built once, copied
 
 
 def downstream_batch_norms(graph: Graph, name: str, steps: int = 3) -> List[str]:
