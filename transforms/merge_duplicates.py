@@ -43,8 +43,8 @@ def _merge_round(graph: Graph, options: Options, report: TransformReport) -> Tup
     visited earlier can have become a duplicate of anything, and the round was the fixpoint)."""
     protected = options.protected
     order, acyclic = graph.producer_first_order()
-    # Bucketed by a key cheap to compute (op and inputs; a Const's dtype and bytes' hash);
-    # the full signature (attributes, values) only when a bucket already holds a node.
+    # Bucketed by a key cheap to compute (op and inputs); the full signature (attributes) only
+    # when a bucket already holds a node. A Const's key is its whole signature.
     buckets: Dict[Hashable, Dict[Hashable, str]] = {}
     constants: Dict[Hashable, str] = {}     # a Const's whole signature → the first with it
     merged = 0

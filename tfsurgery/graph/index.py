@@ -364,8 +364,8 @@ class Graph:
         if dtype is None and cached is not None and isinstance(value, np.ndarray) and \
                 value.size > 1 and value.dtype == cached.dtype and value.shape == cached.shape \
                 and old.attr["value"].tensor.tensor_content:
-            # same dtype and shape, packed: a copy of the node with the new bytes is the same
-            # proto as a rebuilt one, at a third of the cost (folds rescale weights in place)
+            # same dtype and shape, packed: only the bytes change; copying the node and
+            # swapping them costs a third of a rebuild (folds rescale weights in place)
             node = node_def_pb2.NodeDef()
             node.CopyFrom(old)
             node.attr["value"].tensor.tensor_content = value.tobytes()
