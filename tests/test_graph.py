@@ -212,6 +212,39 @@ def test_prune_without_a_walk_when_every_node_has_a_reader():
     assert sorted(loop.prune(["y"])) == ["body", "enter", "merge", "next"]
 
 
+def _fresh_prune(g, roots):
+    """What a new index of the same graph prunes (no proof carried over): the oracle."""
+    return sorted(Graph(g.to_graph_def()).prune(roots))
+
+
+@pytest.mark.parametrize("edit", ["set_input", "remove_reader", "new_node", "remove_inputs",
+                                  "other_roots"])
+def test_prune_after_edits_finds_the_nodes_they_left_unread(edit):
+    """After a proof that every node is needed, prune looks again only at the nodes edits
+    added or took readers from — and still finds every node they left dead."""
+    g = Graph(graph_def(node("x", "Placeholder"), node("a", "Neg", "x"), node("b", "Abs", "a"),
+                        node("c", "NoOp", "^b"), node("y", "Neg", "b", "^c"),
+                        node("z", "Abs", "y")))
+    assert g.prune(["z"], keep=["x"]) == []           # the proof is made here
+    roots = ["z"]
+    if edit == "set_input":
+        g.set_input("z", 0, "x")                      # y, and all it needed, unread
+    elif edit == "remove_reader":
+        g.rewire("y", "b")
+        g.remove(["y"])
+    elif edit == "new_node":
+        g.new_node("Neg", "dangling", ["a"])
+    elif edit == "remove_inputs":
+        g.remove_inputs("y", [1])                     # ^c: c is read by no one
+    else:
+        roots = ["y"]                                 # z is not needed any more
+    expected = _fresh_prune(g, roots + ["x"])
+    assert expected, "the edit should leave something dead"
+    assert sorted(g.prune(roots, keep=["x"])) == expected
+    assert g.prune(roots, keep=["x"]) == []
+    assert g.structure_problem() is None
+
+
 def _chain_graph():
     return Graph(graph_def(node("x", "Placeholder"), node("s", "Switch", "x", "x"),
                            node("a", "Neg", "s:1"), node("b", "Neg", "a"), node("c", "Abs", "b")))

@@ -129,8 +129,12 @@ def _const_signature(graph: Graph, name: str, node) -> Hashable:
     # scalar) are decoded so that equal values in either encoding merge.
     value = tensor.tensor_content or _value_key(graph.const_value(Ref(name, 0),
                                                                  through_identity=False))
-    attrs = tuple(sorted((k, v.SerializeToString(deterministic=True))
-                         for k, v in node.attr.items() if k != "value"))
+    attrs = node.attr
+    if len(attrs) == 2 and "dtype" in attrs:    # value and dtype, as most Consts: the dtype is
+        attrs = attrs["dtype"].type             # the value's (a type attr holds nothing else)
+    else:
+        attrs = tuple(sorted((k, v.SerializeToString(deterministic=True))
+                             for k, v in attrs.items() if k != "value"))
     control = frozenset(ref.node for ref in graph.input_refs(name))
     return (node.device, attrs, tensor.dtype,
             tensor.tensor_shape.SerializeToString(deterministic=True), value, control)

@@ -18,7 +18,7 @@ import gc
 import itertools
 import warnings
 from collections import defaultdict
-from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -79,6 +79,11 @@ class Graph:
         # ``_class`` may change: filed again before the colocations are next used)
         self._colocation_as_filed: Dict[str, List[str]] = {}
         self._values: Dict[str, np.ndarray] = {}          # small Const values, decoded once
+        # ``prune``'s proof that every node is needed (see ``_every_node_is_needed``): the roots
+        # it was proved for, and the nodes that may have become sinks since (added, or lost a
+        # reader); None: no proof yet
+        self._needed_roots: Optional[FrozenSet[str]] = None
+        self._maybe_sinks: Set[str] = set()
         # Edits so far: a pass that changed nothing is not checked again, and after edits
         # through the index only what they touched is (the proof is told what each edit did).
         self._edits = 0
@@ -94,7 +99,7 @@ class Graph:
         graph); with ``check_inputs``, each node's attribute kinds and inputs are checked as it
         is filed. Returns whether that was checked and every node reads only nodes before it."""
         nodes, by_op, ops, refs_of = self.nodes, self._by_op, self._ops, self._refs
-        consumers, reads_earlier = self._consumers, self._proof.reads_earlier
+        consumers = self._consumers
         outputs: Dict[str, Optional[int]] = {}
         in_order = check_inputs
         position = -1
@@ -102,17 +107,29 @@ class Graph:
             op = node.op
             by_op[op][name] = position
             ops[name] = op
-            refs = refs_of[name] = tuple(map(parse_ref, node.input))
+            refs = tuple(map(parse_ref, node.input))
+            # one walk over the inputs files them and notes what a check must look at: an
+            # input read before its producer is filed (a later node, itself, or none at all),
+            # or at a port above 0
+            suspect = False
             for index, ref in enumerate(refs):
-                consumers[ref.node][(name, index)] = ref
+                producer = ref.node
+                consumers[producer][(name, index)] = ref
+                if producer not in refs_of:
+                    suspect = True
+                    if in_order and (producer not in nodes or
+                                     nodes[producer].op not in BACK_EDGE_OPS):
+                        in_order = False      # a loop's back edge may read ahead; nothing else
+                elif ref.port:
+                    suspect = True
+            refs_of[name] = refs
             attrs = node.attr
             if COLOCATION_ATTR in attrs:
                 self._file_colocations(name, node)
             if check_inputs:
                 check_attr_kinds(node, attrs, op)
-                if refs:
+                if suspect:
                     check_node_inputs(node, refs, nodes, outputs)
-                    in_order = in_order and reads_earlier(name, refs)
         self._positions = itertools.count(position + 1)
         return in_order
 
@@ -330,6 +347,7 @@ class Graph:
         self.nodes[name] = node
         self._edits += 1
         self._owned.add(name)
+        self._maybe_sinks.add(name)
         self._values.pop(name, None)
         self._index_edges(name, node, node.attr, _refs)
         self._proof.node_added(name)
@@ -393,6 +411,7 @@ class Graph:
         node = self._own(name)              # a new edge, checked at the next structure check
         refs = self._refs[name]
         self._consumers[refs[index].node].pop((name, index), None)
+        self._maybe_sinks.add(refs[index].node)
         new_ref = new if isinstance(new, Ref) else parse_ref(new)
         node.input[index] = str(new_ref)
         self._refs[name] = refs[:index] + (new_ref,) + refs[index + 1:]
@@ -445,6 +464,7 @@ class Graph:
         refs = self._refs[name]
         for i, ref in enumerate(refs):
             self._consumers[ref.node].pop((name, i), None)
+        self._maybe_sinks.update(ref.node for ref in refs)
         dropped = set(indices)
         refs = tuple(ref for i, ref in enumerate(refs) if i not in dropped)
         del node.input[:]
@@ -477,7 +497,7 @@ class Graph:
         removed, still_read = [], []
         self._edits += 1
         nodes, consumers, colocated = self.nodes, self._consumers, self._colocated   # hot loop
-        by_op, ops, refs = self._by_op, self._ops, self._refs
+        by_op, ops, refs, maybe_sinks = self._by_op, self._ops, self._refs, self._maybe_sinks
         for name in list(names):
             node = nodes.pop(name, None)
             if node is None:
@@ -488,6 +508,7 @@ class Graph:
             del by_op[ops.pop(name)][name]
             for index, ref in enumerate(refs.pop(name)):
                 consumers[ref.node].pop((name, index), None)
+                maybe_sinks.add(ref.node)
             if colocated and COLOCATION_ATTR in node.attr:   # no colocation anywhere: none here
                 for target in colocation_targets(node):
                     colocated[target].discard(name)
@@ -584,12 +605,19 @@ class Graph:
     def _every_node_is_needed(self, roots: List[str]) -> bool:
         """A quick proof that every node is needed: without while loops (cycles), a graph in
         which every node but the roots has a reader has only roots as sinks, and every node
-        reaches a sink. (A cycle outside a loop, which breaks a graph anyway, would fool it.)"""
+        reaches a sink. (A cycle outside a loop, which breaks a graph anyway, would fool it.)
+        Once proved for these roots, only the nodes added or left with fewer readers since can
+        have become sinks: only they are looked at again."""
         if self._has_any_op(BACK_EDGE_OPS):
             return False
-        rooted = {parse_ref(root).node for root in roots}
-        consumers = self._consumers
-        return all(consumers.get(name) or name in rooted for name in self.nodes)
+        rooted = frozenset(parse_ref(root).node for root in roots)
+        consumers, nodes = self._consumers, self.nodes
+        suspects = nodes if rooted != self._needed_roots else \
+            [name for name in self._maybe_sinks if name in nodes]
+        if not all(consumers.get(name) or name in rooted for name in suspects):
+            return False
+        self._needed_roots, self._maybe_sinks = rooted, set()
+        return True
 
     def _has_any_op(self, ops) -> bool:
         self._refresh_ops()

@@ -61,16 +61,6 @@ class StructureProof:
         self._lowest = 0
 
     # ---------------------------------------------------------------- fed while indexing
-    def reads_earlier(self, name: str, refs: Tuple[Ref, ...]) -> bool:
-        """Whether a node just indexed reads only nodes indexed before it (or a loop's back
-        edge). When all do, as TensorFlow writes graphs, graph order is topological."""
-        indexed, nodes = self._refs, self._nodes
-        for ref in refs:
-            if (ref.node == name or ref.node not in indexed) and \
-                    nodes[ref.node].op not in BACK_EDGE_OPS:
-                return False
-        return True
-
     def indexed(self, in_order: bool) -> None:
         """The index is built; ``in_order``: inputs and ports were checked while indexing and
         every node reads only nodes before it. Then graph order is the positions, and the graph
