@@ -92,7 +92,7 @@ class Graph:
         with gc_paused():        # a burst of small objects that all live on: nothing to collect
             in_order = self._index_all(check_inputs)
         # inputs, ports and order checked while indexing: sound unless a colocation is broken
-        self._proof.indexed(in_order)
+        self._proof.indexed(in_order, self._graph_order)
 
     def _index_all(self, check_inputs: bool) -> bool:
         """``_index_edges`` for every node in graph order, in one loop (the hot path of a large
@@ -103,8 +103,10 @@ class Graph:
         outputs: Dict[str, Optional[int]] = {}
         in_order = check_inputs
         position = -1
+        op_names: Dict[str, str] = {}       # one str per op type, not one per node
         for position, (name, node) in enumerate(nodes.items()):
             op = node.op
+            op = op_names.setdefault(op, op)
             by_op[op][name] = position
             ops[name] = op
             refs = tuple(map(parse_ref, node.input))
@@ -132,6 +134,11 @@ class Graph:
                     check_node_inputs(node, refs, nodes, outputs)
         self._positions = itertools.count(position + 1)
         return in_order
+
+    def _graph_order(self) -> Dict[str, int]:
+        """Each node's position in graph order, as the op index files it (the same ints)."""
+        by_op = self._by_op
+        return {name: by_op[op][name] for name, op in self._ops.items()}
 
     def _index_edges(self, name: str, node: node_def_pb2.NodeDef, attrs,
                      refs: Optional[Tuple[Ref, ...]] = None) -> Tuple[Ref, ...]:
