@@ -117,6 +117,60 @@ def test_duplicate_subgraphs_merge_to_a_fixpoint():
     assert_matches(result, 0.0)
 
 
+def _passes_run(monkeypatch):
+    """The names of the passes the pipeline runs, in order, as it runs them."""
+    from tfsurgery import pipeline
+    calls, run_pass = [], pipeline._run_pass
+
+    def recording(graph, name, options):
+        calls.append(name)
+        return run_pass(graph, name, options)
+    monkeypatch.setattr(pipeline, "_run_pass", recording)
+    return calls
+
+
+def test_equal_constants_merged_alone_do_not_rerun_passes_that_read_constants_by_value(
+        monkeypatch):
+    """Blocks with equal weights fold into equal constants, which merge-duplicates merges: no
+    reader of anything else changed, so fold-batch-norm and fold-affine (which read constants by
+    value, and ran after every other change) are not run again for it; simplify-arithmetic,
+    which does not say so, still is."""
+    from tfsurgery.models.synthetic import repeated_blocks
+    built = repeated_blocks(3, seed=5)
+    calls = _passes_run(monkeypatch)
+    result = optimize(built, bn_fold=True)
+    merged = report_of(result, "merge-duplicates")
+    assert len(merged.rewritten) >= 4 and merged.shared_constants_only
+    for name in ("fold-batch-norm", "fold-affine-into-linear"):
+        assert calls.count(name) == 1, (name, calls)
+    assert calls.count("simplify-arithmetic") == 2, calls
+    assert "FusedBatchNormV3" not in ops(result.graph_def)
+    assert "fixpoint reached" in result.reports[-1].notes[-1]
+    assert_matches(result, 1e-5)
+
+
+def test_merged_equal_nodes_that_are_not_constants_run_the_folds_again():
+    """A conv read by two equal batch norms cannot fold (two readers); once merge-duplicates
+    makes them one, fold-batch-norm runs again and folds it."""
+    kernel = R.standard_normal((3, 3, 3, 4)).astype(np.float32)
+    params = [R.uniform(0.5, 1.5, 4), R.standard_normal(4), R.standard_normal(4),
+              R.uniform(0.5, 2.0, 4)]
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, (2, 6, 6, 3), name="input")
+        conv = tf.nn.conv2d(x, tf.constant(kernel), 1, "SAME")
+
+        def bn():
+            gamma, beta, mean, var = (tf.constant(p.astype(np.float32)) for p in params)
+            return tf.compat.v1.nn.fused_batch_norm(conv, gamma, beta, mean, var,
+                                                    is_training=False)[0]
+        tf.identity(tf.nn.relu(bn()) * bn(), name="output")
+    built = BuiltModel(graph.as_graph_def(), ["input"], ["output"])
+    result = optimize(built, bn_fold=True)
+    assert "FusedBatchNormV3" not in ops(result.graph_def)
+    assert any("FusedBatchNorm" in line for line in report_of(result, "merge-duplicates").rewritten)
+    assert_matches(result, 1e-5)
+
+
 def test_random_ops_and_different_values_never_merge():
     def body(x):
         noise = tf.random.uniform([4], seed=1) + tf.random.uniform([4], seed=1)

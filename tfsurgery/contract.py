@@ -73,6 +73,9 @@ class TransformReport:
     pruned: List[str] = dataclasses.field(default_factory=list)
     # nodes deleted outright, none of them rewritten (prune's work): counted in removed_nodes
     removed: List[str] = dataclasses.field(default_factory=list)
+    # every change was an input-less Const merged into an equal one: no other node's readers
+    # changed, only which of two equal constants a node reads (see ``transform``)
+    shared_constants_only: bool = False
 
     def skip(self, node: str, reason: str) -> None:
         self.skipped.append((node, reason))
@@ -94,15 +97,21 @@ class NoParams:
 
 
 def transform(name: str, *, default: bool = True, repeat: bool = False,
+              constants_by_value: bool = False,
               params: type = NoParams) -> Callable[[Transform], Transform]:
     """Name a transform function; ``default=False`` keeps it out of a plain run (it is asked for,
     e.g. ``fold-batch-norm`` by ``--bn-fold``). ``repeat=True``: a simplification the pipeline
     runs again while other passes keep changing the graph (each can expose work for another).
+    ``constants_by_value=True``: it reads constants only by value and never needs a constant to
+    be one node (two readers of equal constants are as good as two readers of one), so equal
+    constants merged into one give it no new work: the pipeline does not run it again for such a
+    change alone (``TransformReport.shared_constants_only``).
     ``params``: the dataclass of its own parameters, with their defaults."""
     def decorate(fn: Transform) -> Transform:
         fn.transform_name = name
         fn.default = default
         fn.repeat = repeat
+        fn.constants_by_value = constants_by_value
         fn.params_type = params
         return fn
     return decorate

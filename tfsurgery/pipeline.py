@@ -179,23 +179,33 @@ def _check_known(transforms: Sequence[str]) -> None:
 
 def _run(graph: Graph, transforms: Sequence[str], options: Options) -> List[TransformReport]:
     reports: Dict[str, TransformReport] = {}
-    seen_changes: Dict[str, int] = {}       # name → the change count when it last ran
-    changes = 0
+    seen_changes: Dict[str, int] = {}       # name → the change count it saw when it last ran
+    # passes that changed the graph: all of them, and those that did more than merge equal
+    # constants into one (what a transform that reads constants by value can see)
+    changes = {False: 0, True: 0}
+
+    def changes_seen_by(name: str) -> int:
+        return changes[bool(getattr(lookup(name), "constants_by_value", False))]
+
     rounds = 0
     for round_ in range(1, MAX_ROUNDS + 1):
         for name in transforms:
-            if round_ > 1 and not (lookup(name).repeat and changes > seen_changes[name]):
+            if round_ > 1 and not (lookup(name).repeat and
+                                   changes_seen_by(name) > seen_changes[name]):
                 continue                   # no other pass changed the graph since it last ran
             rounds = round_
             report = _run_pass(graph, name, options)
             if report.rewritten or report.removed_nodes or report.pruned:
-                changes += 1
-            seen_changes[name] = changes   # each pass reaches its own fixpoint
+                changes[False] += 1
+                if not report.shared_constants_only:
+                    changes[True] += 1
+            seen_changes[name] = changes_seen_by(name)   # each pass reaches its own fixpoint
             _book(reports, name, report, round_)
         if rounds < round_:
             break                          # a fixpoint: no pass had anything new to look at
     _book_pruning(reports)
-    unsettled = any(lookup(name).repeat and changes > seen_changes[name] for name in transforms)
+    unsettled = any(lookup(name).repeat and changes_seen_by(name) > seen_changes[name]
+                    for name in transforms)
     if reports:
         last = reports[transforms[-1]]
         last.notes.append(f"pipeline: {rounds} round(s), " + (

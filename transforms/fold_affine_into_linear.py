@@ -41,7 +41,7 @@ SHIFT_OPS = ("Add", "AddV2", "Sub", "BiasAdd")
 MAX_STEPS = 16
 
 
-@transform("fold-affine-into-linear", repeat=True)
+@transform("fold-affine-into-linear", repeat=True, constants_by_value=True)
 def fold_affine_into_linear(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("fold-affine-into-linear")
     for node in graph.nodes_with_ops(LINEAR_OPS):

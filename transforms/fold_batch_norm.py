@@ -523,7 +523,7 @@ def rename_concat(graph: Graph, start: str, chain: List[str]) -> None:
     graph.new_node(node.op, chain[-1], inputs, attrs, device=device)
 
 
-@transform("fold-batch-norm", default=False, repeat=True)
+@transform("fold-batch-norm", default=False, repeat=True, constants_by_value=True)
 def fold_batch_norm(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("fold-batch-norm")
     if options.outputs:       # unreachable readers (e.g. a dead BN's moments) must not block folds

@@ -52,7 +52,7 @@ class FoldConstantsParams:
     max_bytes: int = 64 << 20           # a folded constant may not be larger than this
 
 
-@transform("fold-constants", repeat=True, params=FoldConstantsParams)
+@transform("fold-constants", repeat=True, params=FoldConstantsParams, constants_by_value=True)
 def fold_constants(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("fold-constants")
     constant = constant_nodes(graph)

@@ -31,6 +31,7 @@ def merge_duplicates(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("merge-duplicates")
     if options.outputs:     # what no output needs goes anyway: merging it would be wasted work
         report.pruned = graph.prune(options.outputs, keep=options.inputs)   # booked to prune
+    report.shared_constants_only = not report.pruned     # until something else is merged
     for _ in range(MAX_ROUNDS):     # one round suffices without cycles; loops may need another
         merged, acyclic = _merge_round(graph, options, report)
         if not merged or acyclic:
@@ -61,6 +62,8 @@ def _merge_round(graph: Graph, options: Options, report: TransformReport) -> Tup
             continue
         if name in protected:
             continue
+        if node.op != "Const" or graph.input_refs(name):
+            report.shared_constants_only = False    # (a Const's control inputs lose a reader)
         _replace(graph, name, keeper)
         report.matched += 1
         report.rewritten.append(f"{name}: same as {keeper}")
