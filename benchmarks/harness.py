@@ -277,8 +277,10 @@ def scaling_run(blocks: Sequence[int] = SCALING_BLOCKS, repeats: int = 3) -> Lis
         }, repeats)
         seconds, floor = timed["pipeline"]["seconds"], timed["floor"]["seconds"]
         nodes = len(built.graph_def.node)
+        runs = timed["pipeline"]["times"]
         rows.append({"blocks": n, "nodes": nodes, "nodes_after": timed["pipeline"]["result"],
-                     "seconds": seconds, "us_per_node": seconds / nodes * 1e6,
+                     "seconds": seconds, "seconds_range": [min(runs), max(runs)],
+                     "us_per_node": seconds / nodes * 1e6,
                      "floor_seconds": floor, "floor_us_per_node": floor / nodes * 1e6})
     return rows
 
@@ -521,15 +523,18 @@ def render_model(model: dict) -> str:
 
 def render_scaling(rows: List[dict]) -> str:
     table = markdown_table(
-        ["blocks", "nodes", "nodes after", "pipeline time", "µs / node", "parse+serialize",
-         "floor µs / node"],
+        ["blocks", "nodes", "nodes after", "pipeline time", "its runs", "µs / node",
+         "parse+serialize", "floor µs / node", "ratio"],
         [[r["blocks"], r["nodes"], r["nodes_after"], fmt_seconds(r["seconds"]),
+          " – ".join(map(fmt_seconds, r.get("seconds_range") or [])),
           f"{r['us_per_node']:.1f}", fmt_seconds(r["floor_seconds"]),
-          f"{r['floor_us_per_node']:.2f}"] for r in rows])
+          f"{r['floor_us_per_node']:.2f}", f"{r['seconds'] / r['floor_seconds']:.1f}×"]
+         for r in rows])
     return ("## Scaling\n\n`models.synthetic.repeated_blocks(n)` (conv + bias → FusedBatchNormV3 → "
             "Relu, about 10 nodes per block), `pipeline.run` with every transform including "
-            "fold-batch-norm, no verification; per size the median of the interleaved repeats, "
-            "the floor timed in the same loop.\n\n" + table)
+            "fold-batch-norm, no verification; per size the median of the interleaved repeats "
+            "(\"its runs\": the fastest and slowest of them), the floor timed in the same loop; "
+            "ratio: pipeline time over the floor.\n\n" + table)
 
 
 def render_training(section) -> str:

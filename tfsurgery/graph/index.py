@@ -35,6 +35,7 @@ from tfsurgery.graph.tensors import decode_tensor, encode_tensor, tensor_nbytes
 from tfsurgery.ops import FORWARDING_OPS
 
 CACHED_VALUE_BYTES = 4096      # decoded Const values up to this size are kept (read-only)
+_new_tuple = tuple.__new__
 
 
 @contextlib.contextmanager
@@ -240,7 +241,7 @@ class Graph:
                 continue
             if port is not None and (ref.control or ref.port != port):
                 continue
-            found.append(Consumer(consumer, index, ref))
+            found.append(_new_tuple(Consumer, (consumer, index, ref)))   # (see parse_ref)
         return found
 
     def consumer_nodes(self, name: str, port: Optional[int] = None) -> Set[str]:
