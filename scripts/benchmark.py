@@ -137,7 +137,8 @@ def scaling_only(args) -> int:
     rows = benchmark.scaling_run(blocks, repeats=args.repeats)
     machine = benchmark.machine_info()
     section = benchmark.render_scaling(rows) + (
-        f"\n\nMeasured alone (`python scripts/benchmark.py --scaling`): {machine['cpu']}, "
+        f"\n\nMeasured alone (`python scripts/benchmark.py --scaling --repeats {args.repeats}`): "
+        f"{machine['cpu']}, "
         f"{machine['cores']} cores; {machine['date']}; load average at start "
         f"{' / '.join(map(str, machine['load_average_at_start']))}.")
     print(section)
