@@ -180,12 +180,12 @@ def _check_known(transforms: Sequence[str]) -> None:
 def _run(graph: Graph, transforms: Sequence[str], options: Options) -> List[TransformReport]:
     reports: Dict[str, TransformReport] = {}
     seen_changes: Dict[str, int] = {}       # name → the change count it saw when it last ran
-    # passes that changed the graph: all of them, and those that did more than merge equal
-    # constants into one (what a transform that reads constants by value can see)
-    changes = {False: 0, True: 0}
+    changes = 0              # passes that changed the graph
+    beyond_constants = 0     # of those, the ones that did more than merge equal constants
 
     def changes_seen_by(name: str) -> int:
-        return changes[bool(getattr(lookup(name), "constants_by_value", False))]
+        by_value = getattr(lookup(name), "constants_by_value", False)
+        return beyond_constants if by_value else changes
 
     rounds = 0
     for round_ in range(1, MAX_ROUNDS + 1):
@@ -196,9 +196,9 @@ def _run(graph: Graph, transforms: Sequence[str], options: Options) -> List[Tran
             rounds = round_
             report = _run_pass(graph, name, options)
             if report.rewritten or report.removed_nodes or report.pruned:
-                changes[False] += 1
+                changes += 1
                 if not report.shared_constants_only:
-                    changes[True] += 1
+                    beyond_constants += 1
             seen_changes[name] = changes_seen_by(name)   # each pass reaches its own fixpoint
             _book(reports, name, report, round_)
         if rounds < round_:

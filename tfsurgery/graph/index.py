@@ -30,12 +30,11 @@ from tfsurgery.graph.integrity import (BACK_EDGE_OPS, StructureProof, check_node
 from tfsurgery.graph.library import FunctionLibrary
 from tfsurgery.graph.opdefs import attr_value, check_attr_kinds, python_value
 from tfsurgery.graph.refs import (COLOCATION_ATTR, COLOCATION_PREFIX, Consumer, Ref,
-                                  colocation_targets, parse_ref)
+                                  _new_tuple, colocation_targets, parse_ref)
 from tfsurgery.graph.tensors import decode_tensor, encode_tensor, tensor_nbytes
 from tfsurgery.ops import FORWARDING_OPS
 
 CACHED_VALUE_BYTES = 4096      # decoded Const values up to this size are kept (read-only)
-_new_tuple = tuple.__new__
 
 
 @contextlib.contextmanager
@@ -93,7 +92,7 @@ class Graph:
         with gc_paused():        # a burst of small objects that all live on: nothing to collect
             in_order = self._index_all(check_inputs)
         # inputs, ports and order checked while indexing: sound unless a colocation is broken
-        self._proof.indexed(in_order, self._graph_order)
+        self._proof.indexed(in_order)
 
     def _index_all(self, check_inputs: bool) -> bool:
         """``_index_edges`` for every node in graph order, in one loop (the hot path of a large
@@ -135,11 +134,6 @@ class Graph:
                     check_node_inputs(node, refs, nodes, outputs)
         self._positions = itertools.count(position + 1)
         return in_order
-
-    def _graph_order(self) -> Dict[str, int]:
-        """Each node's position in graph order, as the op index files it (the same ints)."""
-        by_op = self._by_op
-        return {name: by_op[op][name] for name, op in self._ops.items()}
 
     def _index_edges(self, name: str, node: node_def_pb2.NodeDef, attrs,
                      refs: Optional[Tuple[Ref, ...]] = None) -> Tuple[Ref, ...]:

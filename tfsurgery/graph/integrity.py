@@ -61,13 +61,12 @@ class StructureProof:
         self._lowest = 0
 
     # ---------------------------------------------------------------- fed while indexing
-    def indexed(self, in_order: bool, graph_order) -> None:
+    def indexed(self, in_order: bool) -> None:
         """The index is built; ``in_order``: inputs and ports were checked while indexing and
-        every node reads only nodes before it. Then graph order (``graph_order()``: name →
-        position) is the positions, and the graph is sound unless a colocation names a missing
-        node."""
+        every node reads only nodes before it. Then graph order is the positions, and the graph
+        is sound unless a colocation names a missing node."""
         if in_order and self.colocation_problem() is None:
-            self.positions = graph_order()          # graph order is topological (no loop)
+            self.positions = dict(zip(self._nodes, itertools.count()))    # graph order (no loop)
             self.clean_at = 0
             self.colocation_added = False
 
