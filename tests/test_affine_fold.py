@@ -202,3 +202,32 @@ def test_scale_with_another_reader_does_not_move():
         tf.identity(y + tf.reduce_sum(scaled), name="out")
     left = ops(optimized(tf1_source(build)).graph_def)
     assert left.count("Mul") == 1 and left.count("Sub") == 1
+
+
+def test_batch_norm_parameters_stored_in_any_encoding_fold():
+    """A batch norm's parameters are read from one buffer when all four are packed alike; a
+    broadcast fill (one float_val), a parameter behind an Identity, or one of another shape
+    each take the one-by-one path — the fold is the same either way."""
+    channels = 4
+
+    def build(placeholder):
+        x = placeholder(tf.float32, [None, 6, 6, 3], name="x")
+        for i, (mean, offset) in enumerate([
+                (tf.constant(_r(channels)), tf.constant(_r(channels))),          # packed alike
+                (tf.constant(0.25, shape=[channels]), tf.identity(tf.constant(_r(channels)))),
+                (tf.identity(tf.constant(_r(channels))), tf.constant(_r(channels)))]):
+            z = tf.nn.conv2d(x if i == 0 else y, tf.constant(_r(3, 3, x.shape[-1] if i == 0
+                                                             else channels, channels)),
+                             [1, 1, 1, 1], "SAME")
+            y, *_ = tf.compat.v1.nn.fused_batch_norm(
+                z, tf.constant(_r(channels) + 2.0), offset, mean=mean,
+                variance=tf.constant(np.abs(_r(channels)) + 0.1), is_training=False)
+        tf.identity(tf.nn.relu(y), name="out")
+
+    source = tf1_source(build)
+    fills = [n.name for n in source.graph_def.node if n.op == "Const" and
+             n.attr["value"].tensor.float_val and not n.attr["value"].tensor.tensor_content]
+    assert fills                                # the broadcast fill really is one float_val
+    result = optimized(source)
+    assert "FusedBatchNormV3" not in ops(result.graph_def)
+    assert ops(result.graph_def).count("Conv2D") == 3

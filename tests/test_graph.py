@@ -343,3 +343,47 @@ def test_every_graph_method_the_reference_page_names_exists():
     assert {"node", "nodes_with_ops", "consumers", "const_value", "set_const_value", "add_const",
             "new_node", "rewire", "remove", "edit_node", "mutable"} <= named
     assert [name for name in sorted(named) if not callable(getattr(Graph, name, None))] == []
+
+
+def test_op_reads_the_op_index_and_follows_what_edit_node_changes():
+    """``Graph.op`` answers from the index without touching NodeDefs; a node ``edit_node``
+    handed out is read itself, however late its op is changed (even after a query refiled it)."""
+    g = Graph(graph_def(node("x", "Placeholder"), node("a", "Neg", "x"), node("b", "Abs", "a")))
+    assert [g.op(r) for r in ("a", "a:1", "^a", Ref("a", 2), "missing", Ref("missing"), None)] \
+        == ["Neg", "Neg", "Neg", "Neg", None, None, None]
+    handed = g.edit_node("a")
+    handed.op = "Abs"
+    assert g.op("a") == "Abs" and [n.name for n in g.nodes_with_ops({"Abs"})] == ["a", "b"]
+    handed.op = "Relu"                         # after the query refiled it
+    assert g.op("a") == g.op(Ref("a")) == "Relu"
+    g.remove(["b"])
+    assert g.op("b") is None
+    g.new_node("Exp", "b", ["a"])
+    assert g.op("b:0") == "Exp" and g.is_const("b") is False
+
+
+def test_const_values_alike_stack_packed_constants_as_tensorflow_reads_them():
+    """One buffer for several packed Consts of one dtype and shape (through identities); None
+    when any is not such a Const, so the caller reads them one by one."""
+    rng = np.random.default_rng(7)
+    values = [rng.standard_normal(5).astype(np.float32) for _ in range(3)]
+    g = Graph(graph_def(const("a", values[0]), const("b", values[1]), const("c", values[2]),
+                        node("b_read", "Identity", "b"),
+                        const("wide", rng.standard_normal(6).astype(np.float32)),
+                        const("half", values[0].astype(np.float16)),
+                        const("scalar", np.float32(2.0)), const("filled", np.ones(5, np.float32)),
+                        node("x", "Placeholder")))
+    refs = [Ref("a"), Ref("b_read"), Ref("c")]
+    stacked = g.const_values_alike(refs)
+    expected = np.stack([tf.make_ndarray(g.node(n).attr["value"].tensor) for n in "abc"])
+    np.testing.assert_array_equal(stacked, expected)
+    assert stacked.dtype == np.float32 and not stacked.flags.writeable
+    for other in ("wide", "half", "scalar", "x", "missing"):
+        assert g.const_values_alike([Ref("a"), Ref(other)]) is None, other
+    assert g.const_values_alike([Ref("a", 1), Ref("c")]) is None
+    # make_tensor_proto writes np.ones(5) packed; a broadcast fill (one float_val) is not
+    filled = g.edit_node("filled").attr["value"].tensor
+    filled.ClearField("tensor_content")
+    filled.float_val.append(1.0)
+    assert g.const_values_alike([Ref("a"), Ref("filled")]) is None
+    np.testing.assert_array_equal(g.const_value("filled"), np.ones(5, np.float32))

@@ -72,6 +72,8 @@ def linear_op(graph: Graph, name: str) -> Optional[Linear]:
 
     def along(axis):
         def scale(w, s):
+            if axis == w.ndim - 1:
+                return w * s            # broadcasting runs along the last axis already
             return w * s.reshape([-1 if i == axis else 1 for i in range(w.ndim)])
         return scale
 
@@ -119,18 +121,23 @@ def batch_norm_step(graph: Graph, name: str, lin: Linear) -> Union[Affine, str]:
         return "the batch norm's statistics outputs are consumed"
     if _data_format_axis(graph, name, lin.rank) != lin.channel_axis % lin.rank:
         return "batch norm data_format does not match the channel axis of its input"
-    params = [graph.const_value(ref) for ref in graph.inputs(name)[1:5]]
-    if any(p is None for p in params):
+    params = _parameters(graph, graph.inputs(name)[1:5])
+    if params is None:
         return "batch-norm parameters (scale, offset, mean, variance) are not all constants"
-    gamma, beta, mean, var = _as_float64(params)
+    gamma, beta, mean, var = params
     scale = gamma / np.sqrt(var + graph.attr(name, "epsilon", 1e-4))
     return scale, beta - mean * scale
 
 
-def _as_float64(params: List[np.ndarray]) -> List[np.ndarray]:
-    """The parameters as float64 vectors (one conversion when their shapes agree)."""
-    if len({p.shape for p in params}) == 1:
-        return list(np.asarray(params, dtype=np.float64))
+def _parameters(graph: Graph, refs: List[Ref]) -> Optional[List[np.ndarray]]:
+    """A batch norm's parameters as float64 vectors (None unless all are constants): read from
+    one buffer when they are stored alike, as they nearly always are."""
+    alike = graph.const_values_alike(refs)
+    if alike is not None:
+        return list(alike.astype(np.float64))
+    params = [graph.const_value(ref) for ref in refs]
+    if any(p is None for p in params):
+        return None
     return [p.astype(np.float64) for p in params]
 
 
@@ -139,10 +146,10 @@ def global_norm_step(graph: Graph, name: str, lin: Linear) -> Union[Affine, str]
     s = gamma / sqrt(var + eps) (gamma only with scale_after_normalization), t = beta - mean·s."""
     if lin.channel_axis % lin.rank != lin.rank - 1:
         return "BatchNormWithGlobalNormalization normalizes the last axis, not the channel axis"
-    params = [graph.const_value(ref) for ref in graph.inputs(name)[1:5]]
-    if any(p is None for p in params):
+    params = _parameters(graph, graph.inputs(name)[1:5])
+    if params is None:
         return "batch-norm parameters (mean, variance, beta, gamma) are not all constants"
-    mean, var, beta, gamma = _as_float64(params)
+    mean, var, beta, gamma = params
     scale = 1.0 / np.sqrt(var + graph.attr(name, "variance_epsilon", 1e-3))
     if graph.attr(name, "scale_after_normalization", False):
         scale = scale * gamma

@@ -18,7 +18,7 @@ import gc
 import itertools
 import warnings
 from collections import defaultdict
-from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -31,7 +31,8 @@ from tfsurgery.graph.library import FunctionLibrary
 from tfsurgery.graph.opdefs import attr_value, check_attr_kinds, python_value
 from tfsurgery.graph.refs import (COLOCATION_ATTR, COLOCATION_PREFIX, Consumer, Ref,
                                   _new_tuple, colocation_targets, parse_ref)
-from tfsurgery.graph.tensors import decode_tensor, encode_tensor, tensor_nbytes
+from tfsurgery.graph.tensors import (decode_alike, decode_tensor, encode_tensor,
+                                     tensor_nbytes)
 from tfsurgery.ops import FORWARDING_OPS
 
 CACHED_VALUE_BYTES = 4096      # decoded Const values up to this size are kept (read-only)
@@ -72,6 +73,7 @@ class Graph:
         self._ops: Dict[str, str] = {}
         self._positions = itertools.count()     # a node's place in graph order
         self._op_may_change: Set[str] = set()
+        self._handed_out: Set[str] = set()      # every node ``edit_node`` gave: read its op itself
         self._refs: Dict[str, Tuple[Ref, ...]] = {}      # node → its inputs, parsed once
         self._consumers: Dict[str, Dict[Tuple[str, int], Ref]] = defaultdict(dict)
         self._colocated: Dict[str, Set[str]] = defaultdict(set)    # target → nodes naming it
@@ -210,10 +212,20 @@ class Graph:
         """Op type of the node behind a name or Ref (None if missing)."""
         if ref is None:
             return None
-        node = self.nodes.get(ref.node if isinstance(ref, Ref) else ref)
-        if node is None and not isinstance(ref, Ref):      # "name:1" or "^name"
-            node = self.nodes.get(parse_ref(ref).node)
-        return node.op if node is not None else None
+        if isinstance(ref, Ref):
+            return self._op_of(ref.node)
+        if ref in self._ops:
+            return self._op_of(ref)
+        return self._op_of(parse_ref(ref).node)       # "name:1" or "^name"
+
+    def _op_of(self, name: str) -> Optional[str]:
+        """A node's op from the op index (None if there is no such node): a node's NodeDef is
+        not touched, nor a str made from it, unless ``edit_node`` handed it out (its op may have
+        been changed since it was filed)."""
+        if name in self._handed_out:
+            node = self.nodes.get(name)
+            return node.op if node is not None else None
+        return self._ops.get(name)
 
     def inputs(self, name: str) -> List[Ref]:
         """Data inputs of a node, parsed, in order (control inputs excluded)."""
@@ -267,11 +279,10 @@ class Graph:
         """Follow identity-like ops back to the tensor that really produces a value."""
         ref = ref if isinstance(ref, Ref) else parse_ref(ref)
         seen = set()
-        while ref.node in self.nodes and self.nodes[ref.node].op in FORWARDING_OPS \
-                and ref.node not in seen:
+        while self._op_of(ref.node) in FORWARDING_OPS and ref.node not in seen:
             seen.add(ref.node)
             inputs = self.inputs(ref.node)
-            if self.nodes[ref.node].op == "IdentityN":
+            if self._op_of(ref.node) == "IdentityN":
                 ref = inputs[ref.port]
             elif ref.port != 0 or not inputs:
                 break
@@ -285,25 +296,33 @@ class Graph:
         value = self._values.get(ref.node) if ref.port == 0 else None
         if value is not None:
             return value                  # a cached value is a Const's: nothing to follow
-        node = self.nodes.get(ref.node)
-        if node is None:
-            return None
-        op = node.op
+        op = self._op_of(ref.node)
         if op != "Const":                 # only a forwarding op leads on to a constant
             if through_identity and op in FORWARDING_OPS:
                 return self.const_value(self.resolve(ref), through_identity=False)
             return None
         if ref.port != 0:
             return None
-        value = decode_tensor(node.attr["value"].tensor)      # read-only: shared, never edited
+        # read-only: shared, never edited
+        value = decode_tensor(self.nodes[ref.node].attr["value"].tensor)
         if value.nbytes <= CACHED_VALUE_BYTES:
             self._values[ref.node] = value
         return value
 
+    def const_values_alike(self, refs: Sequence[Ref]) -> Optional[np.ndarray]:
+        """The values of several constant tensors (through identities, as ``const_value``)
+        stacked along a new first axis, read from one buffer, when all are packed Consts of one
+        dtype and shape; None otherwise (then ask ``const_value`` for each)."""
+        refs = [self.resolve(ref) for ref in refs]
+        if not refs or not all(ref.port == 0 and self._op_of(ref.node) == "Const"
+                               for ref in refs):
+            return None
+        nodes = self.nodes
+        return decode_alike([nodes[ref.node].attr["value"].tensor for ref in refs])
+
     def is_const(self, ref) -> bool:
         ref = self.resolve(ref if isinstance(ref, Ref) else parse_ref(ref))
-        node = self.nodes.get(ref.node)
-        return node is not None and node.op == "Const" and ref.port == 0
+        return ref.port == 0 and self._op_of(ref.node) == "Const"
 
     # ---------------------------------------------------------------- editing
     def edit_node(self, name: str) -> node_def_pb2.NodeDef:
@@ -312,6 +331,7 @@ class Graph:
         ``rewire`` (the index keeps them), and its name stays."""
         self._proof.anything_may_change()   # the next structure check is a full one
         self._op_may_change.add(name)
+        self._handed_out.add(name)
         node = self._own(name)
         if name not in self._colocation_as_filed:
             self._colocation_as_filed[name] = colocation_targets(node)

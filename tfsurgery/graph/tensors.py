@@ -9,7 +9,7 @@ functions, which costs more than the data for small tensors.
 from __future__ import annotations
 
 import functools
-from typing import FrozenSet, Optional, Tuple
+from typing import FrozenSet, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -42,6 +42,20 @@ def decode_tensor(tensor: tensor_pb2.TensorProto) -> np.ndarray:
     value = tf.make_ndarray(tensor)
     value.flags.writeable = False
     return value
+
+
+def decode_alike(tensors: Sequence[tensor_pb2.TensorProto]) -> Optional[np.ndarray]:
+    """The values of packed tensors of one dtype and shape, stacked along a new first axis and
+    read-only: one buffer and one array for all (a batch norm's four parameters); None unless
+    every tensor is packed alike."""
+    first = tensors[0]
+    dtype, shape = first.dtype, first.tensor_shape.SerializeToString()
+    if not all(t.tensor_content and t.dtype == dtype and
+               t.tensor_shape.SerializeToString() == shape for t in tensors):
+        return None
+    content = b"".join(t.tensor_content for t in tensors)
+    return np.frombuffer(content, dtype=_numpy_dtype(dtype)).reshape(
+        (len(tensors),) + _dims(shape))
 
 
 def encode_tensor(value, dtype=None,
