@@ -50,11 +50,11 @@ def decode_alike(tensors: Sequence[tensor_pb2.TensorProto]) -> Optional[np.ndarr
     every tensor is packed alike."""
     first = tensors[0]
     dtype, shape = first.dtype, first.tensor_shape.SerializeToString()
-    if not all(t.tensor_content and t.dtype == dtype and
-               t.tensor_shape.SerializeToString() == shape for t in tensors):
+    contents = [t.tensor_content for t in tensors]
+    if not all(contents) or any(t.dtype != dtype or t.tensor_shape.SerializeToString() != shape
+                                for t in tensors):
         return None
-    content = b"".join(t.tensor_content for t in tensors)
-    return np.frombuffer(content, dtype=_numpy_dtype(dtype)).reshape(
+    return np.frombuffer(b"".join(contents), dtype=_numpy_dtype(dtype)).reshape(
         (len(tensors),) + _dims(shape))
 
 
