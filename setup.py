@@ -30,10 +30,14 @@ setup(
     extras_require={
         # scikit-learn: real data for the int8 tests, shipped inside its wheel (load_digits;
         # load_sample_images, which needs pillow to read its two JPEG photos).
+        # openvino + nncf: so CI runs the OpenVINO tests (they skip where it is missing); both
+        # install beside tensorflow 2.21 and numpy 2 without changing either (docs/openvino.md).
         "test": ["pytest", "hypothesis", "tf_keras>=2.21,<2.22", "graphviz", "graphviz-pure",
-                 "scikit-learn", "pillow"],
+                 "scikit-learn", "pillow", "openvino>=2026.0", "nncf>=3.0"],
         # --picture: DOT text, and a self-contained `dot` when Graphviz itself is not installed.
         "picture": ["graphviz", "graphviz-pure"],
+        # --openvino DIR/: OpenVINO's converter and CPU runtime; --quantize int8 with it: NNCF.
+        "openvino": ["openvino>=2026.0", "nncf>=3.0"],
     },
     entry_points={"console_scripts": ["tfsurgery=tfsurgery.cli:main"]},
 )

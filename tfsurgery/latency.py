@@ -153,15 +153,18 @@ def _measure(runtime: str, work: Path, runs: int, timeout: float) -> List[Timing
 
 
 def measure_in_subprocess(runtime: str, variants: Dict[str, tuple], outputs: Sequence[str], *,
-                          runs: int, work: Path, timeout: float = 600) -> List[Timing]:
+                          runs: int, work: Path, timeout: float = 600,
+                          precisions: Optional[Dict[str, Optional[str]]] = None) -> List[Timing]:
     """The one timing worker (``tfsurgery bench`` and the benchmarks alike): each variant's model
-    (a .pb, .onnx or .tflite path) fed its own .npz, run interleaved ``runs`` times in a fresh
-    process for ``runtime`` ("tensorflow", "onnxruntime" or "tflite"); the timings come back
-    as JSON."""
+    (a .pb, .onnx, .tflite path or an OpenVINO IR directory) fed its own .npz, run interleaved
+    ``runs`` times in a fresh process for ``runtime`` ("tensorflow", "onnxruntime", "tflite" or
+    "openvino"); the timings come back as JSON. ``precisions``: OpenVINO's inference precision
+    per variant (None: OpenVINO's own default)."""
     plan = work / f"plan_{runtime}.json"
     plan.write_text(json.dumps({"runtime": runtime, "runs": runs, "outputs": list(outputs),
                                 "variants": {name: [str(model), str(feeds)]
-                                             for name, (model, feeds) in variants.items()}}))
+                                             for name, (model, feeds) in variants.items()},
+                                "precisions": precisions or {}}))
     command = [sys.executable, "-m", "tfsurgery.latency", str(plan)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
@@ -183,7 +186,19 @@ def tflite_runner(model_path: Path, feeds: Dict[str, np.ndarray]):
     return lambda: runner(**feed)
 
 
-def _runner(runtime: str, model: Path, feeds: Dict[str, np.ndarray], outputs: Sequence[str]):
+def openvino_runner(directory: Path, feeds: Dict[str, np.ndarray], outputs: Sequence[str],
+                    precision: Optional[str]):
+    """The IR compiled for the CPU (latency hint; ``precision`` None: OpenVINO's default)."""
+    from tfsurgery import openvino_export
+    compiled = openvino_export.compile_ir(directory / openvino_export.XML, precision,
+                                          threads=threads())
+    return openvino_export.runner(compiled, feeds, outputs)
+
+
+def _runner(runtime: str, model: Path, feeds: Dict[str, np.ndarray], outputs: Sequence[str],
+            precision: Optional[str] = None):
+    if runtime == "openvino":
+        return openvino_runner(model, feeds, outputs, precision)
     if runtime == "tensorflow":
         import tensorflow as tf
         return tf_runner(tf.compat.v1.GraphDef.FromString(model.read_bytes()), feeds, outputs)
@@ -194,7 +209,9 @@ def _runner(runtime: str, model: Path, feeds: Dict[str, np.ndarray], outputs: Se
 
 def _worker(plan_path: Path) -> List[Timing]:
     plan = json.loads(plan_path.read_text())
-    runners = {name: _runner(plan["runtime"], Path(model), dict(np.load(feeds)), plan["outputs"])
+    precisions = plan.get("precisions", {})
+    runners = {name: _runner(plan["runtime"], Path(model), dict(np.load(feeds)), plan["outputs"],
+                             precisions.get(name))
                for name, (model, feeds) in plan["variants"].items()}
     return summarise(plan["runtime"], interleaved(runners, plan["runs"]), threads())
 

@@ -1,0 +1,92 @@
+"""``bench`` across every installed runtime (issue 33, item 3): what the table holds — each
+runtime's artefacts, each with its check, the fastest *checked* one named, the CPU named — not
+how fast anything is (timings are the benchmark's business, never a test's)."""
+import xml.etree.ElementTree as ElementTree
+
+import numpy as np
+import pytest
+
+from tfsurgery import api, latency, runtime_bench
+from tfsurgery.runtime_bench import Bench, Check, Entry
+
+
+def timing(runtime, variant, ms):
+    return latency.Timing(runtime, variant, ms, ms / 10, 2)
+
+
+@pytest.fixture(scope="module")
+def demo_bench(tmp_path_factory):
+    source = api.demo()
+    result = api.optimize(source)
+    v = result.verification
+    return runtime_bench.bench(
+        result.original, result.graph_def, result.inputs, result.outputs,
+        api.signature_for(source, result), feeds=api.feeds_for_checks(result),
+        verification=Check(v.passed, v.max_error, v.allowed, "verification"),
+        tolerance=result.tolerance, settings=result.original_extra_feeds, runs=2,
+        work=tmp_path_factory.mktemp("bench"))
+
+
+def test_every_installed_runtime_has_its_rows_each_checked(demo_bench):
+    installed = [r for r in runtime_bench.RUNTIMES if runtime_bench.installed(r)]
+    assert demo_bench.missing == [r for r in runtime_bench.RUNTIMES if r not in installed]
+    rows = {(e.runtime, e.model, e.precision.split()[0]) for e in demo_bench.entries}
+    expected = {("tensorflow", "original", "float32"), ("tensorflow", "optimized", "float32"),
+                ("onnxruntime", "original", "float32"), ("onnxruntime", "optimized", "float32"),
+                ("tflite", "optimized", "float32"), ("openvino", "optimized", "f32")}
+    assert {r for r in expected if r[0] in installed} <= rows
+    for entry in demo_bench.entries:
+        assert entry.timing is not None and entry.timing.median_ms > 0, entry.as_dict()
+        if entry.model == "original":
+            assert entry.check is None          # the reference itself
+        else:      # the demo's artefacts all pass, each at its own tolerance
+            assert entry.check.passed and entry.check.max_error <= entry.check.tolerance
+    if "openvino" in installed:
+        from tfsurgery import openvino_export
+        default = openvino_export.default_precision()
+        openvino = {e.precision.split()[0]: e for e in demo_bench.entries
+                    if e.runtime == "openvino"}
+        assert set(openvino) == {"f32", default}
+        assert openvino["f32"].check.tolerance == openvino_export.TOLERANCES["f32"]
+        assert openvino[default].check.tolerance == openvino_export.TOLERANCES[default]
+        assert "default" in openvino[default].precision or default == "f32"
+
+
+def test_the_fastest_checked_one_is_named_with_the_cpu(demo_bench):
+    fastest = demo_bench.fastest()
+    timed = [e for e in demo_bench.entries if e.timing and e.checked]
+    assert fastest.timing.median_ms == min(e.timing.median_ms for e in timed)
+    assert demo_bench.cpu["name"] and isinstance(demo_bench.cpu["flags"], list)
+    data = demo_bench.as_dict()
+    assert data["fastest"]["runtime"] == fastest.runtime and data["runs"] == 2
+
+
+def test_a_faster_model_that_missed_its_check_is_never_the_fastest():
+    bench = Bench([Entry("tensorflow", "original", "float32", None,
+                         timing("tensorflow", "original", 5.0)),
+                   Entry("openvino", "optimized", "bf16", Check(False, 0.2, 0.05, "OpenVINO"),
+                         timing("openvino", "optimized bf16", 1.0)),
+                   Entry("onnxruntime", "optimized", "float32", Check(True, 1e-7, 1e-4, "ort"),
+                         timing("onnxruntime", "optimized", 2.0))],
+                  {"name": "test CPU", "flags": ["avx2"]}, runs=3)
+    assert bench.fastest().runtime == "onnxruntime"
+    assert bench.entries[1].check.line().startswith("MISSED")
+    picture = ElementTree.fromstring(runtime_bench.svg(bench))
+    bars = [e for e in picture.iter() if e.tag.endswith("rect")]
+    assert len(bars) == 3
+    texts = " ".join(e.text or "" for e in picture.iter())
+    assert "test CPU (avx2)" in texts and "fastest checked" in texts
+
+
+def test_a_runtime_not_installed_is_listed_as_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(runtime_bench, "installed", lambda runtime: runtime == "tensorflow")
+    source = api.demo()
+    result = api.optimize(source)
+    bench = runtime_bench.bench(
+        result.original, result.graph_def, result.inputs, result.outputs,
+        api.signature_for(source, result), feeds=api.feeds_for_checks(result),
+        verification=Check(True, 0.0, 1e-4, "verification"), tolerance=result.tolerance,
+        settings=result.original_extra_feeds, runs=1, work=tmp_path)
+    assert bench.missing == ["onnxruntime", "tflite", "openvino"]
+    assert {e.runtime for e in bench.entries} == {"tensorflow"}
+    assert np.isfinite(bench.fastest().timing.median_ms)
