@@ -11,9 +11,10 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     # One installed package: the repository's transforms/ and models/ folders install inside it.
-    packages=["tfsurgery", "tfsurgery.graph", "tfsurgery.training", "tfsurgery.transforms",
-              "tfsurgery.models"],
-    package_dir={"tfsurgery": "tfsurgery", "tfsurgery.graph": "tfsurgery/graph",
+    packages=["tfsurgery", "tfsurgery.cli", "tfsurgery.graph", "tfsurgery.training",
+              "tfsurgery.transforms", "tfsurgery.models"],
+    package_dir={"tfsurgery": "tfsurgery", "tfsurgery.cli": "tfsurgery/cli",
+                 "tfsurgery.graph": "tfsurgery/graph",
                  "tfsurgery.training": "tfsurgery/training",
                  "tfsurgery.transforms": "transforms",
                  "tfsurgery.models": "models"},

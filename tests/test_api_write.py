@@ -243,7 +243,7 @@ def test_a_failed_export_check_writes_nothing_either_way(pb, tmp_path, monkeypat
 def test_the_cli_holds_no_export_sequence_of_its_own():
     """The CLI imports only the API (test_architecture) and calls api.write: it neither batches
     nor calls an exporter itself (only `inspect --picture` draws its one picture)."""
-    text = (ROOT / "tfsurgery" / "cli.py").read_text()
+    text = "".join(path.read_text() for path in (ROOT / "tfsurgery" / "cli").glob("*.py"))
     assert "api.write(" in text
     assert not re.search(r"api\.(Batch|export_onnx|export_int8|export_saved_model|"
                          r"export_tflite|export_tflite_int8|save)\(", text)

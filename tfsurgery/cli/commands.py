@@ -1,0 +1,461 @@
+"""The subcommands' work: each parses nothing, calls the API and prints what it found.
+``run(args)`` dispatches; every failed check exits 1 with nothing written."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+
+def _split(text: Optional[str]) -> List[str]:
+    return [part.strip() for part in text.split(",") if part.strip()] if text else []
+
+
+def _preprocess(args):
+    """The preprocessing options, parsed after logging is set up (parsing imports TensorFlow,
+    whose start-up chatter would otherwise reach stderr); bad text: InputError, exit 2."""
+    from tfsurgery import api
+    return api.requested_preprocessing(args.input_dtype, args.reverse_input_channels,
+                                       args.mean_values, args.scale_values)
+
+
+def _params(given) -> dict:
+    params: dict = {}
+    for transform, name, value in given:
+        params.setdefault(transform, {})[name] = value
+    return params
+
+
+def run(args) -> int:
+    """The subcommand ``args.command``, with its options: its exit status."""
+    from tfsurgery import api
+    if args.command == "compare":
+        return _compare(args)
+    api.load_plugins(args.plugin)
+    if args.list_transforms:
+        _say(args, api.format_table(api.list_transforms(),
+                                    headers=("transform", "runs", "from", "what it does",
+                                             "parameters (--param)")))
+        return 0
+    transforms = api.choose_transforms(_split(args.transforms), bn_fold=args.bn_fold,
+                                       enable=args.enable + (["layout-nhwc"] if args.layout
+                                                             else []), disable=args.disable)
+    args.preprocess = _preprocess(args)       # bad values: exit 2 before loading the model
+    saved_model = _saved_model_path(args)
+    api.check_output_paths([getattr(args, option, None)         # before minutes of work
+                            for option in ("output", "report_json", "onnx", "picture", "tflite")
+                            if not (option == "output" and _saved_model_from_output(args))],
+                           opset=getattr(args, "opset", None),
+                           picture_path=getattr(args, "picture", None))
+    if getattr(args, "quantize", None):
+        api.check_int8_request(args.samples, args.quantize, args.command == "export" or
+                               bool(args.onnx) or bool(args.tflite),
+                               _split(args.inputs_as_nchw), weights=args.weights)
+    if saved_model is not None:
+        api.check_saved_model_target(saved_model, force=args.force, input_path=args.input)
+    source = api.load(args.input, args.signature) if args.input else api.demo()
+    if getattr(args, "picture", None):
+        api.check_drawable(source, args.picture_scope)
+    if args.command == "inspect":
+        return _inspect(args, source, transforms)
+    if args.command == "bench":
+        return _bench(args, source, transforms)
+    return _optimize(args, source, transforms)
+
+
+def _interface(args):
+    """The options that describe the graph's interface, as api.optimize takes them."""
+    from tfsurgery import api
+    return api.Interface(
+        inputs=_split(args.inputs), outputs=_split(args.outputs),
+        training_flags=[name for name, value in args.training_flag if value is None],
+        inference_values={name: value for name, value in args.training_flag
+                          if value is not None},
+        input_shapes=dict(args.input_shape), feeds=dict(getattr(args, "feed", [])))
+
+
+def _checks(args, verify: bool = True, tolerance=None):
+    from tfsurgery import api
+    return api.Checks(verify=verify, tolerance=tolerance,
+                      timeout=getattr(args, "verify_timeout", None))
+
+
+def _options(args) -> dict:
+    """api.optimize's other options: what the transforms do and what the checks run on."""
+    return {"keep_asserts": args.keep_asserts, "preprocess": args.preprocess,
+            "weights": args.weights, "samples": getattr(args, "samples", None),
+            "check_n": getattr(args, "check_n", 1),
+            "transform_params": _params(args.param), "exact": args.exact}
+
+
+def _say(args, text: str = "") -> None:
+    if not args.quiet:
+        print(text)
+
+
+def _optimize(args, source, transforms) -> int:
+    """``optimize`` (writes the .pb, and the ONNX model with --onnx) and ``export`` (ONNX only):
+    the API writes every target, all or nothing; here it is printed. Any failed check exits 1
+    with nothing written."""
+    from tfsurgery import api
+    targets = _targets(args, source)
+    result = _optimized(api, source, transforms, args, verify=not args.no_verify,
+                        tolerance=args.tolerance)
+    _say(args, f"{source.label}: {len(source.graph_def.node)} → "
+               f"{len(result.graph_def.node)} nodes")
+    _say(args, api.comparison_table(source.graph_def, result.graph_def))
+    for line in api.transform_lines(result.reports, verbose=args.verbose):
+        _say(args, line)
+    _interface_notes(args, result)
+    data = result.as_report()
+    data["artefacts"] = []
+    code = _check_verification(args, result)
+    if code == 0:
+        failed = None
+        try:
+            written = api.write(source, result, targets)
+        except api.WriteFailed as error:
+            failed, written, code = error, error.written, 1
+        _say_checks(args, result, written)
+        if failed is not None:
+            print(f"tfsurgery: {failed.stage} FAILED: {failed}; nothing written",
+                  file=sys.stderr)
+        else:
+            _say_written(args, written.artefacts)
+        data.update(written.report())
+    if args.report_json:           # last: it describes outputs that now exist (or a failed check)
+        api.write_json(args.report_json, data, input_path=source.path)
+    if code == 0 and args.picture:
+        _say(args, f"wrote {args.picture}")
+    return code
+
+
+def _targets(args, source):
+    """What to write, from the options (the API decides how)."""
+    from tfsurgery import api
+    exporting = args.command == "export"
+    int8 = None
+    if getattr(args, "quantize", None):
+        int8 = api.Int8Targets(
+            samples=args.samples, check_samples=args.check_samples,
+            check_fraction=args.check_fraction,
+            thresholds=api.Int8Thresholds(args.int8_min_agreement, args.int8_min_sqnr,
+                                          args.int8_max_float_layers),
+            calibration=args.int8_calibration, equalize=args.int8_equalize,
+            bias_correction=args.int8_bias_correction, tflite_io=args.tflite_io)
+    return api.Targets(
+        pb=None if exporting or _saved_model_from_output(args) else (
+            Path(args.output) if args.output else api.default_output_path(source)),
+        saved_model=_saved_model_path(args), force=getattr(args, "force", False),
+        tflite=getattr(args, "tflite", None) or None, onnx=_onnx_path(args, source),
+        opset=getattr(args, "opset", None), inputs_as_nchw=_split(getattr(args, "inputs_as_nchw",
+                                                                           None)),
+        ort_optimize=not getattr(args, "raw_onnx", False), int8=int8,
+        picture=getattr(args, "picture", None) or None,
+        picture_scope=getattr(args, "picture_scope", None), allow_unverified=args.no_verify)
+
+
+def _say_checks(args, result, written) -> None:
+    """What each export's conversion and check found, in the order they ran."""
+    from tfsurgery import api
+    exported = written.onnx
+    if exported is not None:
+        path = Path(written.onnx_record["path"])
+        _say(args, f"ONNX (opset {exported.opset}): {exported.node_count} nodes "
+                   f"({exported.converted_node_count} from tf2onnx"
+                   f"{''.join(f'; {n} {what}' for what, n in exported.tidied.items())})"
+                   f"{', weights in ' + path.name + '.data' if exported.external_data else ''}")
+        _say(args, api.format_table(
+            _side_by_side(api.summary(result.graph_def), exported),
+            headers=("TF after", "count", "ONNX", "count")))
+        _say(args, f"ONNX check: max error {exported.max_error:.3g} vs {exported.reference} "
+                   f"(tolerance {exported.tolerance:g}; onnx.checker passed)")
+    if written.int8 is not None:
+        _say_int8(args, written.int8)
+    for artefact in written.checks:
+        _say(args, f"{CHECK_NAMES[artefact.format]} check: {api.check_line(artefact)}")
+    report = written.tflite_int8
+    if report is not None and report.passed:
+        measures = ", ".join(f"{o.name}: {o.measure} {o.value:.4g} (threshold {o.threshold:g})"
+                             for o in report.outputs)
+        equalized = " of the cross-layer-equalized graph" if report.model == "equalized" else ""
+        _say(args, f"TFLite full-integer{equalized} ({report.io_type} I/O), checked on "
+                   f"{report.check_rows} held-back rows against the float original: {measures}")
+        if len(report.tried) > 1:
+            _say(args, "  tried: " + "; ".join(
+                f"{a.model}: " + ", ".join(f"{o.measure} {o.value:.4g}" for o in a.outputs)
+                for a in report.tried))
+        for name, q in report.io_quantization.items():
+            _say(args, f"  int8 {name}: scale {q['scale']:.6g}, zero point {q['zero_point']}")
+
+
+CHECK_NAMES = {"saved_model": "SavedModel", "tflite": "TFLite"}
+
+
+def _say_written(args, artefacts: list) -> None:
+    """One line per artefact written: its path, size and check result."""
+    import math
+    for artefact in artefacts:
+        check = artefact.checked_by
+        if math.isfinite(artefact.max_error):
+            check += (f" against {artefact.reference}: max error {artefact.max_error:.3g} "
+                      f"(tolerance {artefact.tolerance:g})")
+        _say(args, f"wrote {artefact.path} ({FORMAT_NAMES[artefact.format]}, "
+                   f"{artefact.weights} weights, {_size(artefact.bytes)}); {check}")
+
+
+FORMAT_NAMES = {"pb": "frozen graph", "onnx": "ONNX", "saved_model": "SavedModel",
+                "tflite": "TFLite"}
+
+
+def _interface_notes(args, result) -> None:
+    """How the source was frozen, and the inputs that no longer matter."""
+    if result.frozen_form:
+        _say(args, f"frozen form: {result.frozen_form}")
+    for name in result.unused_inputs:
+        _say(args, f"input '{name}' no longer matters: no output reads it after optimization; "
+                   "dropped from the optimized interface (verification fed the original a "
+                   "stand-in value there)")
+
+
+def _saved_model_from_output(args) -> bool:
+    """``optimize -o DIR/``: the output itself is a SavedModel (no .pb written)."""
+    from tfsurgery import api
+    return args.command == "optimize" and api.wants_directory(args.output)
+
+
+def _saved_model_path(args) -> Optional[Path]:
+    if getattr(args, "saved_model", None):
+        return Path(args.saved_model)
+    return Path(args.output) if _saved_model_from_output(args) else None
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 1024:.1f} KiB" if nbytes < 1 << 20 else f"{nbytes / (1 << 20):.1f} MiB"
+
+
+def _optimized(api, source, transforms, args, *, verify: bool = True, tolerance=None,
+               **options):
+    """The optimized result — also when its check failed (``VerificationFailed`` carries it):
+    the CLI still prints what changed and why the check failed, then writes nothing."""
+    try:
+        return api.optimize(source, transforms, interface=_interface(args),
+                            checks=_checks(args, verify, tolerance),
+                            **{**_options(args), **options})
+    except api.VerificationFailed as failed:
+        if failed.result is None:
+            raise
+        return failed.result
+
+
+def _check_verification(args, result) -> int:
+    if result.verification is not None:
+        v = result.verification
+        _say(args, f"verification: {v.summary()}")
+        if not v.passed:
+            where = f"; {result.divergence.line()}" if result.divergence else ""
+            print(f"tfsurgery: verification FAILED: {v.failure()}{where}; nothing written",
+                  file=sys.stderr)
+            return 1
+    elif result.verification_error:
+        print(f"tfsurgery: verification FAILED: {result.verification_error}; nothing written",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _onnx_path(args, source) -> Optional[Path]:
+    from tfsurgery import api
+    if args.command != "export":
+        return Path(args.onnx) if args.onnx else None
+    return Path(args.output) if args.output else api.default_onnx_path(source)
+
+
+def _say_int8(args, report) -> None:
+    equalized = " of the cross-layer-equalized graph" if report.model == "equalized" else ""
+    corrected = ", biases corrected" if report.bias_corrected else ""
+    _say(args, f"int8{equalized} ({report.calibration_method} calibration{corrected} on "
+               f"{report.calibration_rows} rows, checked on {report.check_rows} held-back rows "
+               "against the float original):")
+    eq = report.equalization
+    if eq.get("asked", "off") != "off":
+        how = (f"{eq.get('pairs', 0)} layer pair(s) equalized, {eq.get('refused', 0)} refused"
+               + (f"; not used: {eq['why']}" if eq.get("why") else ""))
+        _say(args, f"  cross-layer equalization ({eq['asked']}): {how}")
+        for skipped in eq.get("transform", {}).get("skipped", [])[:5]:
+            _say(args, f"    refused {skipped['node']}: {skipped['reason']}")
+    if len(report.tried) > 1:
+        _say(args, "  tried (error score, lower is better): " + "; ".join(
+            f"{a.label}: " + ", ".join(f"{o.measure} {o.value:.4g}"
+                                                  for o in a.outputs) + f" ({a.score:.4g})"
+            for a in report.tried))
+    for plain, final in zip(report.plain_outputs, report.outputs):
+        changed = (f" (plain int8: {plain.value:.4g})" if report.kept_float else "")
+        _say(args, f"  {final.name}: {final.measure} {final.value:.4g}{changed}, threshold "
+                   f"{final.threshold:g}: {'ok' if final.passed else 'MISSED'}")
+    if report.sensitivities:
+        ranked = sorted(report.sensitivities.items(), key=lambda kv: -kv[1])
+        _say(args, "  layer sensitivity (error drop with only that layer float): " +
+             ", ".join(f"{name} {value:.3g}" for name, value in ranked[:10]))
+    for name in report.kept_float:
+        why = "to meet the thresholds" if report.passed else "tried: thresholds still missed"
+        _say(args, f"  kept float: {name} (sensitivity {report.sensitivities[name]:.3g}; {why})")
+
+
+def _side_by_side(tf_summary: dict, exported) -> List[tuple]:
+    """Rows (TF op, count, ONNX op, count), each side by count, node totals first."""
+    def ranked(hist):
+        return sorted(hist.items(), key=lambda kv: (-kv[1], kv[0]))
+    left = [("nodes", tf_summary["nodes"])] + ranked(tf_summary["ops"])
+    right = [("nodes", exported.node_count)] + ranked(exported.op_histogram)
+    right += [("", "")] * (len(left) - len(right))
+    left += [("", "")] * (len(right) - len(left))
+    return [l + r for l, r in zip(left, right)]
+
+
+def _inspect(args, source, transforms) -> int:
+    from tfsurgery import api
+    result = api.optimize(source, transforms, interface=_interface(args),
+                          checks=_checks(args, verify=False), **_options(args))
+    hist = api.op_histogram(source.graph_def)
+    _say(args, f"{source.label}: {len(source.graph_def.node)} nodes, "
+               f"{source.graph_def.ByteSize()} bytes")
+    _say(args, f"inputs:  {', '.join(result.inputs) or '(none)'}")
+    _say(args, f"outputs: {', '.join(result.outputs)}")
+    _say(args, f"training flags: {', '.join(result.training_flags) or '(none)'}")
+    _say(args, api.format_table(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])),
+                                headers=("op", "count")))
+    _say(args, "dry run — what each transform would change:")
+    for line in api.transform_lines(result.reports, verbose=args.verbose):
+        _say(args, line)
+    _interface_notes(args, result)
+    if args.report_json:
+        api.write_json(args.report_json, result.as_report(), input_path=source.path)
+    if args.picture:
+        api.draw(source, result, args.picture, scope=args.picture_scope)
+        _say(args, f"wrote {args.picture}")
+    return 0
+
+
+def _bench(args, source, transforms) -> int:
+    from tfsurgery import api
+    api.check_runs(args.runs)                   # before the optimization runs
+    if args.int8:
+        return _bench_int8(args, source, transforms)
+    result = _optimized(api, source, transforms, args)
+    code = _check_verification(args, result)
+    if code:
+        return code
+    from tfsurgery.api import ExportError, VerificationError
+    try:
+        timings = api.bench(source, result, runs=args.runs, onnx=not args.no_onnx)
+    except (ExportError, VerificationError) as error:   # e.g. an op tf2onnx cannot convert
+        print(f"tfsurgery: bench FAILED: {error}", file=sys.stderr)
+        return 1
+    by_runtime = {}
+    for t in timings:
+        by_runtime.setdefault(t.runtime, {})[t.variant] = t
+    rows = [(runtime, _timing_cell(v["original"]), _timing_cell(v["optimized"]),
+             _speedup(v["original"], v["optimized"])) for runtime, v in by_runtime.items()]
+    _say(args, f"{source.label}: {len(source.graph_def.node)} → {len(result.graph_def.node)} "
+               f"nodes; median ± interquartile range over {args.runs} interleaved runs, ms; "
+               f"each runtime in its own process, {timings[0].threads} intra-op threads")
+    _say(args, api.format_table(rows, headers=("runtime", "original", "optimized",
+                                               "speed-up")))
+    for t in timings:
+        if t.skipped:
+            _say(args, f"{t.runtime}, {t.variant} graph not timed: {t.skipped}")
+    if args.report_json:
+        api.write_json(args.report_json, {"runs": args.runs,
+                                          "timings": [t.as_dict() for t in timings]},
+                       input_path=source.path)
+    return 0
+
+
+def _bench_int8(args, source, transforms) -> int:
+    """``bench --int8``: per runtime, the float and the int8-weight model's size, latency and
+    the int8 model's error against the float one (top-1 agreement for class scores)."""
+    from tfsurgery import api
+    if args.weights != "float32":
+        raise api.InputError("bench --int8 compares float32 with int8 weights: drop --weights")
+    result = _optimized(api, source, transforms, args)
+    code = _check_verification(args, result)
+    if code:
+        return code
+    int8 = _optimized(api, source, transforms, args, weights="int8")
+    if int8.verification is None:
+        return _check_verification(args, int8)         # could not compare: exit 1
+    _say(args, f"int8 weights: {int8.verification.summary()}")
+    if not int8.verification.passed:
+        _say(args, f"int8 weights MISS their check ({int8.verification.failure()}): timed "
+                   "anyway; bench writes nothing, and optimize would refuse to")
+    try:
+        sides = api.bench_int8(source, result, int8, runs=args.runs, onnx=not args.no_onnx)
+    except (api.ExportError, api.VerificationError) as error:
+        print(f"tfsurgery: bench FAILED: {error}", file=sys.stderr)
+        return 1
+    rows = []
+    for side in sides:
+        if side.skipped:
+            rows.append((side.runtime, "-", "-", "not converted", "-", "-", "-"))
+            continue
+        float_t, int8_t = side.timings["float"], side.timings["int8"]
+        agree = "".join(f"; top-1 {a['agree']}/{a['rows']}" for a in side.agreement.values())
+        rows.append((side.runtime, _size(side.bytes["float"]), _size(side.bytes["int8"]),
+                     _timing_cell(float_t), _timing_cell(int8_t), _speedup(float_t, int8_t),
+                     f"{side.max_error:.3g}{agree}"))
+    timed = [t for side in sides for t in side.timings.values()]
+    _say(args, f"{source.label}: float32 against int8 weights; median ± interquartile range over "
+               f"{args.runs} interleaved runs, ms; each runtime in its own process"
+               f"{f', {timed[0].threads} intra-op threads' if timed else ''}; int8 vs float: "
+               "max error relative to each output's magnitude (worst batch) and top-1 "
+               "agreement, on " + ("every --samples row" if args.samples else
+                                   "the random bench inputs (no accuracy claim)"))
+    _say(args, api.format_table(rows, headers=("runtime", "float size", "int8 size", "float",
+                                               "int8", "speed-up", "int8 vs float")))
+    for side in sides:
+        if side.skipped:
+            _say(args, f"{side.runtime} not timed: {side.skipped}")
+    if args.report_json:
+        api.write_json(args.report_json, {"runs": args.runs,
+                                          "int8": [side.as_dict() for side in sides]},
+                       input_path=source.path)
+    return 0
+
+
+def _speedup(original, optimized) -> str:
+    """The ratio of medians — or "≈ (n.s.)" when the interquartile ranges overlap: then the
+    spread says more than the ratio."""
+    if original.skipped or optimized.skipped:
+        return "-"
+    ratio = original.median_ms / optimized.median_ms
+    low_a, high_a = original.median_ms - original.spread_ms / 2, \
+        original.median_ms + original.spread_ms / 2
+    low_b, high_b = optimized.median_ms - optimized.spread_ms / 2, \
+        optimized.median_ms + optimized.spread_ms / 2
+    overlap = low_a <= high_b and low_b <= high_a
+    return f"≈ {ratio:.2f}x (n.s.)" if overlap else f"{ratio:.2f}x"
+
+
+def _compare(args) -> int:
+    """``compare A B``: 0 when every compared tensor is within the tolerance, else 1."""
+    from tfsurgery import api
+    compared = api.compare(args.a, args.b, inputs=_split(args.inputs),
+                           outputs=_split(args.outputs), feeds=dict(args.feed),
+                           input_shapes=dict(args.input_shape), samples=args.samples,
+                           tolerance=args.tolerance, timeout=args.verify_timeout)
+    for line in compared.lines():
+        _say(args, line)
+    if args.report_json:
+        api.write_json(args.report_json, compared.as_dict(), input_path=args.a)
+    if not compared.passed:
+        first = compared.first or compared.worst
+        where = f": first divergence {first.name}" if first else ""
+        print(f"tfsurgery: {args.b} differs from {args.a}{where}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _timing_cell(timing) -> str:
+    return "not convertible" if timing.skipped else \
+        f"{timing.median_ms:.3f} ± {timing.spread_ms:.3f}"

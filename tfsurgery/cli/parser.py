@@ -1,0 +1,337 @@
+"""The command line's grammar: the subcommands, their options and the option value types.
+Usage mistakes raise ``UsageError`` (one line, exit status 2); nothing here runs a graph."""
+from __future__ import annotations
+
+import argparse
+
+EXAMPLES = """examples:
+  tfsurgery optimize                         # the embedded demo model (the article's CNN)
+  tfsurgery optimize frozen.pb --bn-fold     # -> frozen_optimized.pb next to the input
+  tfsurgery optimize model.pbtxt -o lean.pb --outputs logits --training-flag is_train
+  tfsurgery inspect frozen.pb --bn-fold      # what would change, without writing anything
+  tfsurgery optimize frozen.pb --bn-fold --onnx lean.onnx   # also export to ONNX, checked
+  tfsurgery export frozen.pb --bn-fold       # -> frozen.onnx next to the input (no .pb written)
+  tfsurgery optimize frozen.pb --bn-fold --picture diff.svg --picture-scope backend/bn_1
+  tfsurgery bench frozen.pb --bn-fold        # latency before/after in TF and onnxruntime
+  tfsurgery bench frozen.pb --int8           # float vs int8 weights: size, latency, agreement
+  tfsurgery optimize saved_model_dir -o lean_saved_model/   # a SavedModel back out, checked
+  tfsurgery optimize frozen.pb --tflite lean.tflite --weights float16   # TFLite, float16 weights
+"""
+
+
+def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
+    parser.add_argument("input", nargs="?", help="frozen graph (.pb/.pbtxt), SavedModel directory "
+                        "or Keras .keras/.h5 file; omitted: the demo model")
+    parser.add_argument("--signature", default="serving_default",
+                        help="SavedModel signature to optimize (default: serving_default)")
+    parser.add_argument("--bn-fold", action="store_true",
+                        help="fold batch norm into the preceding conv/matmul")
+    parser.add_argument("--inputs", help="comma-separated input node names (default: detected)")
+    parser.add_argument("--outputs", help="comma-separated output node names (default: detected)")
+    parser.add_argument("--transforms", help="comma-separated transform names to run, in order; "
+                        "'default' stands for the default pipeline (default,my-fix)")
+    parser.add_argument("--enable", action="append", default=[], metavar="NAME",
+                        help="add a transform to the default pipeline (repeatable)")
+    parser.add_argument("--disable", action="append", default=[], metavar="NAME",
+                        help="leave a transform out (repeatable)")
+    parser.add_argument("--plugin", action="append", default=[], metavar="PATH.py|MODULE",
+                        help="load users' transforms (@tfsurgery.transform) from a file or "
+                             "module; name them in --transforms (repeatable)")
+    parser.add_argument("--param", action="append", default=[], type=_param,
+                        metavar="TRANSFORM.NAME=VALUE",
+                        help="a transform's own parameter, e.g. fold-constants.max_bytes=1048576 "
+                             "(repeatable; --list-transforms lists them)")
+    parser.add_argument("--layout", choices=("NHWC",), default=None,
+                        help="NHWC: compute NCHW convs, pools, batch norms and the ops between "
+                             "them channels-last, runnable without oneDNN (layout-nhwc)")
+    parser.add_argument("--exact", action="store_true",
+                        help="only rewrites that are bit-exact in IEEE arithmetic (no "
+                             "reassociation: simplify-algebra.exact=true)")
+    parser.add_argument("--list-transforms", action="store_true",
+                        help="list every transform (ours, --plugin's, installed) and exit")
+    parser.add_argument("--training-flag", action="append", default=[], type=_setting,
+                        metavar="NAME[=VALUE]",
+                        help="a placeholder to freeze for inference: a bool training switch "
+                             "(False), or NAME=VALUE, e.g. keep_prob=1.0 (repeatable)")
+    parser.add_argument("--input-shape", action="append", default=[], type=_shape,
+                        metavar="NAME=D0,D1,...",
+                        help="an input's shape (-1 or ? for a free dimension); NAME may be any "
+                             "tensor named in --inputs (repeatable)")
+    parser.add_argument("--keep-asserts", action="store_true",
+                        help="keep Assert, CheckNumerics and Print ops (strip-debug off)")
+    if checks:            # inspect runs no graph: options about checking are not offered there
+        parser.add_argument("--feed", action="append", default=[], type=_feed,
+                            metavar="NAME=VALUE",
+                            help="the value verification feeds an input: a number, true/false, "
+                                 "a vector (0.6,0.7,0.7), or a .npy file (repeatable)")
+        parser.add_argument("--samples", metavar="PATH",
+                            help="your own input values: an .npz named by input (or a directory "
+                                 "of .npy), rows stacked on the first axis; every row is checked")
+        parser.add_argument("--check-n", type=int, default=1, metavar="N",
+                            help="compare N batches of seeded random inputs (default 1: each "
+                                 "batch is a full run of both graphs; with --samples, N-1 more)")
+        parser.add_argument("--verify-timeout", type=_positive, default=None,
+                            metavar="SECONDS",
+                            help="deadline for each run of a graph during checks (default 120)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="more detail")
+    parser.add_argument("-q", "--quiet", action="store_true", help="errors only")
+    _preprocessing_options(parser)
+    parser.add_argument("--weights", choices=("float32", "float16", "int8"), default="float32",
+                        help="float16: store float32 weights of 64+ values as float16 with a Cast "
+                             "back (about half the file; verified with tolerance 1e-2); int8: "
+                             "conv/matmul weights of 1024+ values as int8 with per-channel "
+                             "scales, float compute (about a quarter; tolerance 5e-2)")
+
+
+def _deploy_options(parser: argparse.ArgumentParser) -> None:
+    """SavedModel and TensorFlow Lite outputs, each loaded back, run and compared with TF."""
+    group = parser.add_argument_group("deployment formats (each checked against TensorFlow)")
+    group.add_argument("--saved-model", metavar="DIR",
+                       help="also write the optimized graph as a SavedModel directory")
+    group.add_argument("--tflite", metavar="OUT.tflite",
+                       help="also convert to TensorFlow Lite, checked in the LiteRT interpreter")
+    group.add_argument("--force", action="store_true",
+                       help="replace an existing non-empty SavedModel directory")
+
+
+def _preprocessing_options(parser: argparse.ArgumentParser) -> None:
+    """--input-dtype etc.: the model then sees m = (reverse(x) - mean) / scale (add-preprocessing)."""
+    group = parser.add_argument_group("preprocessing in the graph: the model sees "
+                                      "(reverse(x) - mean) / scale")
+    group.add_argument("--input-dtype", metavar="[NAME=]DTYPE",
+                       help="the input takes this dtype (e.g. uint8), cast to the model's")
+    group.add_argument("--reverse-input-channels", nargs="?", const=(None, True), default=None,
+                       type=lambda text: (text or None, True), metavar="NAME",
+                       help="reverse the input's channel order (BGR<->RGB)")
+    group.add_argument("--mean-values", metavar="[NAME=]V[,V...]",
+                       help="subtract these (one, or one per channel in the model's order)")
+    group.add_argument("--scale-values", metavar="[NAME=]V[,V...]",
+                       help="then divide by these (one, or one per channel)")
+
+
+class UsageError(Exception):
+    pass
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage mistakes get one line and exit status 2, like every other bad input."""
+
+    def error(self, message):
+        command = self.prog.split()[1:]          # "tfsurgery optimize" → the subcommand
+        where = f"{command[0]}: " if command else ""
+        raise UsageError(f"{where}{message} (see {self.prog} --help)")
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value != float("inf")):      # also rejects nan
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}")
+    return value
+
+
+def _named(text: str, what: str):
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME={what}, not {text!r}")
+    return name.strip(), value.strip()
+
+
+def _shape(text: str):
+    name, dims = _named(text, "D0,D1,...")
+    try:
+        shape = [None if d.strip() in ("-1", "?", "") else int(d) for d in dims.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"dimensions must be integers, -1 or ?, not {dims!r}")
+    if any(d is not None and d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"negative dimension in {dims!r}")
+    return name, shape
+
+
+def _scalar(text: str):
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number, true/false or .npy file")
+
+
+def _feed(text: str):
+    """NAME=VALUE: a number, true/false, a comma-separated vector (``0.6,0.7,0.7``, a 1-D
+    array) or an .npy file; cast to the input's dtype and checked against its shape later."""
+    import numpy as np
+    name, value = _named(text, "VALUE")
+    if value.endswith(".npy"):
+        try:
+            return name, np.load(value, allow_pickle=False)
+        except (OSError, ValueError) as error:
+            raise argparse.ArgumentTypeError(f"cannot read {value}: {error}")
+    if "," in value:
+        items = [item.strip() for item in value.split(",")]
+        if not all(items):
+            raise argparse.ArgumentTypeError(f"an empty value in the vector {value!r}")
+        try:
+            return name, np.asarray([_scalar(item) for item in items])
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"{value!r}: a vector takes numbers or true/false "
+                                             "separated by commas") from None
+    return name, _scalar(value)
+
+
+def _param(text: str):
+    """TRANSFORM.NAME=VALUE → (transform, name, value text)."""
+    target, value = _named(text, "VALUE")
+    transform, dot, name = target.rpartition(".")
+    if not dot or not transform or not name:
+        raise argparse.ArgumentTypeError(f"expected TRANSFORM.NAME=VALUE, not {text!r}")
+    return transform, name, value
+
+
+def _setting(text: str):
+    if "=" not in text:
+        return text.strip(), None
+    name, value = _named(text, "VALUE")
+    return name, _scalar(value)
+
+
+def _verify_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-verify", action="store_true",
+                        help="skip the numeric check of the optimized graph against the original")
+    parser.add_argument("--tolerance", type=_positive, default=None,
+                        help="max allowed output error relative to the output's magnitude "
+                             "(default 1e-4; also used for ONNX vs TensorFlow)")
+
+
+def _onnx_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--opset", type=int, default=None,
+                        help="ONNX opset for tf2onnx (default 18, the newest it tests)")
+    parser.add_argument("--inputs-as-nchw", metavar="A,B",
+                        help="make these rank-4 NHWC inputs NCHW in the ONNX model (tf2onnx)")
+    parser.add_argument("--raw-onnx", action="store_true",
+                        help="keep tf2onnx's output as is (skip the removal of identity "
+                             "Reshapes and onnxruntime's basic graph "
+                             "optimizations, e.g. MatMul+Add -> Gemm)")
+
+
+def _int8_options(parser: argparse.ArgumentParser) -> None:
+    """--quantize int8: static int8 ONNX, calibrated on --samples, checked on held-back rows."""
+    group = parser.add_argument_group("int8 (ONNX; calibrated on --samples, checked on "
+                                      "held-back rows against the float original)")
+    group.add_argument("--quantize", choices=("int8",), default=None,
+                       help="write the ONNX model as static QDQ int8 (per-channel weights)")
+    group.add_argument("--check-fraction", type=float, default=0.25, metavar="F",
+                       help="share of the --samples rows held back to check int8 (default "
+                            "0.25, at least 8 rows)")
+    group.add_argument("--check-samples", metavar="PATH",
+                       help="check int8 on these rows instead (all of --samples calibrate)")
+    group.add_argument("--tflite-io", choices=("float32", "int8"), default="float32",
+                       help="with --tflite: the full-integer model's inputs and outputs "
+                            "(default float32; int8: scale and zero point in the report)")
+    group.add_argument("--int8-min-agreement", type=float, default=None, metavar="A",
+                       help="min top-1 agreement with the float original for class-score "
+                            "outputs (default 0.99)")
+    group.add_argument("--int8-min-sqnr", type=float, default=None, metavar="DB",
+                       help="min SQNR in dB for other outputs (default 20)")
+    group.add_argument("--int8-max-float-layers", type=int, default=None, metavar="N",
+                       help="most layers kept float when a threshold fails (default 10%% of "
+                            "the layers, at least 1)")
+    group.add_argument("--int8-calibration", default="auto",
+                       choices=("auto", "minmax", "percentile", "entropy"),
+                       help="ONNX calibration method (default auto: minmax and percentile "
+                            "tried on the check rows, the best kept, both reported; entropy is "
+                            "~20x slower and only when asked)")
+    group.add_argument("--int8-equalize", default="auto", choices=("auto", "on", "off"),
+                       help="cross-layer equalization before int8, ONNX or TFLite (default "
+                            "auto: kept only if it quantizes better on the check rows; plain "
+                            "and equalized are reported)")
+    group.add_argument("--int8-bias-correction", default="auto", choices=("auto", "on", "off"),
+                       help="correct each layer's bias for the mean shift its int8 weights "
+                            "cause on the calibration rows (default auto: every attempt tried "
+                            "with and without, the best on the check rows kept)")
+
+
+def _picture_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--picture", metavar="OUT.svg|OUT.png",
+                        help="draw the graph before and after side by side (Graphviz)")
+    parser.add_argument("--picture-scope", metavar="PREFIX",
+                        help="draw only nodes whose name starts with PREFIX (for big graphs)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from tfsurgery import __version__
+    parser = OneLineParser(
+        prog="tfsurgery", description="Make trained TensorFlow graphs lean for inference, "
+        "and prove the numbers did not change.", epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"tfsurgery {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=OneLineParser)
+    # every subcommand reports as JSON the same way: the option is declared once, here
+    reporting = argparse.ArgumentParser(add_help=False)
+    reporting.add_argument("--report-json", metavar="PATH",
+                           help="write the report as JSON (bench: the timings; compare: every "
+                                "tensor's error)")
+
+    def command(name: str, **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[reporting], **kwargs)
+
+    optimize = command("optimize", help="optimize a graph and verify it (default)",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(optimize)
+    optimize.add_argument("-o", "--output", help="output file (default: <input>_optimized.pb); "
+                          "DIR/ (with the trailing slash): a SavedModel")
+    _verify_options(optimize)
+    optimize.add_argument("--onnx", metavar="PATH",
+                          help="also export the optimized graph to ONNX, checked against TF")
+    _onnx_options(optimize)
+    _int8_options(optimize)
+    _deploy_options(optimize)
+    _picture_options(optimize)
+
+    inspect = command("inspect", help="show the graph's interface and what each transform "
+                      "would change (dry run)")
+    _common(inspect, checks=False)
+    _picture_options(inspect)
+
+    export = command("export", help="optimize, verify and export to ONNX, checked with "
+                     "onnx.checker and onnxruntime against TensorFlow",
+                     epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(export)
+    export.add_argument("-o", "--output", help="ONNX file (default: <input stem>.onnx)")
+    _verify_options(export)
+    _onnx_options(export)
+    _int8_options(export)
+    _deploy_options(export)
+    _picture_options(export)
+
+    compare = command("compare", help="two graphs or artefacts on the same inputs: "
+                      "every common tensor, the first and the worst divergence")
+    compare.add_argument("a", help="the reference: a TensorFlow graph (.pb/.pbtxt, SavedModel "
+                         "directory, .keras/.h5)")
+    compare.add_argument("b", help="another TensorFlow graph, an .onnx or a .tflite model")
+    compare.add_argument("--inputs", help="comma-separated input names (default: A's)")
+    compare.add_argument("--outputs", help="comma-separated output names (default: A's)")
+    compare.add_argument("--input-shape", action="append", default=[], type=_shape,
+                         metavar="NAME=D0,D1,...")
+    compare.add_argument("--feed", action="append", default=[], type=_feed, metavar="NAME=VALUE")
+    compare.add_argument("--samples", metavar="PATH", help="feed the first row of your samples")
+    compare.add_argument("--tolerance", type=_positive, default=None,
+                         help="relative to each tensor's magnitude (default 1e-4)")
+    compare.add_argument("--verify-timeout", type=_positive, default=None, metavar="SECONDS")
+    compare.add_argument("-v", "--verbose", action="store_true", help="more detail")
+    compare.add_argument("-q", "--quiet", action="store_true", help="errors only")
+
+    bench = command("bench", help="latency before and after, in TensorFlow and "
+                    "onnxruntime (interleaved runs, median and spread)")
+    _common(bench)
+    bench.add_argument("--runs", type=int, default=50, help="timed runs per variant (default 50)")
+    bench.add_argument("--no-onnx", action="store_true", help="TensorFlow only")
+    bench.add_argument("--int8", action="store_true",
+                       help="the optimized float model against its --weights int8 twin in "
+                            "TensorFlow, onnxruntime and TFLite: size, latency, agreement")
+    return parser
+
+
+SUBCOMMANDS = ("optimize", "inspect", "export", "bench", "compare")

@@ -1,0 +1,173 @@
+"""Static int8 (``--quantize int8``) orchestration for ONNX and TFLite: the request checked
+before any work, the samples split into calibration and held-back check rows, cross-layer
+equalization tried in float first, then quantize.py / quantize_tflite.py quantize and check."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional, Sequence, Tuple
+
+from tfsurgery import equalize as equalize_mod, progress, quantize as quantize_mod
+from tfsurgery import quantize_tflite, samples as samples_mod
+from tfsurgery.artefacts import Batch
+from tfsurgery.errors import ExportError, InputError, VerificationError
+from tfsurgery.result import Result, export_onnx, require_verified, verify_result
+from tfsurgery.source import Source, signature_for
+
+Int8Thresholds = quantize_mod.Thresholds
+Int8Refused = quantize_mod.Int8Refused
+
+
+def check_int8_request(samples_path, quantize, onnx: bool, nchw_inputs: Sequence[str] = (),
+                       *, weights: str = "float32") -> None:
+    """Bad --quantize requests, before any work: one line each (exit 2)."""
+    if quantize and weights != "float32":
+        raise InputError(f"--quantize {quantize} quantizes the float model: drop --weights "
+                         f"{weights} (--weights int8 is storage only, float compute)")
+    quantize_mod.check_request(samples_path, quantize, onnx, nchw_inputs)
+
+
+TfliteInt8Refused = quantize_tflite.TfliteInt8Refused
+
+
+def int8_samples(source: Source, result: Result, samples_path, *, check_samples=None,
+                 check_fraction: float = 0.25):
+    """(calibration rows, held-back check rows): --samples split, or all of it to calibrate
+    and ``check_samples`` to check (at least 8 rows)."""
+    specs = samples_mod.input_specs(source.graph_def, result.inputs)
+    rows = samples_mod.load(samples_path, specs)
+    if check_samples is None:
+        return rows.split(check_fraction)
+    check = samples_mod.load(check_samples, specs)
+    if check.rows < 8:
+        raise InputError(f"{check_samples}: {check.rows} rows are too few to check int8 on; "
+                         "give at least 8")
+    return rows, check
+
+
+EQUALIZE_CHOICES = ("auto", "on", "off")
+INT8_CALIBRATION_CHOICES = quantize_mod.CALIBRATION_CHOICES
+
+
+def export_int8(source: Source, result: Result, float_model, path, *, calibration, check,
+                thresholds: quantize_mod.Thresholds, batch: Optional[Batch] = None,
+                calibration_method: str = "auto", equalize: str = "off",
+                bias_correction: str = "off") -> quantize_mod.Int8Report:
+    """Static int8 of the (checked) float ONNX ``float_model``, checked on ``check`` against the
+    float ORIGINAL in TensorFlow; raises ``Int8Refused`` (with its report) when it misses.
+
+    ``calibration_method``: "auto" (MinMax and Percentile tried, the best on the check rows
+    kept) or one of "minmax", "percentile", "entropy". ``equalize``: "auto" also quantizes the cross-layer-equalized
+    graph (verified in float against the original, exported next to ``float_model``) and keeps
+    it only if it quantizes better; "on" uses it alone (an error when nothing could be
+    equalized or it fails its float check); "off" never. ``bias_correction``: "auto" tries
+    each attempt with and without bias correction and keeps the best; "on" only with; "off"
+    only without."""
+    if bias_correction not in EQUALIZE_CHOICES:
+        raise InputError(f"--int8-bias-correction {bias_correction}: choose from "
+                         f"{', '.join(EQUALIZE_CHOICES)}")
+    if equalize not in EQUALIZE_CHOICES:
+        raise InputError(f"--int8-equalize {equalize}: choose from {', '.join(EQUALIZE_CHOICES)}")
+    quantize_mod.calibration_methods(calibration_method)          # a bad name: before any work
+    candidates = {"plain": Path(float_model)}
+    equalization: dict = {"asked": equalize}
+    if equalize != "off":
+        progress.say("cross-layer equalization before int8")
+        equalized, equalization = equalized_result(result, calibration, check)
+        equalization["asked"] = equalize
+        if equalized is not None:
+            twin = Path(float_model).with_name("equalized." + Path(float_model).name)
+            exported = export_onnx(equalized, twin)
+            equalization["onnx_max_error"] = float(exported.max_error)
+            if exported.passed:
+                candidates["equalized"] = twin
+            else:
+                equalization["why"] = (f"its ONNX differs from TensorFlow by "
+                                       f"{exported.max_error:.3g}")
+        if equalize == "on":
+            if "equalized" not in candidates:
+                raise ExportError(f"--int8-equalize on: {equalization['why']}")
+            del candidates["plain"]
+    progress.say(f"quantizing to int8 on {calibration.rows} calibration rows: {path}")
+    expected = quantize_mod.reference_outputs(source.graph_def, result.outputs, check,
+                                               result.timeout)
+    try:
+        report = quantize_mod.quantize(candidates, Path(path), outputs=result.outputs,
+                                       calibration=calibration, check=check, expected=expected,
+                                       thresholds=thresholds, batch=batch,
+                                       timeout=result.timeout,
+                                       calibration_method=calibration_method,
+                                       bias_correction=bias_correction)
+    except quantize_mod.Int8Refused as refused:
+        refused.report.equalization = equalization
+        raise
+    report.equalization = equalization
+    return report
+
+
+def equalized_result(result: Result, calibration, check_rows=None
+                     ) -> Tuple[Optional[Result], dict]:
+    """``result`` after equalize-cross-layer, verified in float against the original like every
+    transform — or None and why not (nothing equalized, or the check failed). Verification
+    runs on the ``calibration`` and ``check_rows``."""
+    graph_def, report = equalize_mod.equalize(result.graph_def, result.inputs, result.outputs)
+    info = {"transform": report.as_dict(), "pairs": len(report.rewritten),
+            "refused": len(report.skipped)}
+    if not report.rewritten:
+        info["why"] = ("no layer pair could be equalized" +
+                       (f" ({report.skipped[0][0]}: {report.skipped[0][1]})"
+                        if report.skipped else ""))
+        return None, info
+    rows = [r for r in (calibration, check_rows) if r is not None]
+    equalized = dataclasses.replace(result, graph_def=graph_def,
+                                    reports=list(result.reports) + [report], verification=None,
+                                    verification_error=None, divergence=None,
+                                    samples=samples_mod.concatenate(rows))
+    try:
+        equalized.verification = verify_result(equalized, feeds=result.given or None)
+    except VerificationError as error:
+        info["why"] = f"the equalized graph could not be verified: {error}"
+        return None, info
+    info["verification"] = equalized.verification.as_dict()
+    if not equalized.verification.passed:
+        info["why"] = ("the equalized graph fails verification against the original: "
+                       f"{equalized.verification.failure()}")
+        return None, info
+    return equalized, info
+
+
+def export_tflite_int8(source: Source, result: Result, path, *, calibration, check,
+                       thresholds: quantize_mod.Thresholds, int8_io: bool = False,
+                       batch: Optional[Batch] = None, equalize: str = "off"):
+    """Full-integer TFLite (calibration rows as representative dataset), checked in the LiteRT
+    interpreter on ``check`` against the float ORIGINAL; raises ``TfliteInt8Refused``.
+    ``equalize`` as for :func:`export_int8` (the converter's own calibration, no bias
+    correction)."""
+    require_verified(result)
+    if equalize not in EQUALIZE_CHOICES:
+        raise InputError(f"--int8-equalize {equalize}: choose from {', '.join(EQUALIZE_CHOICES)}")
+    candidates = {"plain": result.graph_def}
+    equalization: dict = {"asked": equalize}
+    if equalize != "off":
+        progress.say("cross-layer equalization before int8")
+        equalized, equalization = equalized_result(result, calibration, check)
+        equalization["asked"] = equalize
+        if equalized is not None:
+            candidates["equalized"] = equalized.graph_def
+        elif equalize == "on":
+            raise ExportError(f"--int8-equalize on: {equalization['why']}")
+        if equalize == "on":
+            del candidates["plain"]
+    progress.say(f"converting to full-integer TensorFlow Lite: {path}")
+    expected = quantize_mod.reference_outputs(source.graph_def, result.outputs, check,
+                                               result.timeout)
+    try:
+        report = quantize_tflite.export(candidates, signature_for(source, result), path,
+                                        outputs=result.outputs, calibration=calibration,
+                                        check=check, expected=expected, thresholds=thresholds,
+                                        int8_io=int8_io, input_path=source.path, batch=batch)
+    except quantize_tflite.TfliteInt8Refused as refused:
+        refused.report.equalization = equalization
+        raise
+    report.equalization = equalization
+    return report

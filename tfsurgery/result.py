@@ -1,0 +1,234 @@
+"""A run's outcome (``Result``) and what is done with it before anything is written: the
+fail-closed gate (``require_verified``), the check against the original (``verify_result`` on
+``check_batches``), the inputs and reference every later check uses, and the two things a
+Result does itself: ``save`` (the .pb) and ``export_onnx``."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from tensorflow.core.framework import graph_pb2
+
+from tfsurgery import io, localize, onnx_export, pipeline, preprocessing, progress, report
+from tfsurgery import samples as samples_mod, verify as verify_mod
+from tfsurgery.artefacts import Batch
+from tfsurgery.contract import TransformReport
+from tfsurgery.errors import InputError, OriginalDoesNotRun, Unverified
+from tfsurgery.interface import indexed
+
+
+@dataclasses.dataclass
+class Result:
+    graph_def: graph_pb2.GraphDef
+    reports: List[TransformReport]
+    inputs: List[str]
+    outputs: List[str]
+    training_flags: List[str]
+    original: graph_pb2.GraphDef        # the original, with the declared interface applied
+    tolerance: float = verify_mod.DEFAULT_TOLERANCE
+    # what the original is fed besides the inputs: training flags False, dropout knobs at their
+    # inference value, stand-ins for the inputs the optimized graph dropped
+    original_extra_feeds: Dict[str, object] = dataclasses.field(default_factory=dict)
+    timeout: float = verify_mod.DEFAULT_TIMEOUT
+    user_feeds: Dict[str, object] = dataclasses.field(default_factory=dict)   # --feed values
+    verification: Optional[verify_mod.Verification] = None
+    verification_error: Optional[str] = None    # why the check could not compare (then raised)
+    verify_skipped: bool = False        # verify=False / --no-verify: the caller chose no check
+    preprocess: Optional[preprocessing.Preprocessor] = None   # raw inputs → the original's
+    weights: str = "float32"            # "float16"/"int8": float16-/int8-weights ran (--weights)
+    # inputs no output reads after optimization → the stand-in value the original was fed
+    unused_inputs: Dict[str, object] = dataclasses.field(default_factory=dict)
+    frozen_form: str = ""               # how the source was frozen (io.Loaded.frozen_form)
+    divergence: Optional[localize.Divergence] = None  # where a failed check went wrong
+    samples: Optional[samples_mod.Samples] = None   # the user's input values (--samples)
+    params: Dict[str, object] = dataclasses.field(default_factory=dict)   # transforms' own
+    check_n: int = 1                    # seeded random batches compared (--check-n)
+    # outputs that may be class scores (top-1 agreement is checked): found on the run's index
+    class_outputs: Optional[List[str]] = None
+
+    def save(self, path, *, allow_unverified: bool = False) -> Path:
+        """Write the optimized graph (see :func:`save`)."""
+        return save(self, path, allow_unverified=allow_unverified)
+
+    def export_onnx(self, path, **options):
+        """Convert and check in onnxruntime (see :func:`export_onnx`)."""
+        return export_onnx(self, path, **options)
+
+    # the older names (review §3.2), kept for callers written against them
+    before = property(lambda self: self.original)
+    settings = property(lambda self: self.original_extra_feeds)
+    given = property(lambda self: self.user_feeds)
+
+    @property
+    def verified(self) -> bool:
+        """The check ran and passed: only then may the result be saved or exported without
+        ``allow_unverified=True``."""
+        return self.verification is not None and self.verification.passed
+
+    def as_report(self) -> dict:
+        extra = {"training_flags": self.training_flags,
+                 "inference_values": {k: float(v) for k, v in self.original_extra_feeds.items()
+                                      if k not in self.unused_inputs},
+                 "unused_inputs": list(self.unused_inputs), "frozen_form": self.frozen_form}
+        if self.verification_error:
+            extra["verification_error"] = self.verification_error
+        if self.verify_skipped:
+            extra["verification_skipped"] = True
+        if self.divergence is not None:
+            extra["divergence"] = self.divergence.as_dict()
+        return report.build_report(self.original, self.graph_def, self.reports,
+                                   inputs=self.inputs, outputs=self.outputs,
+                                   verification=self.verification, extra=extra)
+
+
+def float16_min_elements(result: Result) -> int:
+    fn = pipeline.lookup("float16-weights")
+    return (result.params.get("float16-weights") or fn.params_type()).min_elements
+
+
+def int8_min_elements(result: Result) -> int:
+    fn = pipeline.lookup("int8-weights")
+    return (result.params.get("int8-weights") or fn.params_type()).min_elements
+
+
+def require_verified(result: Result, *, allow_unverified: bool = False) -> None:
+    """Fail closed: a result is saved or exported only when its check passed, or when the
+    caller explicitly chose to skip the check (``allow_unverified=True``)."""
+    if result.verified:
+        return
+    if result.verification is not None or result.verification_error:
+        reason = result.verification_error or result.verification.failure()
+        raise Unverified(f"refusing to write a result that failed verification: {reason}")
+    if not allow_unverified:
+        raise Unverified("refusing to write a result that was not verified; verify it "
+                         "(verify=True) or pass allow_unverified=True (the CLI: --no-verify)")
+
+
+def verify_result(result: Result, *, feeds: Optional[Mapping[str, object]] = None,
+                  seed: int = 0) -> verify_mod.Verification:
+    """Verify ``result`` against its original: same inputs (``feeds`` where given), the
+    original's switches at their inference values."""
+    try:
+        return verify_mod.verify_batches(
+            result.original, result.graph_def, result.inputs, result.outputs, result.original_extra_feeds,
+            batches=check_batches(result, feeds, seed), tolerance=result.tolerance,
+            class_outputs=class_outputs_of(result), timeout=result.timeout,
+            preprocess=result.preprocess,
+            reference_note=_reference_note(result.original_extra_feeds, bool(result.preprocess)))
+    except OriginalDoesNotRun as error:
+        raise InputError(str(error)) from None
+
+
+check = verify_result                   # the older name (review §3.2)
+
+
+SAMPLE_BATCH_ROWS = 32      # single samples stacked into one run where the batch is free
+
+
+def check_batches(result: Result, feeds: Optional[Mapping[str, object]], seed: int) -> list:
+    """(label, given values, seed) per batch to compare: the rows of ``--samples`` (single
+    samples stacked up to SAMPLE_BATCH_ROWS where the batch dimension is free), then seeded
+    random batches up to ``--check-n`` in all (the first of them the only one without
+    samples). ``feeds`` (--feed) win over samples for the inputs they name."""
+    user = dict(feeds or {})
+    if result.samples is None:
+        return [(f"batch {k + 1} (seed {seed + k})", user, seed + k)
+                for k in range(result.check_n)]
+    stacked = _stackable(result)
+    batches = []
+    for k, (first, given) in enumerate(result.samples.batches(SAMPLE_BATCH_ROWS if stacked
+                                                              else 1)):
+        batches.append((f"sample row {first}", {**given, **user}, seed + k))
+    batches += [(f"random batch {k + 1} (seed {seed + len(batches) + k})", user,
+                 seed + len(batches) + k) for k in range(result.check_n - 1)]
+    return batches
+
+
+def _stackable(result: Result) -> bool:
+    """Single-sample rows can share one run when every such input leaves its batch free."""
+    shapes = samples_mod.input_specs(result.original, result.samples.inputs)
+    return all(result.samples.batched[name] or (shapes[name].shape and
+                                                shapes[name].shape[0] is None)
+               for name in result.samples.inputs)
+
+
+CLASS_SCORE_OPS = frozenset({"Softmax", "LogSoftmax", "MatMul", "BiasAdd"})
+
+
+def class_score_outputs(graph, outputs: Sequence[str]) -> List[str]:
+    """Outputs that may be class scores — a Softmax/LogSoftmax, or logits from a dense layer
+    (through Identity); verification checks the rank (2) and width (≥ 2) on the values.
+    ``graph``: the original, as a Graph (the run's index) or a GraphDef."""
+    graph = indexed(graph)
+    return [name for name in outputs
+            if graph.op(graph.resolve(name)) in CLASS_SCORE_OPS]
+
+
+def class_outputs_of(result: Result) -> List[str]:
+    if result.class_outputs is None:            # a Result built by hand
+        result.class_outputs = class_score_outputs(result.original, result.outputs)
+    return result.class_outputs
+
+
+def _reference_note(settings: Mapping[str, object], preprocessed: bool = False) -> str:
+    fed = " fed the verifier's NumPy preprocessing of the raw inputs" if preprocessed else ""
+    if not settings:
+        return f"the original graph{fed}"
+    shown = ", ".join(f"{name}={value}" for name, value in list(settings.items())[:4])
+    more = f" and {len(settings) - 4} more" if len(settings) > 4 else ""
+    return f"the original graph{fed} with {shown}{more}"
+
+
+def save(result: Result, path, *, input_path=None, allow_unverified: bool = False) -> Path:
+    """Write the optimized graph (atomically, never over ``input_path``) — only a verified
+    result, unless ``allow_unverified`` (see :func:`require_verified`)."""
+    if not isinstance(result, Result):
+        raise TypeError("api.save takes the Result of api.optimize (a verified graph); write a "
+                        "GraphDef of your own with tfsurgery.io.save_graph_def")
+    require_verified(result, allow_unverified=allow_unverified)
+    return io.save_graph_def(result.graph_def, path, input_path=input_path)
+
+
+def export_onnx(result: Result, path, *, opset: Optional[int] = None,
+                inputs_as_nchw: Sequence[str] = (), ort_optimize: bool = True,
+                input_path=None, batch: Optional[Batch] = None,
+                allow_unverified: bool = False) -> onnx_export.OnnxExport:
+    """Convert the optimized graph with tf2onnx and check it in onnxruntime against TensorFlow
+    (``export_reference``), with the run's tolerance. Raises ``ExportError`` when that fails
+    (nothing written); with a ``batch``, written when the whole run has passed."""
+    require_verified(result, allow_unverified=allow_unverified)
+    progress.say(f"exporting to ONNX with tf2onnx: {path}")
+    return onnx_export.export(result.graph_def, result.inputs, result.outputs, path, opset=opset,
+                              inputs_as_nchw=list(inputs_as_nchw), tolerance=result.tolerance,
+                              feeds=feeds_for_checks(result), timeout=result.timeout,
+                              ort_optimize=ort_optimize, input_path=input_path,
+                              float16_min_elements=(float16_min_elements(result)
+                                                    if result.weights == "float16" else None),
+                              int8_min_elements=(int8_min_elements(result)
+                                                 if result.weights == "int8" else None),
+                              more_feeds=(result.verification.more_feeds
+                                          if result.verification is not None else None),
+                              expected=export_reference(result), batch=batch)
+
+
+def feeds_for_checks(result: Result) -> Dict[str, object]:
+    """The inputs every later check uses: verification's, or (unverified) made the same way
+    (raw inputs over their whole range where preprocessing is in the graph)."""
+    if result.verification is not None:
+        return result.verification.feeds
+    feeds = verify_mod.make_feeds(result.graph_def, result.inputs, given=result.user_feeds)
+    return result.preprocess.raw_feeds(feeds, 0) if result.preprocess else feeds
+
+
+check_feeds = feeds_for_checks          # the older name (review §3.2)
+
+
+def export_reference(result: Result) -> Optional[Dict[str, object]]:
+    """What exports are compared with. With preprocessing in the graph: the ORIGINAL graph fed
+    the verifier's own NumPy preprocessing of the same raw inputs (as the .pb was verified),
+    never the graph under test. Otherwise (None) the optimized graph in TensorFlow, which
+    verification compared with the original."""
+    if result.preprocess is None or result.verification is None:
+        return None
+    return result.verification.expected

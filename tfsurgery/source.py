@@ -1,0 +1,90 @@
+"""What a run starts from: a loaded graph and what is known of its interface (``Source``),
+loaded from a path, a GraphDef or the embedded demo; where its outputs go by default."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, List, Optional
+
+from tensorflow.core.framework import graph_pb2
+
+from tfsurgery import io, progress, savedmodel_export
+
+if TYPE_CHECKING:
+    from tfsurgery.result import Result
+
+DEMO_NAME = "article_cnn"
+
+
+@dataclasses.dataclass
+class Source:
+    """A loaded graph and what is known of its interface."""
+
+    graph_def: graph_pb2.GraphDef
+    label: str
+    path: Optional[Path] = None
+    inputs: List[str] = dataclasses.field(default_factory=list)
+    outputs: List[str] = dataclasses.field(default_factory=list)
+    training_flags: List[str] = dataclasses.field(default_factory=list)
+    signature: dict = dataclasses.field(default_factory=dict)   # a SavedModel's (io.Loaded)
+    frozen_form: str = ""          # how a SavedModel/Keras model was frozen (io.Loaded)
+
+
+def load(path, signature: str = "serving_default") -> Source:
+    """A frozen .pb/.pbtxt, a SavedModel directory (``signature``) or a .keras/.h5 file."""
+    path = Path(path)
+    progress.say(f"loading {path}")
+    loaded = io.load_model(path, signature)
+    return Source(loaded.graph_def, label=path.name, path=path, inputs=loaded.inputs,
+                  outputs=loaded.outputs, signature=loaded.signature,
+                  frozen_form=loaded.frozen_form)
+
+
+def as_source(model) -> Source:
+    """A Source from what a user has: a Source, a path (.pb/.pbtxt, SavedModel, .keras/.h5)
+    or a GraphDef (inputs and outputs detected)."""
+    if isinstance(model, Source):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        return load(model)
+    if isinstance(model, graph_pb2.GraphDef):
+        return Source(model, label="graph")
+    raise TypeError(f"optimize takes a path, a GraphDef or an api.Source, not "
+                    f"{type(model).__name__}")
+
+
+def demo() -> Source:
+    """The embedded demo: the article's CNN (TF1 style, conds on a training flag)."""
+    from tfsurgery.models.tf1 import article_cnn      # the demo is built on demand only
+    built = article_cnn()
+    return Source(built.graph_def, label=f"demo model '{DEMO_NAME}'", inputs=built.inputs,
+                  outputs=built.outputs,
+                  training_flags=[built.training_flag] if built.training_flag else [])
+
+
+def default_output_path(source: Source) -> Path:
+    """``<input stem>_optimized.pb`` (or ``.pbtxt``) beside the input; for the demo, here."""
+    if source.path is None:
+        return Path.cwd() / f"{DEMO_NAME}_optimized.pb"
+    suffix = ".pbtxt" if source.path.suffix.lower() == ".pbtxt" else ".pb"
+    return source.path.with_name(f"{_stem(source)}_optimized{suffix}")
+
+
+def default_onnx_path(source: Source) -> Path:
+    """``<input stem>.onnx`` beside the input; for the demo, here."""
+    if source.path is None:
+        return Path.cwd() / f"{DEMO_NAME}.onnx"
+    return source.path.with_name(f"{_stem(source)}.onnx")
+
+
+def _stem(source: Source) -> str:
+    return source.path.name if source.path.is_dir() else source.path.stem
+
+
+def signature_for(source: Source, result: Result) -> savedmodel_export.Signature:
+    """A SavedModel input's own signature key, and its names for the tensors it names;
+    otherwise ``serving_default`` with the graph's input and output names."""
+    if source.signature:
+        return savedmodel_export.Signature.kept(source.signature, result.inputs, result.outputs)
+    return savedmodel_export.Signature.of_graph(result.inputs, result.outputs)
