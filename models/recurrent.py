@@ -14,6 +14,10 @@
   side of a cond, and a ``DropoutWrapper`` whose keep probability is ``cond(is_train, 0.75, 1)``:
   dropout inside the loop body.
 
+- a Keras 2.2-style sequence classifier written as ``.h5``: batch-normalized inputs, three
+  branches of Conv1D → SpatialDropout1D → Conv1D → ``GRU(go_backwards=True, reset_after=False)``,
+  concatenated; loaded, it is frozen without lowering into three alike functional ``While``
+  loops over TensorLists;
 - a Keras 3 LSTM/GRU frozen with lowering: with dropout TF's freezer refuses it, so the graph
   comes from its converter unchecked, or repaired as tf2onnx's loader repairs it.
 
@@ -56,6 +60,33 @@ def write_tf_keras_recurrent(kind: str, folder, *, seed: int = 0, units: int = 3
     lowered = convert_variables_to_constants_v2(function).graph.as_graph_def()
     paths["lowered"].write_bytes(lowered.SerializeToString())
     return paths
+
+
+def write_tf_keras_gru_branches(path, *, seed: int = 0, steps: int = 8, features: int = 4,
+                                units: int = 3):
+    """The three-branch GRU classifier (see module doc) with random weights and BN statistics,
+    written to ``path`` (.h5); returns the tf_keras model (its own ``predict`` is an oracle)."""
+    import tf_keras
+    layers, r = tf_keras.layers, rng(seed)
+    inputs = tf_keras.Input((steps, features), name="input")
+    x = layers.BatchNormalization(name="bn_in")(inputs)
+    branches = []
+    for k, width in enumerate((2, 3, 5)):
+        b = layers.Conv1D(4, width, padding="same", activation="relu", name=f"conv{k}a")(x)
+        b = layers.SpatialDropout1D(0.2, name=f"drop{k}")(b)
+        b = layers.Conv1D(4, width, padding="same", activation="relu", name=f"conv{k}b")(b)
+        branches.append(layers.GRU(units, go_backwards=True, reset_after=False,
+                                   name=f"gru{k}")(b))
+    outputs = layers.Dense(3, activation="softmax", name="output")(
+        layers.Concatenate(name="concat")(branches))
+    model = tf_keras.Model(inputs, outputs)
+    for weight in model.weights:
+        leaf = weight.name.split(":")[0].rsplit("/", 1)[-1]
+        value = r.uniform(0.5, 1.5, weight.shape) if leaf in ("gamma", "moving_variance") \
+            else r.normal(0, 0.5, weight.shape)
+        weight.assign(value.astype("float32"))
+    model.save(path)
+    return model
 
 
 def tf1_dynamic_rnn(kind: str = "LSTM", seed: int = 0, units: int = 3,

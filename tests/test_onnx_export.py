@@ -1,6 +1,7 @@
 """ONNX export: lean article model, checker + onnxruntime vs TensorFlow, NCHW inputs, external
 data, and the CLI's --onnx / export, including failures (exit 1) and bad input (exit 2)."""
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -323,3 +324,61 @@ def test_identity_reshape_not_trusted_to_a_wrong_declared_shape():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
     assert onnx_tidy.tidy(model) == {}
     assert [n.op_type for n in model.graph.node] == ["Relu", "Reshape", "Relu"]
+
+
+def test_one_export_touches_the_disk_once(lean, tmp_path, monkeypatch):
+    """Conversion, tidying, onnxruntime's rewrites, the checker and the run all happen in
+    memory: the only write is the atomic publish of the finished model (one temporary file
+    renamed onto the target), and no staging directory or temporary file is left or made."""
+    import builtins
+    import os
+    import tempfile
+    import oracle
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))     # any temporary file lands here
+    writes = []
+    real_open, real_replace, real_mkstemp = builtins.open, os.replace, tempfile.mkstemp
+    real_save = onnx.save_model
+
+    def counting_open(file, mode="r", *args, **kwargs):
+        if any(flag in mode for flag in "wax+"):
+            writes.append(("open", str(file)))
+        return real_open(file, mode, *args, **kwargs)
+
+    def counting_replace(source, target, *args, **kwargs):
+        writes.append(("replace", str(target)))
+        return real_replace(source, target, *args, **kwargs)
+
+    def counting_mkstemp(*args, **kwargs):
+        made = real_mkstemp(*args, **kwargs)
+        writes.append(("mkstemp", made[1]))
+        return made
+
+    def counting_save(model, target, *args, **kwargs):
+        writes.append(("onnx.save_model", str(target)))
+        return real_save(model, target, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    monkeypatch.setattr(os, "replace", counting_replace)
+    monkeypatch.setattr(tempfile, "mkstemp", counting_mkstemp)
+    monkeypatch.setattr(onnx, "save_model", counting_save)
+    monkeypatch.setattr(onnx, "save", counting_save)
+    out = tmp_path / "once.onnx"
+    exported = onnx_export.export(lean.graph_def, lean.inputs, lean.outputs, out,
+                                  float16_min_elements=1, tolerance=1e-2)   # weights stored too
+    monkeypatch.undo()
+    assert exported.passed and not exported.external_data
+    assert [kind for kind, _ in writes] == ["mkstemp", "replace"]     # io.write_atomically
+    assert writes[1][1] == str(out) and Path(writes[0][1]).parent == tmp_path
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["once.onnx", "tmp"]
+    assert list(scratch.iterdir()) == []
+    # the published model is the checked one: onnxruntime on the file against plain TensorFlow
+    feeds = oracle.random_feeds(lean.graph_def, lean.inputs, seed=3)
+    expected = oracle.run(lean.graph_def, feeds, lean.outputs)
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    actual = session.run([oracle.tensor(o) for o in lean.outputs],
+                         {oracle.tensor(k): v for k, v in feeds.items()})
+    assert "Cast" in {n.op_type for n in onnx.load(str(out)).graph.node}   # float16 storage
+    for e, a in zip(expected, actual):
+        np.testing.assert_allclose(a, e, rtol=2e-2, atol=2e-2 * np.abs(e).max())

@@ -6,8 +6,11 @@ identity Reshapes), applies onnxruntime's *basic* graph optimizations
 ``ort_optimize=False``),
 runs ``onnx.checker``, runs the model in onnxruntime on the same feeds as ``tfsurgery.verify`` and
 compares with TensorFlow's outputs (or the given reference: with preprocessing in the graph, the
-original fed the verifier's NumPy preprocessing). Files are staged in a temporary directory next to the target and
-moved into place only if everything passed, so a failed export writes nothing.
+original fed the verifier's NumPy preprocessing). The model travels as a ``ModelProto`` in memory
+through all of it (onnxruntime opens bytes) and the disk is touched once, to publish it
+atomically, only if everything passed: a failed export writes nothing. A GraphDef near
+protobuf's 2 GB limit is the exception: its model is staged with external data in a temporary
+directory next to the target (the checker and onnxruntime read it by path) and moved into place.
 
 Failures: a graph tf2onnx cannot convert, or converts to something the checker or onnxruntime
 rejects, raises ``ExportError`` (the CLI exits 1: the graph ran in TensorFlow, so the *conversion*
@@ -23,11 +26,11 @@ import os
 import shutil
 import threading
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-from tfsurgery import artefacts, onnx_tidy, verify
+from tfsurgery import _compat, artefacts, io, onnx_tidy, verify
 from tfsurgery.constants import evaluate
 from tfsurgery.errors import ExportError, InputError
 from tfsurgery.graph import Graph
@@ -103,37 +106,45 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
     reference = artefacts.OPTIMIZED_REFERENCE if expected is None else \
         artefacts.ORIGINAL_REFERENCE
     expected = _reference(graph_def, feeds, outputs, timeout, expected)
-    with artefacts.staging(path, batch) as stage:
+    # In memory from conversion to publishing; only a model near protobuf's 2 GB limit goes
+    # through files (external data), staged next to the target.
+    staged = artefacts.staging(path, batch) if large_model else contextlib.nullcontext(None)
+    with staged as stage:
         model, storage = convert(graph_def, inputs, outputs, opset=opset, inputs_as_nchw=nchw,
                                  large_model=large_model)
         converted_nodes = len(model.graph.node)
         tidied = onnx_tidy.tidy(model) if ort_optimize else {}
-        staged = stage / path.name
-        save(model, storage, staged)
+        converted = model                   # what localizing a failed check compares with TF
+        if stage is not None:
+            save(model, storage, stage / path.name)
+            model = stage / path.name       # from here on, the steps read and write the file
         if ort_optimize:
-            optimize_with_onnxruntime(staged, external_data=large_model)
+            model = _basic_rewrites(model)
         if float16_min_elements is not None:
-            weights_to_float16(staged, float16_min_elements)
-        if int8_min_elements is not None and not weights_to_int8(staged, int8_min_elements):
+            weights_to_float16(model, float16_min_elements)
+        if int8_min_elements is not None and not weights_to_int8(model, int8_min_elements):
             raise ExportError("--weights int8: no conv/matmul weight initializer of at least "
                               f"{int8_min_elements} values is left in the ONNX model to store "
                               "as int8")
-        check(staged)
-        actual = run_onnx(staged, _onnx_feeds(feeds, nchw), outputs, timeout=timeout)
+        check(model)
+        runnable = model if stage is not None else model.SerializeToString()
+        actual = run_onnx(runnable, _onnx_feeds(feeds, nchw), outputs, timeout=timeout)
         errors = [verify.output_error(name, e, a) for name, e, a in zip(outputs, expected, actual)]
         for label, more in (more_feeds or {}).items():
-            errors += _errors_at(graph_def, staged, more, nchw, outputs, timeout, label)
-        hist = op_histogram(staged)
+            errors += _errors_at(graph_def, runnable, more, nchw, outputs, timeout, label)
+        hist = op_histogram(model)
         max_error = verify.worst_error(errors)
-        external = staged.with_name(path.name + ".data").exists()
+        external = stage is not None and (stage / (path.name + ".data")).exists()
         compared = verify.compared_real_numbers(errors)
         result = OnnxExport(path, opset, sum(hist.values()), hist, max_error,
                             compared and max_error <= tolerance, external, tolerance,
                             converted_nodes, errors, reference, tidied)
-        if result.passed:
+        if result.passed and stage is not None:
             artefacts.publish(lambda: _publish(stage, path), batch, stage)
+        elif result.passed:
+            artefacts.publish(lambda: io.write_atomically(path, runnable), batch)
         elif compared and not large_model:
-            result.divergence = first_onnx_divergence(graph_def, model, feeds, nchw,
+            result.divergence = first_onnx_divergence(graph_def, converted, feeds, nchw,
                                                       tolerance, timeout)
     return result
 
@@ -196,12 +207,12 @@ def _reference(graph_def, feeds, outputs: Sequence[str], timeout: float,
         raise ExportError(f"no TensorFlow reference to compare with: {error}") from None
 
 
-def _errors_at(graph_def, staged: Path, feeds, nchw, outputs, timeout: float,
+def _errors_at(graph_def, model, feeds, nchw, outputs, timeout: float,
                label: str) -> List[verify.OutputError]:
     """TensorFlow vs onnxruntime on further feeds (a second sequence length: a Loop whose trip
     count became a constant cannot pass); errors named ``output`` + ``label``."""
     expected = _reference(graph_def, feeds, outputs, timeout, None)
-    actual = run_onnx(staged, _onnx_feeds(feeds, nchw), outputs, timeout=timeout)
+    actual = run_onnx(model, _onnx_feeds(feeds, nchw), outputs, timeout=timeout)
     return [verify.output_error(name + label, e, a)
             for name, e, a in zip(outputs, expected, actual)]
 
@@ -228,12 +239,12 @@ def _convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset:
     import onnx
     import tf2onnx
     try:
-        with _numpy2_compat():
-            model, storage = tf2onnx.convert.from_graph_def(
-                graph_def, input_names=[tensor_name(n) for n in inputs],
-                output_names=[tensor_name(n) for n in outputs], opset=opset,
-                inputs_as_nchw=[tensor_name(n) for n in inputs_as_nchw] or None,
-                large_model=large_model)
+        _compat.tf2onnx_on_numpy2()
+        model, storage = tf2onnx.convert.from_graph_def(
+            graph_def, input_names=[tensor_name(n) for n in inputs],
+            output_names=[tensor_name(n) for n in outputs], opset=opset,
+            inputs_as_nchw=[tensor_name(n) for n in inputs_as_nchw] or None,
+            large_model=large_model)
     except Exception as error:   # tf2onnx raises ValueError, KeyError, AssertionError, ...
         missing = _without_conversion(graph_def)
         hint = f" (ops tf2onnx has no conversion for: {_unsupported(missing)})" if missing else ""
@@ -315,10 +326,50 @@ def save(model, storage, path: Path) -> None:
                     location=path.name + ".data", size_threshold=EXTERNAL_MIN_BYTES)
 
 
+def _basic_rewrites(model):
+    """onnxruntime's basic rewrites of ``model`` (in memory), or of the model file at a path
+    (external data): the rewritten model, or the same one where it was not kept."""
+    if isinstance(model, (str, os.PathLike)):
+        optimize_with_onnxruntime(Path(model), external_data=True)
+        return model
+    return optimized_by_onnxruntime(model) or model
+
+
+def optimized_by_onnxruntime(model):
+    """onnxruntime's basic-level rewrite of the in-memory ``model`` (constant folding, redundant
+    nodes, MatMul+Add → Gemm: standard ONNX ops, portable), handed back through memory
+    (``_compat.memory_file``); None when a node is no longer a standard ONNX op."""
+    import onnx
+    import onnxruntime as ort
+    options = _session_options()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    with _compat.memory_file("onnxruntime-basic.onnx") as optimized:
+        options.optimized_model_filepath = str(optimized)
+        try:
+            ort.InferenceSession(model.SerializeToString(), options, providers=CPU)
+        except Exception as error:   # onnxruntime raises its own Fail/InvalidGraph/... types
+            raise ExportError(f"onnxruntime cannot load the model: {first_line(error)}") \
+                from None
+        rewritten = onnx.load_from_string(_compat.read_memory_file(optimized))
+    return rewritten if _standard_only(rewritten) else None
+
+
+def _standard_only(model) -> bool:
+    """Every node is a standard ONNX op; then the opset imports onnxruntime declared for every
+    domain it knows are cut to the ones the graph uses."""
+    domains = {node.domain for node in onnx_tidy.all_nodes(model.graph)}
+    if not domains <= set(STANDARD_DOMAINS):
+        return False
+    keep = [o for o in model.opset_import if o.domain in domains | {""}]
+    del model.opset_import[:]
+    model.opset_import.extend(keep)
+    return True
+
+
 def optimize_with_onnxruntime(path: Path, *, external_data: bool = False) -> bool:
-    """Replace the model at ``path`` with onnxruntime's basic-level rewrite of it (constant
-    folding, redundant nodes, MatMul+Add → Gemm: standard ONNX ops, portable). Kept only if every
-    node is still a standard ONNX op; returns whether it was kept."""
+    """Replace the model file at ``path`` with onnxruntime's basic-level rewrite of it (see
+    ``optimized_by_onnxruntime``; for models with external data). Kept only if every node is
+    still a standard ONNX op; returns whether it was kept."""
     import onnx
     import onnxruntime as ort
     work = path.parent / "ort"
@@ -338,13 +389,8 @@ def optimize_with_onnxruntime(path: Path, *, external_data: bool = False) -> boo
     except Exception as error:   # onnxruntime raises its own Fail/InvalidGraph/... types
         raise ExportError(f"onnxruntime cannot load the model: {first_line(error)}") from None
     model = onnx.load(str(optimized), load_external_data=False)
-    domains = {node.domain for node in onnx_tidy.all_nodes(model.graph)}
-    kept = domains <= set(STANDARD_DOMAINS)
+    kept = _standard_only(model)
     if kept:
-        # onnxruntime declares every domain it knows; keep the ones the graph uses.
-        keep = [o for o in model.opset_import if o.domain in domains | {""}]
-        del model.opset_import[:]
-        model.opset_import.extend(keep)
         onnx.save_model(model, str(optimized))
         path.with_name(path.name + ".data").unlink(missing_ok=True)
         for produced in work.iterdir():
@@ -353,13 +399,14 @@ def optimize_with_onnxruntime(path: Path, *, external_data: bool = False) -> boo
     return kept
 
 
-def weights_to_float16(path: Path, min_elements: int) -> int:
+def weights_to_float16(model, min_elements: int) -> int:
     """float32 initializers with at least ``min_elements`` values → float16 initializers and a
     Cast to float32 under the original name (consumers unchanged). After onnxruntime's rewrite,
-    whose constant folding would undo it. Returns how many were converted."""
+    whose constant folding would undo it. ``model``: a ModelProto (edited in place) or the path
+    of a model file (rewritten). Returns how many were converted."""
     import onnx
     from onnx import helper, numpy_helper
-    model = onnx.load(str(path))
+    model, path = _loaded(model)
     graph, casts, kept = model.graph, [], []
     for tensor in graph.initializer:
         if tensor.data_type != onnx.TensorProto.FLOAT or np.prod(tensor.dims) < min_elements:
@@ -382,7 +429,7 @@ def weights_to_float16(path: Path, min_elements: int) -> int:
 ONNX_WEIGHT_INPUTS = {"Conv": (1, 0), "ConvTranspose": (1, 1), "MatMul": (1, 1), "Gemm": (1, None)}
 
 
-def weights_to_int8(path: Path, min_elements: int) -> int:
+def weights_to_int8(model, min_elements: int) -> int:
     """Float32 weight initializers of Conv/ConvTranspose/MatMul/Gemm with at least
     ``min_elements`` values → int8 initializers + ``DequantizeLinear`` (per output channel,
     symmetric: zero point 0) under the original name, so onnxruntime computes in float with its
@@ -390,11 +437,12 @@ def weights_to_int8(path: Path, min_elements: int) -> int:
     ``dequantized_weights`` folded them for tf2onnx): requantizing q·s per output channel gives
     back q (a depthwise Conv's multiplier channels share their input channel's scale, as there).
     After onnxruntime's rewrite, whose constant folding would undo it; through a
-    Transpose of the initializer too (--raw-onnx). Returns how many were converted."""
+    Transpose of the initializer too (--raw-onnx). ``model``: a ModelProto (edited in place) or
+    the path of a model file (rewritten). Returns how many were converted."""
     import onnx
     from onnx import helper, numpy_helper
     from tfsurgery.transforms.int8_weights import quantize
-    model = onnx.load(str(path))
+    model, path = _loaded(model)
     graph = model.graph
     initializers = {t.name: t for t in graph.initializer}
     axes: Dict[str, set] = collections.defaultdict(set)
@@ -442,10 +490,18 @@ def weights_to_int8(path: Path, min_elements: int) -> int:
     return len(dequantize)
 
 
-def _store_weights(model, path: Path, initializers: list, decoders: list) -> None:
-    """Saves ``model`` at ``path`` with ``initializers`` as its weights and ``decoders`` (the
-    nodes turning stored weights back into float32) in front of its nodes; external data stays
-    external."""
+def _loaded(model):
+    """(ModelProto, None) for a model in memory; (the file's model, its path) for a path."""
+    import onnx
+    if isinstance(model, (str, os.PathLike)):
+        return onnx.load(str(model)), Path(model)
+    return model, None
+
+
+def _store_weights(model, path: Optional[Path], initializers: list, decoders: list) -> None:
+    """Gives ``model`` ``initializers`` as its weights and ``decoders`` (the nodes turning
+    stored weights back into float32) in front of its nodes; with a ``path``, saves it there
+    (external data stays external)."""
     import onnx
     graph = model.graph
     del graph.initializer[:]
@@ -453,6 +509,8 @@ def _store_weights(model, path: Path, initializers: list, decoders: list) -> Non
     nodes = decoders + list(graph.node)
     del graph.node[:]
     graph.node.extend(nodes)
+    if path is None:
+        return
     data = path.with_name(path.name + ".data")
     external = data.exists()
     data.unlink(missing_ok=True)
@@ -479,24 +537,24 @@ def _onnx_axis(node) -> Optional[int]:
     return ONNX_WEIGHT_INPUTS[node.op_type][1]
 
 
-def check(path: Path) -> None:
-    """onnx.checker, by path so that external data and models over 2 GB work."""
+def check(model) -> None:
+    """onnx.checker on a ModelProto, or on a path (external data, models over 2 GB)."""
     import onnx
     try:
-        onnx.checker.check_model(str(path))
+        onnx.checker.check_model(str(model) if isinstance(model, (str, os.PathLike)) else model)
     except onnx.checker.ValidationError as error:
         raise ExportError(f"onnx.checker rejects the model: {first_line(error)}") from None
 
 
-def run_onnx(path: Path, feeds: Dict[str, np.ndarray], outputs: Sequence[str], *,
+def run_onnx(model, feeds: Dict[str, np.ndarray], outputs: Sequence[str], *,
              timeout: float = verify.DEFAULT_TIMEOUT) -> List[np.ndarray]:
     """Run the model once in onnxruntime (CPU), within ``timeout`` seconds; feeds keyed by ONNX
-    input name."""
+    input name. ``model``: serialized bytes, a ModelProto or the path of a model file."""
     import onnxruntime as ort
     run_options = ort.RunOptions()
     deadline = threading.Timer(timeout, setattr, (run_options, "terminate", True))
     try:
-        session = ort.InferenceSession(str(path), _session_options(), providers=CPU)
+        session = ort.InferenceSession(_openable(model), _session_options(), providers=CPU)
         wanted = {i.name for i in session.get_inputs()}
         deadline.start()
         return session.run([tensor_name(n) for n in outputs],
@@ -511,10 +569,12 @@ def run_onnx(path: Path, feeds: Dict[str, np.ndarray], outputs: Sequence[str], *
         deadline.cancel()
 
 
-def op_histogram(path: Path) -> Dict[str, int]:
-    """Op type → count over the model's top-level nodes (an If counts once)."""
+def op_histogram(model) -> Dict[str, int]:
+    """Op type → count over the model's top-level nodes (an If counts once); ``model``: a
+    ModelProto or the path of a model file."""
     import onnx
-    model = onnx.load(str(path), load_external_data=False)
+    if isinstance(model, (str, os.PathLike)):
+        model = onnx.load(str(model), load_external_data=False)
     return dict(collections.Counter(node.op_type for node in model.graph.node))
 
 
@@ -567,18 +627,11 @@ def _publish(stage: Path, path: Path) -> None:
         raise InputError(f"{path}: cannot write ({error.strerror})") from None
 
 
-@contextlib.contextmanager
-def _numpy2_compat():
-    """tf2onnx 1.17's large-model path calls np.product, which numpy 2 removed: lend it np.prod
-    for the conversion only."""
-    if hasattr(np, "product"):
-        yield
-        return
-    np.product = np.prod
-    try:
-        yield
-    finally:
-        del np.product
+def _openable(model) -> Union[bytes, str]:
+    """What onnxruntime's InferenceSession opens: bytes in memory, or a file's path."""
+    if isinstance(model, (str, os.PathLike)):
+        return str(model)
+    return model if isinstance(model, bytes) else model.SerializeToString()
 
 
 def _session_options():

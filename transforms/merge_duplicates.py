@@ -8,8 +8,9 @@ order, nor an ``Add`` of strings, which concatenates). Visiting producers
 before consumers makes one pass reach the fixpoint: once ``a`` and ``a'`` are one node, ``f(a)``
 and ``f(a')`` read the same input and merge too. The anchors are graph_transforms'
 ``merge_duplicate_nodes`` and Grappler's dedup. Never merged: stateful ops (variables, queues,
-random numbers, prints — op_def ``is_stateful``), placeholders, v1 control-flow frame ops, and
-nodes with no OpDef here. A protected node (graph input/output) is never the one removed.
+random numbers, prints — op_def ``is_stateful``), placeholders, v1 control-flow frame ops,
+the empty TensorLists a loop writes into (``LOOP_BUFFERS``), and nodes with no OpDef here. A
+protected node (graph input/output) is never the one removed.
 """
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ from tfsurgery.ops import CONTROL_FLOW_V1_OPS, PLACEHOLDER_OPS
 from tfsurgery.contract import Options, TransformReport, transform
 
 MAX_ROUNDS = 5
+# To TensorFlow two equal empty lists are one value; to converters each is the buffer of the loop
+# that fills it: tf2onnx turns a While's TensorListReserve into that Loop's scan output and
+# deletes it, so three GRU loops sharing one Reserve fail to convert ("Cannot find node with
+# output '@@ALLOC'"), and tensor_list_loops cannot give a shared list a TensorArray of its own.
+LOOP_BUFFERS = frozenset({"TensorListReserve", "EmptyTensorList"})
 COMMUTATIVE = frozenset({"Add", "AddV2", "Mul", "LogicalAnd", "LogicalOr", "Equal", "NotEqual",
                          "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
 
@@ -96,7 +102,8 @@ def _may_merge(op: str) -> bool:
     if mergeable is None:
         definition = op_def(op)
         mergeable = definition is not None and not definition.is_stateful and \
-            op not in PLACEHOLDER_OPS and op not in CONTROL_FLOW_V1_OPS
+            op not in PLACEHOLDER_OPS and op not in CONTROL_FLOW_V1_OPS and \
+            op not in LOOP_BUFFERS
         if definition is not None:          # an op TF does not know yet is asked again
             _MERGEABLE[op] = mergeable
     return mergeable
