@@ -30,8 +30,9 @@ from tfsurgery.errors import (ExportError, InputError, OriginalDoesNotRun,  # no
                               VerificationError, VerificationFailed, WriteFailed)
 from tfsurgery.graph import Graph
 from tfsurgery.interface import (check_fed, find_dropout_knobs, find_training_flags,
-                                 resolve_interface, unused_inputs, with_declared_inputs)
-from tfsurgery.ops import PLACEHOLDER_OPS, node_name
+                                 needs_declaring, resolve_interface, unused_inputs,
+                                 with_declared_inputs)
+from tfsurgery.ops import node_name
 from tfsurgery.report import format_table, op_histogram, summary, transform_lines  # noqa: F401
 from tfsurgery.contract import Options
 # the public names of the modules the facade stands on (``api.X`` for each)
@@ -184,7 +185,7 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
     timeout = verify_mod.DEFAULT_TIMEOUT if verify_timeout is None else verify_timeout
     flags = list(dict.fromkeys(list(training_flags) + source.training_flags))
     original = source.graph_def
-    if input_shapes or any(_names_a_non_placeholder(original, name) for name in inputs):
+    if input_shapes or needs_declaring(original, inputs):
         original = with_declared_inputs(original, list(inputs), dict(input_shapes or {}))
     # The run's one index: read first for the interface (dropout knobs, preprocessing, class
     # scores), then handed to the pipeline, which edits it (copy-on-write: ``original`` itself,
@@ -286,11 +287,6 @@ def _drop_unused_inputs(original, graph: Graph, inputs: List[str], outputs: List
     stand_ins = verify_mod.make_feeds(original, unused, seed, given=given,
                                       scalar_if_unknown_rank=True)
     return [n for n in inputs if n not in unused], stand_ins
-
-
-def _names_a_non_placeholder(graph_def, name: str) -> bool:
-    node = next((n for n in graph_def.node if n.name == name.split(":")[0]), None)
-    return node is not None and node.op not in PLACEHOLDER_OPS
 
 
 def write_json(path, data: dict, *, input_path=None) -> None:

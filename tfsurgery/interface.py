@@ -179,17 +179,27 @@ QUEUE_OPS = frozenset({"QueueDequeueV2", "QueueDequeueManyV2", "QueueDequeueUpTo
                        "IteratorGetNextSync", "ReaderReadV2", "ReaderRead"})
 
 
+def needs_declaring(graph_def, inputs: Sequence[str]) -> bool:
+    """Does any named input still have to become a plain Placeholder (it is a
+    ``PlaceholderWithDefault`` or some other op's tensor)?"""
+    named = {node_name(name) for name in inputs}
+    return any(node.name in named and node.op not in FEEDABLE_PLACEHOLDER_OPS
+               for node in graph_def.node)
+
+
 def with_declared_inputs(graph_def, inputs: Sequence[str],
                          shapes: Mapping[str, Sequence[Optional[int]]]):
     """A copy of the graph with the user's interface applied: a named tensor that is not a
     placeholder (a dequeue, an iterator output) is cut from its source and becomes a Placeholder
-    of its dtype and shape (as ``strip_unused`` does); ``shapes`` are set on the placeholders."""
+    of its dtype and shape (as ``strip_unused`` does); so does a named ``PlaceholderWithDefault``
+    (what the user feeds; tf2onnx refuses one whose default is a tensor), and what only fed its
+    default goes with it; ``shapes`` are set on the placeholders."""
     graph = Graph(graph_def, check_inputs=False)
     unknown = [n for n in shapes if node_name(n) not in graph]
     if unknown:
         raise InputError(f"--input-shape names '{unknown[0]}', which is no node in the graph")
     for name in inputs:
-        if graph.op(node_name(name)) not in PLACEHOLDER_OPS:
+        if graph.op(node_name(name)) not in FEEDABLE_PLACEHOLDER_OPS:
             _cut_to_placeholder(graph, name, shapes.get(name, shapes.get(node_name(name))))
     for name, dims in shapes.items():
         node = graph.node(node_name(name))
@@ -207,7 +217,8 @@ def _cut_to_placeholder(graph: Graph, name: str, dims) -> None:
     if readers - {ref.port}:
         raise InputError(f"input '{name}': other outputs of {node.op} '{ref.node}' are read too; "
                          "only a single-output tensor can become an input")
-    dtype, shape = _output_signature(graph, node, ref.port)
+    dtype, shape = _default_signature(graph, node) if node.op == "PlaceholderWithDefault" \
+        else _output_signature(graph, node, ref.port)
     sources = [parse_ref(text).node for text in node.input]
     graph.remove([ref.node])
     _remove_orphans(graph, sources)
@@ -219,6 +230,19 @@ def _cut_to_placeholder(graph: Graph, name: str, dims) -> None:
         _set_shape(placeholder, dims)
     if ref.port:
         graph.rewire(ref, parse_ref(ref.node))
+
+
+def _default_signature(graph: Graph, node):
+    """What a ``PlaceholderWithDefault`` may be fed: its dtype, and its declared shape — or,
+    where it declares no rank, the shape of its default's producer."""
+    shape = node.attr["shape"].shape if "shape" in node.attr else None
+    if shape is None or shape.unknown_rank:
+        default = graph.inputs(node.name)[0]
+        try:
+            shape = _output_signature(graph, graph.node(default.node), default.port)[1]
+        except InputError:              # its producer's dtype cannot be known: no shape then
+            shape = None
+    return node.attr["dtype"].type, shape
 
 
 def _remove_orphans(graph: Graph, names) -> None:
@@ -322,18 +346,29 @@ def _set_shape(node, dims) -> None:
 
 
 def check_fed(graph_def, inputs: Sequence[str], outputs: Sequence[str]) -> None:
-    """Outputs that depend on a queue or iterator need that dequeue named as an input."""
+    """Outputs that depend on a queue or iterator need an input named in front of it: the
+    ``PlaceholderWithDefault`` that wraps it (the input the graph was written for), else the
+    dequeue itself."""
     graph = {node.name: node for node in graph_def.node}    # a walk needs no full index
     cut = {node_name(n) for n in inputs}
-    stack, seen = [node_name(o) for o in outputs], set()
+    stack, seen = [(node_name(o), None) for o in outputs], set()
     while stack:
-        name = stack.pop()
+        name, wrapper = stack.pop()
         if name in seen or name in cut or name not in graph:
             continue
         seen.add(name)
         op = graph[name].op
         if op in QUEUE_OPS:
-            raise InputError(f"the outputs read {op} '{name}', fed by an input queue "
-                             f"that is empty outside training; pass it with --inputs {name} "
-                             "(and --input-shape if its shape is not declared)")
-        stack.extend(ref.node for ref in map(parse_ref, graph[name].input))
+            raise InputError(_unfed_queue_message(op, name, wrapper))
+        if op == "PlaceholderWithDefault":
+            wrapper = name
+        stack.extend((ref.node, wrapper) for ref in map(parse_ref, graph[name].input))
+
+
+def _unfed_queue_message(op: str, name: str, wrapper: Optional[str]) -> str:
+    where = f"the outputs read {op} '{name}', fed by an input queue that is empty outside training"
+    if wrapper is not None:
+        return (f"{where}, as the default of PlaceholderWithDefault '{wrapper}'; feed that: "
+                f"pass --inputs {wrapper}")
+    return (f"{where}; pass it with --inputs {name} "
+            "(and --input-shape if its shape is not declared)")

@@ -116,7 +116,11 @@ def freeze_concrete_function(function, where: str) -> Loaded:
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import \
         convert_variables_to_constants_v2
-    inputs = [t.op.name for t in function.inputs if t.dtype != tf.resource]
+    # A function's inputs end with its captures (variables, and constant tensors a tf.Module
+    # holds): the freeze makes those constants; only the others are fed (as tf2onnx's loader).
+    captured = {t.ref() for t in function.graph.internal_captures}
+    inputs = [t.op.name for t in function.inputs
+              if t.dtype != tf.resource and t.ref() not in captured]
     outputs = [t.op.name for t in function.outputs]
     try:
         frozen = convert_variables_to_constants_v2(function, lower_control_flow=False,

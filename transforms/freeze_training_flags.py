@@ -32,15 +32,33 @@ def freeze_training_flags(graph: Graph, options: Options) -> TransformReport:
             report.skip(node.name, f"named as a training switch but a {node.op}, not a placeholder")
             continue
         report.matched += 1
+        default = _default_value(graph, node)
         _make_constant(graph, node.name, value)
         report.rewritten.append(node.name)
-        report.notes.append(f"{node.name} = {value}")
+        report.notes.append(f"{node.name} = {value}" + _overridden(default, value))
     for name in list(options.training_flags) + list(options.inference_values):
         if name not in graph:
             report.notes.append(f"training flag '{name}' not found in the graph")
         elif name not in report.rewritten and not any(n == name for n, _ in report.skipped):
             report.skip(name, "named as a training flag but not a bool placeholder")
     return report
+
+
+def _default_value(graph: Graph, node):
+    """A PlaceholderWithDefault's constant default (None: a plain placeholder, or a default
+    computed at run time)."""
+    if node.op != "PlaceholderWithDefault":
+        return None
+    return graph.const_value(graph.inputs(node.name)[0])
+
+
+def _overridden(default, value) -> str:
+    """The note's tail when the inference value is not what the graph computes unfed (a
+    ``training`` flag that defaults to True: run as published, the graph trains)."""
+    if default is None or np.array_equal(default, np.asarray(value, default.dtype)):
+        return ""
+    shown = default.item() if default.size == 1 else default.tolist()
+    return f" (overrides its default {shown}; the original is checked fed {value} too)"
 
 
 def _make_constant(graph: Graph, name: str, value) -> None:
