@@ -38,7 +38,7 @@ FLOORS = {
         "int8_bench", "equalize",
         "latency", "picture", "preprocessing",
         "training_ops", "keras_optimizers", "training", "models"},
-    3: {"api", "source", "plan", "result", "int8", "writer", "bench"},
+    3: {"api", "source", "plan", "result", "int8", "writer", "bench", "batch"},
     4: {"cli"},
     5: {"__main__"},
     6: {"benchmarks"},

@@ -1,0 +1,252 @@
+"""``tfsurgery batch`` / ``tfsurgery.batch.run`` (issue 33, item 4): a folder of models, each in its
+own process, failures isolated, a summary, re-runs that skip what is up to date — checked with the
+tests' own oracle (plain TF sessions, the SavedModel loaded by TF itself)."""
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import oracle
+from tfsurgery import batch
+from tfsurgery.errors import InputError
+from tfsurgery.models import tf1
+
+
+def _keras2_h5(path):
+    """A Keras-2 (tf_keras) model with BN and dropout, random weights and statistics."""
+    import tf_keras
+    r = np.random.default_rng(31)
+    model = tf_keras.Sequential([tf_keras.Input((6,), name="features"),
+                                 tf_keras.layers.Dense(8, name="dense"),
+                                 tf_keras.layers.BatchNormalization(name="bn"),
+                                 tf_keras.layers.Dropout(0.3),
+                                 tf_keras.layers.Dense(3, name="head")])
+    for weight in model.weights:
+        weight.assign(r.uniform(0.5, 1.5, weight.shape).astype("float32"))
+    model.save(path)
+
+
+class Scorer(tf.Module):
+    def __init__(self, r):
+        self.w = tf.Variable(r.normal(0, 0.5, (5, 4)).astype(np.float32))
+        self.b = tf.Variable(r.normal(0, 0.5, (4,)).astype(np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 5], tf.float32, name="x")])
+    def __call__(self, x):
+        return {"y": tf.nn.relu(tf.matmul(x, self.w) + self.b) * 2.0}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """Five models: the demo (.pb), a Keras-2 .h5, a SavedModel folder, a .pbtxt and a broken
+    file — plus a README, which is no model."""
+    from google.protobuf import text_format
+    folder = tmp_path_factory.mktemp("models")
+    article = tf1.article_cnn(seed=7)
+    (folder / "article.pb").write_bytes(article.graph_def.SerializeToString())
+    conv = tf1.conv_bn(seed=3)
+    (folder / "conv.pbtxt").write_text(text_format.MessageToString(conv.graph_def))
+    _keras2_h5(folder / "keras2.h5")
+    scorer = Scorer(np.random.default_rng(13))
+    tf.saved_model.save(scorer, str(folder / "scorer"), signatures={"serving_default":
+                                                                    scorer.__call__})
+    (folder / "broken.pb").write_bytes(b"this is not a GraphDef \x00\xff\x13")
+    (folder / "README.txt").write_text("not a model")
+    return folder, {"article.pb": article, "conv.pbtxt": conv}
+
+
+def _by_model(summary):
+    return {record["model"]: record for record in summary["models"]}
+
+
+def _optimized_graph(out, record):
+    path = next(out / a["path"] for a in record["artefacts"] if a["format"] == "pb")
+    graph_def = tf.compat.v1.GraphDef()
+    if path.suffix == ".pbtxt":
+        from google.protobuf import text_format
+        text_format.Parse(path.read_text(), graph_def)
+    else:
+        graph_def.ParseFromString(path.read_bytes())
+    return graph_def
+
+
+def test_a_folder_of_five_models_two_at_a_time(model_dir, tmp_path):
+    folder, built = model_dir
+    out = tmp_path / "out"
+    done = []
+    started = time.monotonic()
+    summary = batch.run(folder, out, ["--bn-fold"], jobs=2, on_done=done.append)
+    first_seconds = time.monotonic() - started
+    records = _by_model(summary)
+    assert sorted(records) == ["article.pb", "broken.pb", "conv.pbtxt", "keras2.h5", "scorer"]
+    assert len(done) == 5                        # README.txt is no model
+    statuses = {name: r["status"] for name, r in records.items()}
+    assert statuses == {"article.pb": "ok", "conv.pbtxt": "ok", "keras2.h5": "ok",
+                        "scorer": "ok", "broken.pb": "error"}, records
+    assert batch.exit_status(summary) == 1 and summary["counts"] == {"error": 1, "ok": 4}
+    broken = records["broken.pb"]
+    assert "broken.pb" in broken["error"] and broken["artefacts"] == []
+    assert not (out / "broken").exists()         # a failed model leaves nothing behind
+    assert json.loads((out / "summary.json").read_text()) == summary
+    assert not (out / batch.WORK).exists()
+
+    for name, record in records.items():
+        if record["status"] != "ok":
+            continue
+        graph_def = _optimized_graph(out, record)
+        assert record["nodes_after"] == len(graph_def.node) < record["nodes_before"]
+        assert record["max_error"] <= record["tolerance"] == 1e-4
+        assert (out / record["output_dir"] / "report.json").exists()
+
+    # the oracle: each original and its optimized graph in plain TF sessions
+    for name in ("article.pb", "conv.pbtxt"):
+        model = built[name]
+        flags = {model.training_flag: False} if model.training_flag else {}
+        oracle.assert_same_outputs(model.graph_def, _optimized_graph(out, records[name]),
+                                   model.inputs, model.outputs, original_feeds=flags,
+                                   rtol=1e-5)
+    # the SavedModel as TF itself loads and runs it, against the optimized frozen graph
+    report = json.loads((out / "scorer" / "report.json").read_text())
+    x = np.random.default_rng(3).normal(size=(3, 5)).astype(np.float32)
+    expected = tf.saved_model.load(str(folder / "scorer")).signatures["serving_default"](
+        x=tf.constant(x))["y"].numpy()
+    actual, = oracle.run(_optimized_graph(out, records["scorer"]), {report["inputs"][0]: x},
+                         report["outputs"][:1])
+    assert oracle.relative_error(expected, actual) <= 1e-5
+
+    # a second run skips what is up to date (a changed input: see the next test); the broken
+    # model, which has no outputs, is tried again
+    summary = batch.run(folder, out, ["--bn-fold"], jobs=2)
+    statuses = {name: r["status"] for name, r in _by_model(summary).items()}
+    assert statuses == {"article.pb": "skipped", "keras2.h5": "skipped", "scorer": "skipped",
+                        "conv.pbtxt": "skipped", "broken.pb": "error"}
+    assert batch.exit_status(summary) == 1
+    assert _by_model(summary)["article.pb"]["nodes_after"] == records["article.pb"]["nodes_after"]
+    print(f"first run (5 models, --jobs 2): {first_seconds:.1f} s; second: "
+          f"{summary['seconds']:.1f} s")
+
+
+def test_up_to_date_needs_the_same_options_and_newer_outputs(model_dir, tmp_path):
+    """The stamp rule on its own, without running a model: same fingerprint, every output
+    present and newer than the model and the files the options name."""
+    folder, _ = model_dir
+    model = tmp_path / "article.pb"
+    model.write_bytes((folder / "article.pb").read_bytes())
+    out = tmp_path / "article"
+    out.mkdir()
+    (out / "article_optimized.pb").write_bytes(b"x")
+    fingerprint = batch.options_fingerprint(["--bn-fold"], [])
+    record = {"artefacts": [{"format": "pb", "path": "article/article_optimized.pb"}]}
+    (out / batch.STAMP).write_text(json.dumps({"fingerprint": fingerprint, "record": record}))
+    assert batch.up_to_date(model, out, fingerprint) == record
+    assert batch.up_to_date(model, out, batch.options_fingerprint([], [])) is None
+    assert batch.up_to_date(model, out, batch.options_fingerprint(["--bn-fold"], ["onnx"])) \
+        is None
+    samples = tmp_path / "samples.npz"
+    samples.write_bytes(b"newer")
+    later = time.time() + 5
+    os.utime(samples, (later, later))            # a file the options name changed since
+    assert batch.up_to_date(model, out, fingerprint, ["--samples", str(samples)]) is None
+    os.utime(samples, (0, 0))
+    assert batch.up_to_date(model, out, fingerprint, ["--samples", str(samples)]) == record
+    os.utime(model, (later, later))              # the model changed since
+    assert batch.up_to_date(model, out, fingerprint) is None
+    os.utime(model, (0, 0))
+    (out / "article_optimized.pb").unlink()
+    assert batch.up_to_date(model, out, fingerprint) is None
+
+
+def test_a_model_past_its_deadline_is_killed_and_reported(model_dir, tmp_path):
+    folder, _ = model_dir
+    single = tmp_path / "in"
+    single.mkdir()
+    (single / "article.pb").write_bytes((folder / "article.pb").read_bytes())
+    started = time.monotonic()
+    summary = batch.run(single, tmp_path / "out", timeout=0.5)
+    record, = summary["models"]
+    assert record["status"] == "timeout" and "deadline" in record["error"]
+    assert time.monotonic() - started < 30
+    assert batch.exit_status(summary) == 1
+
+
+WRONG_PLUGIN = '''
+import tfsurgery
+
+@tfsurgery.transform("scale-a-weight")
+def scale_a_weight(graph, options):
+    """Multiplies the first conv kernel by 1.1: the numbers move."""
+    report = tfsurgery.TransformReport("scale-a-weight")
+    conv = graph.nodes_with_ops({"Conv2D"})[0]
+    kernel = graph.inputs(conv.name)[1]
+    graph.set_input(conv.name, 1, graph.add_const("scaled", graph.const_value(kernel) * 1.1))
+    report.rewritten.append(conv.name)
+    return report
+'''
+
+
+def test_a_model_failing_verification_is_reported_and_its_old_outputs_go(model_dir, tmp_path):
+    """Exit status 1, the verifier's numbers in the record, nothing published — and the
+    outputs an earlier batch left for this model (other options) are removed as stale."""
+    folder, _ = model_dir
+    single = tmp_path / "in"
+    single.mkdir()
+    (single / "article.pb").write_bytes((folder / "article.pb").read_bytes())
+    plugin = tmp_path / "wrong.py"
+    plugin.write_text(WRONG_PLUGIN)
+    out = tmp_path / "out"
+    earlier = out / "article"
+    earlier.mkdir(parents=True)
+    (earlier / "article_optimized.pb").write_bytes(b"from an earlier run")
+    (earlier / batch.STAMP).write_text(json.dumps({"fingerprint": "other", "record": {}}))
+    summary = batch.run(single, out, ["--plugin", str(plugin), "--transforms",
+                                      "default,scale-a-weight"])
+    record, = summary["models"]
+    assert record["status"] == "failed" and "verification FAILED" in record["error"]
+    assert record["max_error"] > record["tolerance"] and record["artefacts"] == []
+    assert batch.exit_status(summary) == 1
+    assert not earlier.exists()
+    assert "verification FAILED" in (out / record["log"]).read_text()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(options=["--onnx", "x.onnx"]), "--onnx: batch names each model's outputs"),
+    (dict(options=["--report-json=r.json"]), "--report-json"),
+    (dict(jobs=0), "jobs must be a positive"),
+    (dict(exports=["coreml"]), "unknown export"),
+    (dict(engine="slurm"), "unknown engine"),
+])
+def test_bad_requests_are_one_line_input_errors(model_dir, tmp_path, arguments, message):
+    folder, _ = model_dir
+    with pytest.raises(InputError, match=message):
+        batch.run(folder, tmp_path / "out", **arguments)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_folder_and_the_input_as_output_are_refused(tmp_path):
+    with pytest.raises(InputError, match="no models"):
+        batch.run(tmp_path, tmp_path / "out")
+    with pytest.raises(InputError, match="must not be the input folder"):
+        batch.run(tmp_path, tmp_path)
+    with pytest.raises(InputError, match="not a directory"):
+        batch.run(tmp_path / "missing", tmp_path / "out")
+
+
+@pytest.mark.skipif(not batch.ray_available(), reason="Ray is not installed (pip install ray)")
+def test_the_same_jobs_on_a_local_ray_instance(model_dir, tmp_path):
+    folder, built = model_dir
+    single = tmp_path / "in"
+    single.mkdir()
+    for name in ("article.pb", "broken.pb"):
+        (single / name).write_bytes((folder / name).read_bytes())
+    summary = batch.run(single, tmp_path / "out", ["--bn-fold"], jobs=2, engine="ray")
+    records = _by_model(summary)
+    assert {name: r["status"] for name, r in records.items()} == {"article.pb": "ok",
+                                                                  "broken.pb": "error"}
+    model = built["article.pb"]
+    oracle.assert_same_outputs(model.graph_def,
+                               _optimized_graph(tmp_path / "out", records["article.pb"]),
+                               model.inputs, model.outputs,
+                               original_feeds={model.training_flag: False}, rtol=1e-5)
