@@ -39,6 +39,8 @@ setup(
         "picture": ["graphviz", "graphviz-pure"],
         # --openvino DIR/: OpenVINO's converter and CPU runtime; --quantize int8 with it: NNCF.
         "openvino": ["openvino>=2026.0", "nncf>=3.0"],
+        # batch --engine ray: not in "test" (240 MB, its own daemons; docs/batch.md).
+        "ray": ["ray>=2.9"],
     },
     entry_points={"console_scripts": ["tfsurgery=tfsurgery.cli:main"]},
 )
