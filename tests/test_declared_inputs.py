@@ -122,6 +122,9 @@ def test_cli_feeds_img_verifies_and_exports_onnx(face_pb, tmp_path, capsys):
     assert path.read_bytes() == before
     data = json.loads(report.read_text())
     assert data["verification"]["passed"] is True
+    [declared] = data["declared_inputs"]
+    assert "'img' (a PlaceholderWithDefault) is now a Placeholder (float32 [?, 8, 8, 3])" in \
+        declared and "3 node(s)" in declared and "IteratorGetNext" in declared
     flags = next(t for t in data["transforms"] if t["name"] == "freeze-training-flags")
     assert any("training = False" in n and "overrides its default True" in n
                for n in flags["notes"])
@@ -242,3 +245,24 @@ def test_a_signature_that_captures_constants_has_only_its_own_inputs(capturing_m
                         session.run(None, {session.get_inputs()[0].name: audio})))
     for key, tensor in names.items():
         assert oracle.relative_error(expected[key].numpy(), exported[tensor]) < 1e-4, key
+
+
+def test_another_declared_input_behind_the_default_stays():
+    """``inputs=[x, wrapped]`` where x only fed wrapped's default: x is not removed with the
+    default; nothing reads it any more, so the optimized interface drops it (said)."""
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 3], name="x")
+        wrapped = tf.compat.v1.placeholder_with_default(tf.nn.relu(x * 2.0), [None, 3],
+                                                        name="wrapped")
+        tf.multiply(wrapped, 3.0, name="output")
+    graph_def = graph.as_graph_def()
+    declared = with_declared_inputs(graph_def, ["x", "wrapped"], {})
+    nodes = {n.name: n.op for n in declared.node}
+    assert nodes["x"] == "Placeholder" and nodes["wrapped"] == "Placeholder"
+    assert "Relu" not in nodes.values()
+    result = tfsurgery.optimize(graph_def, inputs=["x", "wrapped"], outputs=["output"])
+    assert result.inputs == ["wrapped"] and list(result.unused_inputs) == ["x"]
+    b = np.random.default_rng(7).standard_normal((2, 3)).astype(np.float32)
+    expected = oracle.run(graph_def, {"wrapped": b}, ["output"])[0]
+    assert oracle.relative_error(expected, oracle.run(result.graph_def, {"wrapped": b},
+                                                      ["output"])[0]) < 1e-6

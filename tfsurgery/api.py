@@ -184,9 +184,10 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
     tolerance = default_tolerance if tolerance is None else tolerance
     timeout = verify_mod.DEFAULT_TIMEOUT if verify_timeout is None else verify_timeout
     flags = list(dict.fromkeys(list(training_flags) + source.training_flags))
-    original = source.graph_def
+    original, declared = source.graph_def, []
     if input_shapes or needs_declaring(original, inputs):
-        original = with_declared_inputs(original, list(inputs), dict(input_shapes or {}))
+        original = with_declared_inputs(original, list(inputs), dict(input_shapes or {}),
+                                        notes=declared)
     # The run's one index: read first for the interface (dropout knobs, preprocessing, class
     # scores), then handed to the pipeline, which edits it (copy-on-write: ``original`` itself,
     # the verifier's reference, stays as given).
@@ -228,6 +229,7 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
                     user_feeds=dict(feeds or {}),
                     preprocess=preprocess_hook, weights=weights,
                     unused_inputs=unused, frozen_form=source.frozen_form, samples=samples,
+                    declared_inputs=declared,
                     check_n=check_n, params=params, class_outputs=class_outputs)
     if not verify:
         result.verify_skipped = True

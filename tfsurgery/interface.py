@@ -188,19 +188,24 @@ def needs_declaring(graph_def, inputs: Sequence[str]) -> bool:
 
 
 def with_declared_inputs(graph_def, inputs: Sequence[str],
-                         shapes: Mapping[str, Sequence[Optional[int]]]):
+                         shapes: Mapping[str, Sequence[Optional[int]]],
+                         notes: Optional[List[str]] = None):
     """A copy of the graph with the user's interface applied: a named tensor that is not a
     placeholder (a dequeue, an iterator output) is cut from its source and becomes a Placeholder
     of its dtype and shape (as ``strip_unused`` does); so does a named ``PlaceholderWithDefault``
     (what the user feeds; tf2onnx refuses one whose default is a tensor), and what only fed its
-    default goes with it; ``shapes`` are set on the placeholders."""
+    default goes with it; ``shapes`` are set on the placeholders. Each cut is said in ``notes``."""
     graph = Graph(graph_def, check_inputs=False)
     unknown = [n for n in shapes if node_name(n) not in graph]
     if unknown:
         raise InputError(f"--input-shape names '{unknown[0]}', which is no node in the graph")
+    named = {node_name(name) for name in inputs}
     for name in inputs:
         if graph.op(node_name(name)) not in FEEDABLE_PLACEHOLDER_OPS:
-            _cut_to_placeholder(graph, name, shapes.get(name, shapes.get(node_name(name))))
+            note = _cut_to_placeholder(graph, name, shapes.get(name, shapes.get(node_name(name))),
+                                       keep=named)
+            if notes is not None:
+                notes.append(note)
     for name, dims in shapes.items():
         node = graph.node(node_name(name))
         if node.op not in PLACEHOLDER_OPS:
@@ -210,18 +215,20 @@ def with_declared_inputs(graph_def, inputs: Sequence[str],
     return graph.to_graph_def()
 
 
-def _cut_to_placeholder(graph: Graph, name: str, dims) -> None:
+def _cut_to_placeholder(graph: Graph, name: str, dims, keep=()) -> str:
+    """Make the tensor ``name`` a Placeholder; returns what was done, for the report."""
     ref = parse_ref(name)
     node = graph.node(ref.node)
     readers = {c.ref.port for c in graph.consumers(ref.node)}
     if readers - {ref.port}:
         raise InputError(f"input '{name}': other outputs of {node.op} '{ref.node}' are read too; "
                          "only a single-output tensor can become an input")
-    dtype, shape = _default_signature(graph, node) if node.op == "PlaceholderWithDefault" \
+    was = node.op
+    dtype, shape = _default_signature(graph, node) if was == "PlaceholderWithDefault" \
         else _output_signature(graph, node, ref.port)
     sources = [parse_ref(text).node for text in node.input]
     graph.remove([ref.node])
-    _remove_orphans(graph, sources)
+    removed = _remove_orphans(graph, sources, keep)
     placeholder = graph.new_node("Placeholder", ref.node)
     placeholder.attr["dtype"].type = dtype
     if shape is not None:
@@ -230,6 +237,25 @@ def _cut_to_placeholder(graph: Graph, name: str, dims) -> None:
         _set_shape(placeholder, dims)
     if ref.port:
         graph.rewire(ref, parse_ref(ref.node))
+    what = "its default" if was == "PlaceholderWithDefault" else "it"
+    gone = f"; {len(removed)} node(s) that only fed {what} removed ({_listed(removed)})" \
+        if removed else ""
+    return (f"input '{name}' (a {was}) is now a Placeholder{_signature_text(placeholder)}"
+            f"{gone}")
+
+
+def _signature_text(placeholder) -> str:
+    import tensorflow as tf
+    dtype = tf.dtypes.as_dtype(placeholder.attr["dtype"].type).name
+    shape = placeholder.attr["shape"].shape if "shape" in placeholder.attr else None
+    if shape is None or shape.unknown_rank:
+        return f" ({dtype}, any shape)"
+    return f" ({dtype} [{', '.join('?' if d.size < 0 else str(d.size) for d in shape.dim)}])"
+
+
+def _listed(names: Sequence[str], most: int = 3) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f", ... {len(names) - most} more" if len(names) > most else "")
 
 
 def _default_signature(graph: Graph, node):
@@ -245,14 +271,17 @@ def _default_signature(graph: Graph, node):
     return node.attr["dtype"].type, shape
 
 
-def _remove_orphans(graph: Graph, names) -> None:
-    """Remove nodes nothing reads any more (the queue behind a cut dequeue), and theirs."""
-    stack = list(names)
+def _remove_orphans(graph: Graph, names, keep=()) -> List[str]:
+    """Remove nodes nothing reads any more (the queue behind a cut dequeue, the iterator behind
+    a default), and theirs; never a node in ``keep`` (the other declared inputs)."""
+    stack, removed = list(names), []
     while stack:
         name = stack.pop()
-        if name in graph and not graph.consumers(name, control=True):
+        if name in graph and name not in keep and not graph.consumers(name, control=True):
             stack.extend(parse_ref(text).node for text in graph.node(name).input)
             graph.remove([name])
+            removed.append(name)
+    return removed
 
 
 def _output_signature(graph: Graph, node, port: int):

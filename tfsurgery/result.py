@@ -40,6 +40,8 @@ class Result:
     # inputs no output reads after optimization → the stand-in value the original was fed
     unused_inputs: Dict[str, object] = dataclasses.field(default_factory=dict)
     frozen_form: str = ""               # how the source was frozen (io.Loaded.frozen_form)
+    # what declaring the inputs did (a PlaceholderWithDefault or a dequeue made a Placeholder)
+    declared_inputs: List[str] = dataclasses.field(default_factory=list)
     divergence: Optional[localize.Divergence] = None  # where a failed check went wrong
     samples: Optional[samples_mod.Samples] = None   # the user's input values (--samples)
     params: Dict[str, object] = dataclasses.field(default_factory=dict)   # transforms' own
@@ -70,7 +72,8 @@ class Result:
         extra = {"training_flags": self.training_flags,
                  "inference_values": {k: float(v) for k, v in self.original_extra_feeds.items()
                                       if k not in self.unused_inputs},
-                 "unused_inputs": list(self.unused_inputs), "frozen_form": self.frozen_form}
+                 "unused_inputs": list(self.unused_inputs), "frozen_form": self.frozen_form,
+                 "declared_inputs": list(self.declared_inputs)}
         if self.verification_error:
             extra["verification_error"] = self.verification_error
         if self.verify_skipped:

@@ -212,6 +212,8 @@ def _interface_notes(args, result) -> None:
     """How the source was frozen, and the inputs that no longer matter."""
     if result.frozen_form:
         _say(args, f"frozen form: {result.frozen_form}")
+    for note in result.declared_inputs:
+        _say(args, note)
     for name in result.unused_inputs:
         _say(args, f"input '{name}' no longer matters: no output reads it after optimization; "
                    "dropped from the optimized interface (verification fed the original a "
