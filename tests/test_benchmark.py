@@ -73,17 +73,26 @@ def test_training_section_renders_any_dict():
 
 def test_deployment_section_on_the_article_model():
     from benchmarks import deploy
+    from tfsurgery import openvino_export
     section = deploy.deployment(article_cnn(seed=2), runs=3)
+    # OpenVINO (float32 weights): f32 always, bf16 where this CPU runs it natively
+    openvino = set()
+    if openvino_export.installed():
+        openvino = {f"openvino {p}" for p in deploy.OPENVINO_PRECISIONS
+                    if p in openvino_export.supported_precisions()}
     for weights in deploy.WEIGHTS:
-        row = section["artefacts"][weights]
-        assert set(row) == set(deploy.FORMATS)
+        row = {k: v for k, v in section["artefacts"][weights].items() if "error" not in v}
+        assert set(row) == set(deploy.FORMATS) | (openvino if weights == "float32" else set())
         assert all(entry["passed"] and entry["bytes"] > 0 for entry in row.values()), row
     sizes = {w: section["artefacts"][w]["tflite"]["bytes"] for w in deploy.WEIGHTS}
     assert sizes["float16"] < sizes["float32"]
-    assert set(section["latency"]) == {"tensorflow", "onnxruntime", "tflite"}
-    assert all(t["median_ms"] > 0 for t in section["latency"].values()), section["latency"]
+    timed = {k: t for k, t in section["latency"].items() if "error" not in t}
+    assert set(timed) == {"tensorflow", "onnxruntime", "tflite"} | openvino
+    assert all(t["median_ms"] > 0 for t in timed.values()), section["latency"]
     text = deploy.render("article_cnn", section)
     assert "| tflite | float16 |" in text and "| onnxruntime |" in text
+    if openvino:
+        assert "| openvino f32 | float32 |" in text and "f32 0.001" in text
 
 
 def test_localization_timing_names_the_broken_fold():
