@@ -6,6 +6,7 @@ precision the CPU lacks, a missing OpenVINO and a failed check refused with noth
 Skipped (with the reason) where OpenVINO is not installed: ``pip install -e ".[openvino]"``.
 Nothing here depends on the CPU: bf16 runs only where OpenVINO says the CPU has it, and the
 refusal of a precision is tested by telling the exporter the CPU lacks it."""
+import json
 import sys
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 
 import oracle
 from tfsurgery import api, openvino_export
+from tfsurgery.cli import main
 from tfsurgery.errors import ExportError, InputError
 from tfsurgery.models import keras_models, tf1
 
@@ -60,7 +62,10 @@ def export(result, path, **options):
 @pytest.mark.parametrize("name", ["article_cnn", "keras3_small"])
 def test_ir_matches_the_original_in_tensorflow_at_f32(models, name, tmp_path):
     built, result = models[name]
-    artefact = export(result, tmp_path / "ir")
+    written = api.write(api.Source(built.graph_def, name), result,
+                        api.Targets(openvino=tmp_path / "ir"))
+    (artefact,) = written.artefacts
+    assert artefact.format == "openvino" and artefact.written
     assert artefact.passed and artefact.tolerance == F32_TOLERANCE
     assert "precision f32" in artefact.checked_by
     assert ir_precision(tmp_path / "ir") == "f32"
@@ -79,7 +84,9 @@ def test_bf16_only_when_asked_and_checked_at_its_tolerance(models, tmp_path):
     if not bf16_on_this_cpu():
         pytest.skip("this CPU has no native bf16 (OpenVINO reports no BF16 capability)")
     built, result = models["keras3_small"]
-    artefact = export(result, tmp_path / "ir", precision="bf16")
+    written = api.write(api.Source(built.graph_def, "keras3_small"), result,
+                        api.Targets(openvino=tmp_path / "ir", openvino_precision="bf16"))
+    (artefact,) = written.artefacts
     assert artefact.passed and artefact.tolerance == BF16_TOLERANCE
     assert "precision bf16" in artefact.checked_by and ir_precision(tmp_path / "ir") == "bf16"
     x = np.random.default_rng(12).standard_normal((3, 12, 12, 3)).astype(np.float32)
@@ -119,6 +126,70 @@ def test_without_openvino_one_line_says_how_to_get_it(monkeypatch):
     assert not openvino_export.installed()
 
 
+@pytest.fixture(scope="module")
+def article_pb(tmp_path_factory):
+    path = tmp_path_factory.mktemp("openvino_cli") / "cnn.pb"
+    path.write_bytes(tf1.article_cnn(seed=6).graph_def.SerializeToString())
+    return path
+
+
+def test_cli_publishes_the_ir_with_the_other_artefacts(article_pb, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    code = main([str(article_pb), "-o", str(out / "lean.pb"), "--tflite", str(out / "lean.tflite"),
+                 "--openvino", str(out / "ir"), "--report-json", str(tmp_path / "r.json")])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["ir", "lean.pb", "lean.tflite"]
+    assert "OpenVINO check: OpenVINO CPU, inference precision f32" in text
+    (record,) = [a for a in json.loads((tmp_path / "r.json").read_text())["artefacts"]
+                 if a["format"] == "openvino"]
+    assert record["passed"] and record["written"] and record["tolerance"] == F32_TOLERANCE
+    x = np.random.default_rng(8).standard_normal((2, 16, 16, 3)).astype(np.float32)
+    (expected,) = oracle.run(tf1.article_cnn(seed=6).graph_def, {"input": x}, ["output"])
+    assert oracle.relative_error(expected, run_ir(out / "ir", x)) <= F32_TOLERANCE
+
+
+def test_cli_an_ir_that_misses_its_check_leaves_nothing_written(article_pb, tmp_path, capsys,
+                                                               monkeypatch):
+    """OpenVINO made to compute something else (every output +1): exit 1, and neither the IR
+    nor the .pb and TFLite checked before it are written."""
+    real = openvino_export.run
+    monkeypatch.setattr(openvino_export, "run",
+                        lambda *a, **k: {n: v + 1 for n, v in real(*a, **k).items()})
+    out = tmp_path / "out"
+    out.mkdir()
+    code = main([str(article_pb), "-o", str(out / "lean.pb"), "--tflite", str(out / "lean.tflite"),
+                 "--openvino", str(out / "ir")])
+    err = capsys.readouterr().err
+    assert code == 1 and "OpenVINO check FAILED" in err and "nothing written" in err
+    assert list(out.iterdir()) == []
+
+
+def test_cli_without_openvino_says_how_to_get_it_exit_2(article_pb, tmp_path, capsys,
+                                                        monkeypatch):
+    monkeypatch.setitem(sys.modules, "openvino", None)
+    code = main([str(article_pb), "-o", str(tmp_path / "lean.pb"),
+                 "--openvino", str(tmp_path / "ir")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == f"tfsurgery: error: {openvino_export.INSTALL_HINT}"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--openvino-precision", "bf16"], "need --openvino DIR"),
+    (["--openvino", "IR", "--openvino-precision", "f16"], "has no native f16"),
+    (["--openvino", "IR", "--openvino-precision", "fp8"], "choose from f32, bf16, f16")])
+def test_cli_bad_openvino_requests_are_one_line_exit_2(article_pb, tmp_path, capsys,
+                                                       monkeypatch, argv, message):
+    monkeypatch.setattr(openvino_export, "supported_precisions", lambda: ["f32", "bf16"])
+    argv = [str(tmp_path / a) if a == "IR" else a for a in argv]
+    code = main([str(article_pb), "-o", str(tmp_path / "lean.pb")] + argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and len(err.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_graph_openvino_cannot_convert_is_an_export_error(tmp_path):
     """An op OpenVINO's TensorFlow frontend has no translator for: one line, nothing written."""
     import tensorflow as tf
@@ -132,3 +203,20 @@ def test_a_graph_openvino_cannot_convert_is_an_export_error(tmp_path):
         openvino_export.export(graph_def, ["input"], ["output"], tmp_path / "ir", feeds=feeds)
     assert "\n" not in str(refused.value)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["MobileNetV2", "ResNet50"])
+def test_keras_applications_at_224_match_tensorflow_at_f32(name, tmp_path):
+    """The done-when: Keras MobileNetV2 and ResNet50 (random weights, 224×224) written as IR
+    that OpenVINO at f32 — run by the test — matches the ORIGINAL graph in TensorFlow within
+    the f32 tolerance."""
+    built = keras_models.keras_application(name, seed=33, input_size=224)
+    result = api.optimize(api.Source(built.graph_def, name, inputs=list(built.inputs),
+                                     outputs=list(built.outputs)),
+                          api.choose_transforms(bn_fold=True))
+    artefact = export(result, tmp_path / "ir")
+    assert artefact.passed and artefact.max_error <= F32_TOLERANCE
+    x = np.random.default_rng(34).standard_normal((2, 224, 224, 3)).astype(np.float32)
+    (expected,) = oracle.run(built.graph_def, {built.inputs[0]: x}, built.outputs)
+    assert oracle.relative_error(expected, run_ir(tmp_path / "ir", x)) <= F32_TOLERANCE

@@ -48,9 +48,11 @@ from tfsurgery.result import (SAMPLE_BATCH_ROWS, Result, check, check_batches,  
 from tfsurgery.int8 import (EQUALIZE_CHOICES, INT8_CALIBRATION_CHOICES,  # noqa: F401
                             Int8Refused, Int8Thresholds, TfliteInt8Refused, check_int8_request,
                             equalized_result, export_int8, export_tflite_int8, int8_samples)
-from tfsurgery.writer import (Int8Targets, Targets, Written, check_drawable,  # noqa: F401
-                              check_line, check_saved_model_target, draw, export_saved_model,
-                              export_tflite, pb_artefact, wants_directory, write)
+from tfsurgery.writer import (OPENVINO_PRECISIONS, Int8Targets, Targets,  # noqa: F401
+                              Written, check_drawable, check_line, check_openvino_target,
+                              check_saved_model_target, draw, export_openvino,
+                              export_saved_model, export_tflite, pb_artefact, wants_directory,
+                              write)
 from tfsurgery.bench import bench, bench_int8, check_runs  # noqa: F401
 
 log = logging.getLogger("tfsurgery")

@@ -10,8 +10,9 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from tfsurgery import (artefacts, io, onnx_export, picture, progress, quantize as quantize_mod,
-                       quantize_tflite, savedmodel_export, tflite_export)
+from tfsurgery import (artefacts, io, onnx_export, openvino_export, picture, progress,
+                       quantize as quantize_mod, quantize_tflite, savedmodel_export,
+                       tflite_export)
 from tfsurgery.artefacts import Artefact, Batch
 from tfsurgery.errors import ExportError, WriteFailed
 from tfsurgery.int8 import (Int8Refused, TfliteInt8Refused, check_int8_request, export_int8,
@@ -89,6 +90,36 @@ def export_tflite(source: Source, result: Result, path, batch: Optional[Batch] =
                                 batch=batch)
 
 
+OPENVINO_PRECISIONS = openvino_export.PRECISIONS
+
+
+def check_openvino_target(path, *, precision: str = "f32", force: bool = False,
+                          input_path=None) -> None:
+    """Before minutes of work: OpenVINO installed (else one line saying how to get it), the
+    precision one this CPU runs natively, the IR directory writable: exit 2 otherwise."""
+    openvino_export.check_precision(precision)
+    openvino_export.check_target(Path(path), force, input_path)
+
+
+def export_openvino(source: Source, result: Result, path, *, precision: str = "f32",
+                    tolerance: Optional[float] = None, force: bool = False,
+                    batch: Optional[Batch] = None, allow_unverified: bool = False) -> Artefact:
+    """Convert with openvino.convert_model and save as IR (``path``/model.xml + model.bin);
+    compiled for the CPU at ``precision`` ("f32" unless asked: OpenVINO's own default is bf16
+    on CPUs with bf16) and run on the verification inputs; written only if it matches the
+    reference (``export_reference``) within ``tolerance`` — default the precision's own
+    (``openvino_export.TOLERANCES``) or the run's, whichever is looser."""
+    require_verified(result, allow_unverified=allow_unverified)
+    progress.say(f"converting to OpenVINO IR ({precision}): {path}")
+    if tolerance is None:
+        tolerance = openvino_export.tolerance_for(precision, result.tolerance)
+    return openvino_export.export(result.graph_def, result.inputs, result.outputs, path,
+                                  feeds=feeds_for_checks(result), precision=precision,
+                                  tolerance=tolerance, timeout=result.timeout, force=force,
+                                  input_path=source.path, weights=result.weights,
+                                  expected=export_reference(result), batch=batch)
+
+
 @dataclasses.dataclass
 class Int8Targets:
     """Static int8 (``--quantize int8``) of the ONNX and/or TFLite target: calibrated on
@@ -113,8 +144,10 @@ class Targets:
     """What :func:`write` writes: the frozen graph (``pb``), a ``saved_model`` directory
     (``force``: replace a non-empty one), a ``tflite`` file, an ``onnx`` model (``opset``,
     ``inputs_as_nchw``, ``ort_optimize``: onnxruntime's basic rewrites), each ``int8`` when
-    given, and a ``picture`` of the graph before and after. ``allow_unverified``: the result
-    was not checked on purpose (``--no-verify``)."""
+    given, an ``openvino`` IR directory (checked at ``openvino_precision``, "f32" unless asked,
+    within ``openvino_tolerance``: default that precision's own), and a ``picture`` of the graph
+    before and after. ``allow_unverified``: the result was not checked on purpose
+    (``--no-verify``)."""
 
     pb: Optional[Path] = None
     saved_model: Optional[Path] = None
@@ -125,6 +158,9 @@ class Targets:
     inputs_as_nchw: Sequence[str] = ()
     ort_optimize: bool = True
     int8: Optional[Int8Targets] = None
+    openvino: Optional[Path] = None
+    openvino_precision: str = "f32"
+    openvino_tolerance: Optional[float] = None
     picture: Optional[Path] = None
     picture_scope: Optional[str] = None
     allow_unverified: bool = False
@@ -169,6 +205,8 @@ def write(source, result: Result, targets: Targets) -> Written:
     ran raises ``Unverified`` unless ``targets.allow_unverified``."""
     source = as_source(source)
     require_verified(result, allow_unverified=targets.allow_unverified)
+    if targets.openvino is not None:          # not installed, a precision the CPU lacks: exit 2
+        openvino_export.check_precision(targets.openvino_precision)
     if targets.int8 is not None:              # what the CLI refuses before any work
         check_int8_request(targets.int8.samples, "int8",
                            targets.onnx is not None or targets.tflite is not None,
@@ -191,6 +229,11 @@ def write(source, result: Result, targets: Targets) -> Written:
         elif targets.tflite is not None:
             _write_checked("TFLite", written, lambda: export_tflite(
                 source, result, targets.tflite, batch=batch,
+                allow_unverified=targets.allow_unverified))
+        if targets.openvino is not None:
+            _write_checked("OpenVINO", written, lambda: export_openvino(
+                source, result, targets.openvino, precision=targets.openvino_precision,
+                tolerance=targets.openvino_tolerance, force=targets.force, batch=batch,
                 allow_unverified=targets.allow_unverified))
         if targets.picture:          # drawn before anything is written: it may refuse
             draw(source, result, targets.picture, scope=targets.picture_scope, batch=batch)
@@ -273,7 +316,7 @@ def _onnx_artefact(written: Written, path: Path, weights: str) -> Artefact:
     return dataclasses.replace(artefact, **written.onnx_record.get("as_int8", {}))
 
 
-ARTEFACT_FORMATS = {"SavedModel": "saved_model", "TFLite": "tflite"}
+ARTEFACT_FORMATS = {"SavedModel": "saved_model", "TFLite": "tflite", "OpenVINO": "openvino"}
 
 
 def _write_checked(kind: str, written: Written, export) -> None:

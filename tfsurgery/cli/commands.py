@@ -53,6 +53,7 @@ def run(args) -> int:
                                _split(args.inputs_as_nchw), weights=args.weights)
     if saved_model is not None:
         api.check_saved_model_target(saved_model, force=args.force, input_path=args.input)
+    _check_openvino_request(api, args)
     source = api.load(args.input, args.signature) if args.input else api.demo()
     if getattr(args, "picture", None):
         api.check_drawable(source, args.picture_scope)
@@ -61,6 +62,17 @@ def run(args) -> int:
     if args.command == "bench":
         return _bench(args, source, transforms)
     return _optimize(args, source, transforms)
+
+
+def _check_openvino_request(api, args) -> None:
+    """--openvino: installed, a precision this CPU runs, a writable directory — before any
+    work; --openvino-precision/-tolerance without --openvino: one line."""
+    if getattr(args, "openvino", None):
+        api.check_openvino_target(args.openvino, precision=args.openvino_precision,
+                                  force=args.force, input_path=args.input)
+    elif getattr(args, "openvino_precision", "f32") != "f32" or \
+            getattr(args, "openvino_tolerance", None) is not None:
+        raise api.InputError("--openvino-precision and --openvino-tolerance need --openvino DIR")
 
 
 def _interface(args):
@@ -151,6 +163,9 @@ def _targets(args, source):
         opset=getattr(args, "opset", None), inputs_as_nchw=_split(getattr(args, "inputs_as_nchw",
                                                                            None)),
         ort_optimize=not getattr(args, "raw_onnx", False), int8=int8,
+        openvino=getattr(args, "openvino", None) or None,
+        openvino_precision=getattr(args, "openvino_precision", "f32"),
+        openvino_tolerance=getattr(args, "openvino_tolerance", None),
         picture=getattr(args, "picture", None) or None,
         picture_scope=getattr(args, "picture_scope", None), allow_unverified=args.no_verify)
 
@@ -189,7 +204,7 @@ def _say_checks(args, result, written) -> None:
             _say(args, f"  int8 {name}: scale {q['scale']:.6g}, zero point {q['zero_point']}")
 
 
-CHECK_NAMES = {"saved_model": "SavedModel", "tflite": "TFLite"}
+CHECK_NAMES = {"saved_model": "SavedModel", "tflite": "TFLite", "openvino": "OpenVINO"}
 
 
 def _say_written(args, artefacts: list) -> None:
@@ -205,7 +220,7 @@ def _say_written(args, artefacts: list) -> None:
 
 
 FORMAT_NAMES = {"pb": "frozen graph", "onnx": "ONNX", "saved_model": "SavedModel",
-                "tflite": "TFLite"}
+                "tflite": "TFLite", "openvino": "OpenVINO IR"}
 
 
 def _interface_notes(args, result) -> None:

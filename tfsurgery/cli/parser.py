@@ -16,6 +16,7 @@ EXAMPLES = """examples:
   tfsurgery bench frozen.pb --int8           # float vs int8 weights: size, latency, agreement
   tfsurgery optimize saved_model_dir -o lean_saved_model/   # a SavedModel back out, checked
   tfsurgery optimize frozen.pb --tflite lean.tflite --weights float16   # TFLite, float16 weights
+  tfsurgery optimize frozen.pb --openvino lean_ir/   # OpenVINO IR, checked at f32
 """
 
 
@@ -90,8 +91,17 @@ def _deploy_options(parser: argparse.ArgumentParser) -> None:
                        help="also write the optimized graph as a SavedModel directory")
     group.add_argument("--tflite", metavar="OUT.tflite",
                        help="also convert to TensorFlow Lite, checked in the LiteRT interpreter")
+    group.add_argument("--openvino", metavar="DIR",
+                       help="also write OpenVINO IR (DIR/model.xml + .bin; needs the openvino "
+                            "extra), checked in OpenVINO's CPU runtime")
+    group.add_argument("--openvino-precision", default="f32", metavar="f32|bf16|f16",
+                       help="OpenVINO inference precision the IR is checked at (default f32; "
+                            "bf16/f16 only where the CPU has them, each at its own tolerance)")
+    group.add_argument("--openvino-tolerance", type=_positive, default=None, metavar="T",
+                       help="the OpenVINO check's tolerance (default: the precision's own, "
+                            "f32 1e-3, bf16 5e-2, f16 2e-2, or --tolerance if looser)")
     group.add_argument("--force", action="store_true",
-                       help="replace an existing non-empty SavedModel directory")
+                       help="replace an existing non-empty SavedModel or OpenVINO directory")
 
 
 def _preprocessing_options(parser: argparse.ArgumentParser) -> None:
