@@ -39,8 +39,9 @@ def artefacts(source: api.Source, work: Path) -> tuple:
         folder = work / weights
         folder.mkdir()
         try:
-            result = api.optimize(source, api.choose_transforms(bn_fold=True), weights=weights,
-                                  tolerance=TOLERANCE[weights])
+            result = api.optimize(source, api.choose_transforms(bn_fold=True),
+                                  checks=api.Checks(tolerance=TOLERANCE[weights]),
+                                  options=api.RunOptions(weights=weights))
         except api.VerificationFailed as failed:
             table[weights] = {f: {"error": f"verification failed: {failed}"} for f in FORMATS}
             continue

@@ -100,7 +100,8 @@ def run_grappler(meta_graph, config):
 
 def run_tfsurgery(built) -> api.Result:
     source = source_of(built)
-    return api.optimize(source, api.choose_transforms(bn_fold=True), verify=False)
+    return api.optimize(source, api.choose_transforms(bn_fold=True),
+                        checks=api.Checks(verify=False))
 
 
 def parse_and_serialize(data: bytes) -> None:
@@ -601,7 +602,8 @@ def render_markdown(result: dict) -> str:
         f"{' + '.join(f'`{o}`' for o in s['grappler_optimizers'])}, one iteration, outputs as "
         "fetch nodes (time of the OptimizeGraph call only, not of building the MetaGraph); "
         "**tfsurgery** = `api.optimize(..., choose_transforms(bn_fold=True), "
-        "verify=False)` (load excluded, GraphDef in → GraphDef out). No peer gets special "
+        "checks=Checks(verify=False))` (load excluded, GraphDef in → GraphDef out). "
+        "No peer gets special "
         "treatment of training flags: each is run as users run it.",
         "",
         "Max error: max |variant − original| / max |original| over the outputs, same seeded feeds, "

@@ -28,7 +28,8 @@ CALIBRATION_ROWS = 16
 
 def int8_section(built, *, runs: int = 20, timeout: float = 600) -> dict:
     source = source_of(built)
-    result = api.optimize(source, api.choose_transforms(bn_fold=True), verify=False)
+    result = api.optimize(source, api.choose_transforms(bn_fold=True),
+                          checks=api.Checks(verify=False))
     feeds = api.feeds_for_checks(result)
     rng = np.random.default_rng(0)
     rows = {name: rng.uniform(-1, 1, (CALIBRATION_ROWS, *np.shape(value)[1:])).astype(

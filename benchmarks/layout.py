@@ -91,7 +91,9 @@ def measure(runs: int = 30, batch: int = 8, size: int = 64) -> dict:
     and off), with the tool's own verification passed."""
     from tfsurgery import api
     original = resnet_nchw(size=size)
-    result = api.optimize(original, layout="NHWC", inputs=["input"], outputs=["output"])
+    result = api.optimize(original, interface=api.Interface(inputs=["input"],
+                                                            outputs=["output"]),
+                          options=api.RunOptions(layout="NHWC"))
     lean = result.graph_def
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)

@@ -20,7 +20,7 @@ from tfsurgery.transforms import fold_batch_norm
 def measure(name: str, built) -> dict:
     source = source_of(built)
     transforms = api.choose_transforms(bn_fold=True)
-    correct = api.optimize(source, transforms, verify=False)
+    correct = api.optimize(source, transforms, checks=api.Checks(verify=False))
     start = time.perf_counter()
     api.verify_result(correct)
     verification = time.perf_counter() - start

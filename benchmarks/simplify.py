@@ -47,7 +47,7 @@ def grappler_aggressive_config():
 
 def run_tfsurgery(built):
     return api.optimize(source_of(built), api.choose_transforms(bn_fold=True),
-                        verify=False).graph_def
+                        checks=api.Checks(verify=False)).graph_def
 
 
 def run_grappler(built, config):
@@ -214,7 +214,7 @@ def render(result: dict) -> str:
         "simplification tests (`benchmarks/peer_graphs.py`: each names the peer test; seeded "
         "random values, placeholders where the peer used variables). Regenerate with "
         "`python scripts/benchmark.py --peer-graphs`. Node counts after: **tfsurgery** = "
-        "`api.optimize(..., choose_transforms(bn_fold=True), verify=False)`; **Grappler default** "
+        "`api.optimize(..., choose_transforms(bn_fold=True), checks=Checks(verify=False))`; **Grappler default** "
         "= `tf_optimizer.OptimizeGraph` with a default `ConfigProto` (the default optimizers and "
         "iterations); **Grappler AGGRESSIVE** = the same with `constant_folding` and "
         "`arithmetic_optimization` set to `AGGRESSIVE`; both with the outputs as fetch nodes. "

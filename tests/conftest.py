@@ -20,9 +20,13 @@ def source_of(built, label="test graph"):
 
 def optimize(built, transforms=(), *, bn_fold=True, verify=True, **kwargs):
     """Run tfsurgery on a BuiltModel; verification on by default (a failed check raises
-    VerificationFailed). The result remembers the model it came from, for the oracle."""
+    VerificationFailed). The result remembers the model it came from, for the oracle. Single
+    options (``weights="float16"``, ``tolerance=1e-3``) are sorted into api.optimize's groups
+    here (api.grouped), so tests stay short."""
     chosen = api.choose_transforms(list(transforms), bn_fold=bn_fold)
-    result = api.optimize(source_of(built), chosen, verify=verify, **kwargs)
+    if "checks" not in kwargs:
+        kwargs["verify"] = verify
+    result = api.optimize(source_of(built), chosen, **api.grouped(**kwargs))
     result.test_model = built
     return result
 

@@ -2,9 +2,9 @@
 
 The public names, importable from here (loaded on first use: ``import tfsurgery`` stays cheap):
 
-- ``tfsurgery.optimize(model, transforms, interface=Interface(...), checks=Checks(...))`` — a
-  path, GraphDef or Source in, a checked ``Result`` out (``VerificationFailed`` otherwise), with
-  ``result.save(path)`` and ``result.export_onnx(path)``; ``tfsurgery.api`` has the rest (load,
+- ``tfsurgery.optimize(model, transforms, interface=Interface(...), checks=Checks(...),
+  options=RunOptions(...))`` — a path, GraphDef or Source in, a checked ``Result`` out
+  (``VerificationFailed`` otherwise), with ``result.save(path)`` and ``result.export_onnx(path)``; ``tfsurgery.api`` has the rest (load,
   SavedModel/TFLite export, bench, inspect);
 - ``tfsurgery.write(source, result, Targets(pb=..., onnx=..., saved_model=..., tflite=...))`` —
   every artefact checked, then all written or none (``WriteFailed``); a ``Written`` back;
@@ -29,7 +29,8 @@ _PUBLIC = {"transform": "contract", "TransformReport": "contract", "Options": "c
            "InputError": "errors"}
 
 
-_API = ("optimize", "load", "save", "export_onnx", "Interface", "Checks", "Result", "write",
+_API = ("optimize", "load", "save", "export_onnx", "Interface", "Checks", "RunOptions", "Result",
+        "write",
         "Targets", "Int8Targets", "Written", "WriteFailed")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import warnings
 from pathlib import Path
 from typing import List, Mapping, Optional, Sequence
 
@@ -136,106 +137,160 @@ class Checks:
     seed: int = 0
 
 
+@dataclasses.dataclass
+class RunOptions:
+    """What the run does besides its transforms: ``keep_asserts`` (strip-debug keeps Assert,
+    CheckNumerics and Print); ``preprocess`` (a ``preprocessing.Requested``: input dtype,
+    channel reversal, mean/scale baked into the graph, add-preprocessing run first);
+    ``weights`` ("float16": large float32 weights stored as float16, checked with
+    ``FLOAT16_TOLERANCE``; "int8": conv/matmul weights as int8 with per-channel scales,
+    ``INT8_WEIGHTS_TOLERANCE``; either run last, the tolerance unless ``Checks`` gives one);
+    ``samples`` (your input values, a path or ``samples.Samples``: every row is checked);
+    ``check_n`` (seeded random batches compared); ``transform_params`` (each transform's own,
+    ``{"fold-constants": {"max_bytes": 1 << 20}}``); ``exact`` (only rewrites bit-exact in IEEE
+    arithmetic: simplify-algebra's reassociations off); ``layout`` ("NHWC": NCHW ops computed
+    channels-last, layout-nhwc)."""
+
+    keep_asserts: bool = False
+    preprocess: Optional[preprocessing.Requested] = None
+    weights: str = "float32"
+    samples: object = None
+    check_n: int = 1
+    transform_params: Optional[Mapping[str, Mapping[str, object]]] = None
+    exact: bool = False
+    layout: Optional[str] = None
+
+
+GROUPS = {"interface": Interface, "checks": Checks, "options": RunOptions}
+# optimize's flat keywords of earlier releases → (group, field): deprecated, gone next release
+FLAT_KEYWORDS = {**{f.name: ("interface", f.name) for f in dataclasses.fields(Interface)},
+                 "verify": ("checks", "verify"), "tolerance": ("checks", "tolerance"),
+                 "verify_timeout": ("checks", "timeout"), "seed": ("checks", "seed"),
+                 **{f.name: ("options", f.name) for f in dataclasses.fields(RunOptions)}}
+
+
+def grouped(interface: Optional[Interface] = None, checks: Optional[Checks] = None,
+            options: Optional[RunOptions] = None, **flat) -> dict:
+    """``optimize``'s three groups, with flat keywords (``verify=False``, ``weights="int8"``)
+    moved into theirs. A group given is complete (its defaults included), so a flat keyword
+    for a given group would set one option twice: ``InputError``, never a silent override.
+    An unknown keyword: ``TypeError``, as Python says it."""
+    given = {"interface": interface, "checks": checks, "options": options}
+    moved: dict = {group: {} for group in GROUPS}
+    for keyword, value in flat.items():
+        if keyword not in FLAT_KEYWORDS:
+            raise TypeError(f"optimize() got an unexpected keyword argument {keyword!r}")
+        group, field = FLAT_KEYWORDS[keyword]
+        if given[group] is not None:
+            raise InputError(f"{keyword}= and {group}= both set {group}.{field}: give it once, "
+                             f"in {GROUPS[group].__name__}(...)")
+        moved[group][field] = value
+    return {group: given[group] if given[group] is not None else kind(**moved[group])
+            for group, kind in GROUPS.items()}
+
+
 def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface] = None,
-             checks: Optional[Checks] = None, inputs: Sequence[str] = (),
-             outputs: Sequence[str] = (), training_flags: Sequence[str] = (),
-             inference_values: Optional[Mapping[str, object]] = None,
-             input_shapes: Optional[Mapping[str, Sequence[Optional[int]]]] = None,
-             feeds: Optional[Mapping[str, object]] = None, verify: bool = True,
-             tolerance: Optional[float] = None, verify_timeout: Optional[float] = None,
-             keep_asserts: bool = False, seed: int = 0,
-             preprocess: Optional[preprocessing.Requested] = None,
-             weights: str = "float32", samples=None, check_n: int = 1,
-             transform_params: Optional[Mapping[str, Mapping[str, object]]] = None,
-             exact: bool = False, layout: Optional[str] = None) -> Result:
+             checks: Optional[Checks] = None, options: Optional[RunOptions] = None,
+             **flat_keywords) -> Result:
     """Run ``transforms`` on the source graph, then check the numbers (``VerificationFailed``
     when they moved or could not be compared).
 
     ``source``: a path (.pb/.pbtxt, SavedModel directory, .keras/.h5), a GraphDef or a Source.
     ``transforms``: names and/or functions marked ``@tfsurgery.transform`` (``"default"``: our
-    pipeline); empty: the default pipeline. ``interface`` and ``checks`` group the options
-    below (the single keywords remain for the CLI and older callers).
+    pipeline); empty: the default pipeline. ``interface``: what the graph takes and gives
+    (:class:`Interface`); ``checks``: how the result is checked (:class:`Checks`); ``options``:
+    what else the run does (:class:`RunOptions`: weights, preprocessing, samples, ...). The flat
+    keywords of earlier releases (``verify=False``, ``weights="float16"``, ...) still work for
+    this release, with a ``DeprecationWarning``; see :func:`grouped`."""
+    if flat_keywords:
+        warnings.warn(f"optimize({', '.join(k + '=' for k in flat_keywords)}...): flat "
+                      "keywords are deprecated and go in the next release; pass "
+                      "interface=Interface(...), checks=Checks(...), options=RunOptions(...)",
+                      DeprecationWarning, stacklevel=2)
+    groups = grouped(interface, checks, options, **flat_keywords)
+    return _optimize(as_source(source), transforms, groups["interface"], groups["checks"],
+                     groups["options"])
 
-    ``inputs`` may name any tensor (a dequeue output becomes a placeholder); ``input_shapes`` give
-    inputs their shape (None for a free dimension); ``feeds`` give inputs the values verification
-    and the ONNX check use; ``inference_values`` set placeholders (``keep_prob``: 1.0) besides the
-    detected training flags and dropout knobs. ``preprocess`` (input dtype, channel reversal,
-    mean/scale) bakes the input pipeline into the graph (add-preprocessing, run first).
-    ``weights="float16"`` stores large float32 weights as float16 (float16-weights, run last)
-    and verifies with ``FLOAT16_TOLERANCE`` unless a tolerance is given; ``weights="int8"``
-    stores conv/matmul weights as int8 with per-channel scales (int8-weights, run last;
-    ``INT8_WEIGHTS_TOLERANCE``). ``exact``: only rewrites
-    that are bit-exact in IEEE arithmetic (simplify-algebra's reassociations are off).
-    ``layout="NHWC"``: NCHW ops computed channels-last (layout-nhwc)."""
-    if interface is not None:
-        inputs, outputs, training_flags = interface.inputs, interface.outputs, \
-            interface.training_flags
-        inference_values, input_shapes, feeds = interface.inference_values, \
-            interface.input_shapes, interface.feeds
-    if checks is not None:
-        verify, tolerance, verify_timeout, seed = checks.verify, checks.tolerance, \
-            checks.timeout, checks.seed
-    source = as_source(source)
+
+def _planned_transforms(transforms: Sequence, options: RunOptions):
+    """The transforms by name (``--weights``' transform last, layout-nhwc where asked) and the
+    default tolerance the weights imply."""
     transforms = list(transforms) if transforms and all(isinstance(t, str) for t in transforms) \
         and pipeline.DEFAULT_WORD not in transforms else choose_transforms(transforms)
-    transforms, default_tolerance = with_weights(transforms, weights)
-    if layout not in (None, "NHWC"):
-        raise InputError(f"layout {layout!r}: only 'NHWC' is offered")
-    if layout and "layout-nhwc" not in transforms:
+    transforms, default_tolerance = with_weights(transforms, options.weights)
+    if options.layout not in (None, "NHWC"):
+        raise InputError(f"layout {options.layout!r}: only 'NHWC' is offered")
+    if options.layout and "layout-nhwc" not in transforms:
         transforms = pipeline.resolve_transforms(transforms, enable=["layout-nhwc"])
-    tolerance = default_tolerance if tolerance is None else tolerance
-    timeout = verify_mod.DEFAULT_TIMEOUT if verify_timeout is None else verify_timeout
-    flags = list(dict.fromkeys(list(training_flags) + source.training_flags))
+    if options.check_n < 1:
+        raise InputError(f"--check-n must be at least 1, not {options.check_n}")
+    return transforms, default_tolerance
+
+
+def _optimize(source: Source, transforms: Sequence, interface: Interface, checks: Checks,
+              options: RunOptions) -> Result:
+    transforms, default_tolerance = _planned_transforms(transforms, options)
+    inputs, feeds = list(interface.inputs), interface.feeds
+    flags = list(dict.fromkeys(list(interface.training_flags) + source.training_flags))
     original, declared = source.graph_def, []
-    if input_shapes or needs_declaring(original, inputs):
-        original = with_declared_inputs(original, list(inputs), dict(input_shapes or {}),
+    if interface.input_shapes or needs_declaring(original, inputs):
+        original = with_declared_inputs(original, inputs, dict(interface.input_shapes or {}),
                                         notes=declared)
     # The run's one index: read first for the interface (dropout knobs, preprocessing, class
     # scores), then handed to the pipeline, which edits it (copy-on-write: ``original`` itself,
     # the verifier's reference, stays as given).
     graph = Graph(original)
-    values = {**find_dropout_knobs(graph, exclude=list(inputs)), **(inference_values or {})}
-    inputs, outputs = resolve_interface(original, list(inputs) or source.inputs,
-                                        list(outputs) or source.outputs, flags)
+    values = {**find_dropout_knobs(graph, exclude=inputs), **(interface.inference_values or {})}
+    inputs, outputs = resolve_interface(original, inputs or source.inputs,
+                                        list(interface.outputs) or source.outputs, flags)
     inputs = [name for name in inputs if name.split(":")[0] not in values]
     check_fed(original, inputs, outputs)
-    if check_n < 1:
-        raise InputError(f"--check-n must be at least 1, not {check_n}")
+    samples = options.samples
     if samples is not None and not isinstance(samples, samples_mod.Samples):
         samples = samples_mod.load(samples, samples_mod.input_specs(original, inputs))
-    specs = preprocessing.resolve(graph, inputs, preprocess or preprocessing.Requested())
+    specs = preprocessing.resolve(graph, inputs, options.preprocess or preprocessing.Requested())
     preprocess_hook = preprocessing.preprocessor(graph, specs)     # the original's input dtypes
     class_outputs = class_score_outputs(graph, outputs)
     if specs and "add-preprocessing" not in transforms:
         transforms = ["add-preprocessing"] + list(transforms)
-    params = transform_parameters(transform_params, keep_asserts=keep_asserts, specs=specs,
-                                  exact=exact)
-    options = Options(inputs=inputs, outputs=outputs, training_flags=flags,
-                      inference_values=values, params=params)
+    params = transform_parameters(options.transform_params, keep_asserts=options.keep_asserts,
+                                  specs=specs, exact=options.exact)
+    pass_options = Options(inputs=inputs, outputs=outputs, training_flags=flags,
+                           inference_values=values, params=params)
     progress.say(f"optimizing {len(original.node)} nodes: {', '.join(transforms)}")
     try:
-        reports = pipeline.apply(graph, transforms, options)
+        reports = pipeline.apply(graph, transforms, pass_options)
     except TransformError as error:
         raise InputError(str(error)) from None
     settings = {**{name: False for name in find_training_flags(original, flags)}, **values}
     switches = list(settings)
     inputs, unused = _drop_unused_inputs(original, graph, inputs, outputs, given=feeds,
-                                         seed=seed)
+                                         seed=checks.seed)
     graph_def = graph.to_graph_def()
     for r in reports:
         if r.name == "add-preprocessing":
             r.notes.extend(preprocessing.outcome(graph_def, specs, reports))
     settings.update(unused)
-    result = Result(graph_def, reports, inputs, outputs, switches, original, tolerance,
-                    original_extra_feeds=settings, timeout=timeout,
-                    user_feeds=dict(feeds or {}),
-                    preprocess=preprocess_hook, weights=weights,
-                    unused_inputs=unused, frozen_form=source.frozen_form, samples=samples,
-                    declared_inputs=declared,
-                    check_n=check_n, params=params, class_outputs=class_outputs)
-    if not verify:
+    result = Result(graph_def, reports, inputs, outputs, switches, original,
+                    default_tolerance if checks.tolerance is None else checks.tolerance,
+                    original_extra_feeds=settings,
+                    timeout=(verify_mod.DEFAULT_TIMEOUT if checks.timeout is None
+                             else checks.timeout),
+                    user_feeds=dict(feeds or {}), preprocess=preprocess_hook,
+                    weights=options.weights, unused_inputs=unused,
+                    frozen_form=source.frozen_form, samples=samples, declared_inputs=declared,
+                    check_n=options.check_n,
+                    params=params, class_outputs=class_outputs)
+    if not checks.verify:
         result.verify_skipped = True
         return result
+    return _verified(result, transforms, pass_options, feeds, checks.seed)
+
+
+def _verified(result: Result, transforms: Sequence[str], pass_options: Options, feeds,
+              seed: int) -> Result:
+    """``result`` checked against its original; ``VerificationFailed`` (carrying it, with where
+    the numbers first went wrong) when they moved or could not be compared."""
     progress.say("verifying: running the original and the optimized graph")
     try:
         result.verification = verify_result(result, feeds=feeds, seed=seed)
@@ -245,7 +300,7 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
             f"cannot compare: {error}"
         raise VerificationFailed(message, result=result) from None
     if not result.verification.passed:
-        result.divergence = _localize(result, original, transforms, options)
+        result.divergence = _localize(result, result.original, transforms, pass_options)
         where = f"; {result.divergence.line()}" if result.divergence else ""
         raise VerificationFailed(result.verification.failure() + where,
                                  verification=result.verification, result=result)

@@ -1,6 +1,6 @@
 """layout-nhwc: a channels-first (NCHW) graph computed channels-last (NHWC), the same numbers.
 
-Off by default (``--layout NHWC``, ``api.optimize(..., layout="NHWC")``). TensorFlow's default CPU
+Off by default (``--layout NHWC``, ``api.optimize(..., options=RunOptions(layout="NHWC"))``). TensorFlow's default CPU
 kernels refuse NCHW convolutions and pooling; the result runs without oneDNN
 (``TF_ENABLE_ONEDNN_OPTS=0``) and without the transposes oneDNN adds around each NCHW op.
 

@@ -92,12 +92,14 @@ def _checks(args, verify: bool = True, tolerance=None):
                       timeout=getattr(args, "verify_timeout", None))
 
 
-def _options(args) -> dict:
+def _options(args, weights: Optional[str] = None):
     """api.optimize's other options: what the transforms do and what the checks run on."""
-    return {"keep_asserts": args.keep_asserts, "preprocess": args.preprocess,
-            "weights": args.weights, "samples": getattr(args, "samples", None),
-            "check_n": getattr(args, "check_n", 1),
-            "transform_params": _params(args.param), "exact": args.exact}
+    from tfsurgery import api
+    return api.RunOptions(keep_asserts=args.keep_asserts, preprocess=args.preprocess,
+                          weights=weights or args.weights,
+                          samples=getattr(args, "samples", None),
+                          check_n=getattr(args, "check_n", 1),
+                          transform_params=_params(args.param), exact=args.exact)
 
 
 def _say(args, text: str = "") -> None:
@@ -252,13 +254,13 @@ def _size(nbytes: int) -> str:
 
 
 def _optimized(api, source, transforms, args, *, verify: bool = True, tolerance=None,
-               **options):
+               weights: Optional[str] = None):
     """The optimized result — also when its check failed (``VerificationFailed`` carries it):
     the CLI still prints what changed and why the check failed, then writes nothing."""
     try:
         return api.optimize(source, transforms, interface=_interface(args),
                             checks=_checks(args, verify, tolerance),
-                            **{**_options(args), **options})
+                            options=_options(args, weights))
     except api.VerificationFailed as failed:
         if failed.result is None:
             raise
@@ -333,7 +335,7 @@ def _side_by_side(tf_summary: dict, exported) -> List[tuple]:
 def _inspect(args, source, transforms) -> int:
     from tfsurgery import api
     result = api.optimize(source, transforms, interface=_interface(args),
-                          checks=_checks(args, verify=False), **_options(args))
+                          checks=_checks(args, verify=False), options=_options(args))
     hist = api.op_histogram(source.graph_def)
     _say(args, f"{source.label}: {len(source.graph_def.node)} nodes, "
                f"{source.graph_def.ByteSize()} bytes")
