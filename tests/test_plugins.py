@@ -185,3 +185,47 @@ def test_transforms_own_their_parameters(article_pb, tmp_path, capsys):
         code, _, err = run_cli(capsys, article_pb, "-o", tmp_path / "y.pb", "--param", param)
         assert code == 2 and message in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "y.pb").exists()
+
+
+# ---------------------------------------------------------------- re-definitions
+CELL = '''
+import tfsurgery
+
+@tfsurgery.transform("mine")
+def mine(graph, options):
+    return tfsurgery.TransformReport("mine", notes=["version {version}"])
+'''
+
+
+def test_a_notebook_cell_run_again_replaces_its_transform(users, article):
+    """The issue's notebook: the cell defining @tfsurgery.transform("mine") runs again, then
+    optimize(..., ["default", mine]) again: the new definition replaces the old and runs."""
+    from conftest import assert_same_numbers, report_of, source_of
+    for version in (1, 2):
+        cell = {"__name__": "__main__"}            # what a notebook cell runs in
+        exec(compile(CELL.format(version=version), "<cell>", "exec"), cell)
+        result = api.optimize(source_of(article), ["default", cell["mine"]])
+        assert pipeline.lookup("mine") is cell["mine"]
+        assert report_of(result, "mine").notes[0] == f"version {version}"
+    result.test_model = article
+    assert_same_numbers(result)
+
+
+def test_one_plugin_file_loaded_again_replaces_two_files_still_clash(users, tmp_path,
+                                                                      monkeypatch):
+    import importlib.util
+    first, second = tmp_path / "first.py", tmp_path / "second.py"
+    first.write_text(CELL.format(version=1))
+    second.write_text(CELL.format(version=2))
+    assert api.load_plugins([str(first)]) == ["mine"]
+    with pytest.raises(api.InputError, match=r"'mine' is already registered by .*first\.py"):
+        api.load_plugins([str(second)])
+    # the same file imported again, under another module name: the same place, so it replaces
+    spec = importlib.util.spec_from_file_location("first_again", first)
+    again = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "first_again", again)
+    spec.loader.exec_module(again)
+    assert api.choose_transforms([again.mine]) == ["mine"]
+    assert pipeline.lookup("mine") is again.mine
+    with pytest.raises(api.InputError, match="already registered"):
+        api.load_plugins([str(second)])          # still a different plugin

@@ -64,12 +64,22 @@ def register(fn, origin: str) -> str:
         raise InputError(f"{origin}: transform '{name}' has the name of one of tfsurgery's own; "
                          "choose another name")
     known = USER.get(name)
-    if known is not None and known is not fn:
+    if known is not None and known is not fn and defined_at(known) != defined_at(fn):
         raise InputError(f"{origin}: transform '{name}' is already registered by "
                          f"{getattr(known, 'plugin', 'another plugin')}")
     fn.plugin = origin
-    USER[name] = fn
+    USER[name] = fn          # a re-definition in the same place replaces the old one
     return name
+
+
+def defined_at(fn) -> tuple:
+    """Where a transform is defined: its module's file (its module's name where it has none, as
+    a notebook's ``__main__``) and its qualified name. The same place defined again — a notebook
+    cell run again, a plugin file loaded again — is the same transform, newer."""
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    where = getattr(module, "__file__", None)
+    return (os.path.realpath(where) if where else fn.__module__,
+            getattr(fn, "__qualname__", repr(fn)))
 
 
 def load_plugin(spec: str) -> List[str]:
