@@ -1,8 +1,6 @@
 """The Python API fails closed, like the CLI: a failed or impossible check raises
 VerificationFailed, and nothing unverified is saved or exported unless the caller says so. The
 README's Python example runs here as written."""
-import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,13 +10,11 @@ from tfsurgery import api
 from tfsurgery.transforms import fold_batch_norm
 
 import oracle
-
-README = Path(__file__).resolve().parent.parent / "README.md"
-
+from docs_examples import marked_example
 
 def readme_example(marker: str = "<!-- python-example:") -> str:
-    text = README.read_text()
-    return re.search(r"```python\n(.*?)```", text[text.index(marker):], re.S).group(1)
+    """The README's example (or a docs page's: docs_examples finds the marker on any page)."""
+    return marked_example(marker)[0]
 
 
 @pytest.fixture

@@ -251,9 +251,8 @@ def test_the_cli_holds_no_export_sequence_of_its_own():
 
 def test_the_readme_example_writes_together(tmp_path, monkeypatch):
     """The README's api.write example, as written there."""
-    text = (ROOT / "README.md").read_text()
-    marker = text.index("<!-- write-example")
-    code = re.search(r"```python\n(.*?)```", text[marker:], re.S).group(1)
+    from docs_examples import marked_example
+    code = marked_example("<!-- write-example")[0]
     monkeypatch.chdir(tmp_path)
     exec(compile(code, "README.md", "exec"), {})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["article_cnn.onnx", "article_cnn.pb"]

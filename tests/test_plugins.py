@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def readme_plugin() -> str:
-    text = (ROOT / "README.md").read_text()
-    marker = text.index("<!-- plugin-example -->")
-    return re.search(r"```python\n(.*?)```", text[marker:], re.S).group(1)
+    """The plugin example of docs/plugins.md, as written there."""
+    from docs_examples import marked_example
+    return marked_example("<!-- plugin-example -->")[0]
 
 
 @pytest.fixture
