@@ -128,3 +128,56 @@ def test_one_rule_for_what_was_compared():
     assert not verify.compared_real_numbers([all_nan])
     assert verify.compared_real_numbers([some_nan])
     assert not verify.Verification([], 1e-4).passed
+
+
+def test_readme_grouped_example_refuses_an_onnx_that_differs(article, tmp_path, monkeypatch):
+    """onnxruntime's outputs off by 1.5x (a conversion bug): the example stops with the
+    numbers, and no .onnx is written."""
+    from tfsurgery import onnx_export
+    real = onnx_export.run_onnx
+    monkeypatch.setattr(onnx_export, "run_onnx", lambda *a, **k: [x * 1.5 for x in real(*a, **k)])
+    (tmp_path / "frozen.pb").write_bytes(article.graph_def.SerializeToString())
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match=r"no ONNX: 'output\S*' off by 0\.5"):
+        exec(compile(readme_example("<!-- python-example-grouped:"), "README.md", "exec"), {})
+    assert not (tmp_path / "lean.onnx").exists()
+
+
+@pytest.mark.parametrize("call", ["method", "api"])
+def test_export_onnx_raises_with_the_numbers_where_write_refuses(article, tmp_path, monkeypatch,
+                                                                call):
+    """The ONNX check misses: export_onnx raises OnnxCheckFailed (an ExportError) with max
+    error, tolerance and the output attached, writes nothing — and api.write refuses the same
+    model at the same stage with the same words."""
+    import onnxruntime as ort
+    import tfsurgery
+    from tfsurgery import onnx_export
+    result = api.optimize(api.Source(article.graph_def, "article", inputs=article.inputs,
+                                     outputs=article.outputs, training_flags=["training"]))
+    # the unbroken export first: onnxruntime on it agrees with plain TensorFlow (the oracle)
+    good = result.export_onnx(tmp_path / "good.onnx")
+    feeds = oracle.random_feeds(article.graph_def, article.inputs, seed=4)
+    expected = oracle.run(article.graph_def, {**feeds, "training": False}, article.outputs)[0]
+    session = ort.InferenceSession(str(tmp_path / "good.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    actual = session.run(None, {session.get_inputs()[0].name: feeds["input"]})[0]
+    assert good.passed and oracle.relative_error(expected, actual) < 1e-4
+    # then onnxruntime's outputs off by 1.5x
+    real = onnx_export.run_onnx
+    monkeypatch.setattr(onnx_export, "run_onnx", lambda *a, **k: [x * 1.5 for x in real(*a, **k)])
+    export = result.export_onnx if call == "method" else \
+        (lambda path: api.export_onnx(result, path))
+    with pytest.raises(tfsurgery.OnnxCheckFailed) as failed:
+        export(tmp_path / "bad.onnx")
+    error = failed.value
+    assert isinstance(error, api.ExportError)
+    assert error.max_error == pytest.approx(0.5, rel=1e-3) and error.tolerance == 1e-4
+    assert error.output == article.outputs[0] or error.output.startswith(article.outputs[0])
+    assert not error.export.passed and error.export.max_error == error.max_error
+    assert f"{error.max_error:.3g}" in str(error) and "tolerance 0.0001" in str(error)
+    with pytest.raises(api.WriteFailed) as refused:
+        api.write(api.Source(article.graph_def, "article"), result,
+                  api.Targets(onnx=tmp_path / "w.onnx"))
+    assert refused.value.stage == "ONNX check" and str(refused.value) == str(error)
+    assert refused.value.written.onnx.max_error == error.max_error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.onnx"]

@@ -10,7 +10,9 @@ The public names, importable from here (loaded on first use: ``import tfsurgery`
   every artefact checked, then all written or none (``WriteFailed``); a ``Written`` back;
 - ``tfsurgery.transform("name")`` — the decorator that makes a function a transform, and
   ``tfsurgery.TransformReport``, what it returns; ``tfsurgery.Graph``, what it edits;
-- ``tfsurgery.VerificationFailed``, ``tfsurgery.Unverified``, ``tfsurgery.InputError``.
+- ``tfsurgery.VerificationFailed``, ``tfsurgery.Unverified``, ``tfsurgery.InputError``,
+  ``tfsurgery.ExportError`` and ``tfsurgery.OnnxCheckFailed`` (``export_onnx``'s failed check,
+  with its numbers).
 """
 import os as _os
 
@@ -26,7 +28,7 @@ if _os.path.isfile(_os.path.join(_checkout, "setup.py")) and \
 
 _PUBLIC = {"transform": "contract", "TransformReport": "contract", "Options": "contract",
            "Graph": "graph", "VerificationFailed": "errors", "Unverified": "errors",
-           "InputError": "errors"}
+           "InputError": "errors", "ExportError": "errors", "OnnxCheckFailed": "errors"}
 
 
 _API = ("optimize", "load", "save", "export_onnx", "Interface", "Checks", "RunOptions", "Result",

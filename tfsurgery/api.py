@@ -26,7 +26,8 @@ from tfsurgery import (io, localize, onnx_export, pipeline, picture, preprocessi
                        progress, report, samples as samples_mod, verify as verify_mod)
 from tfsurgery import compare as compare_mod
 from tfsurgery.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
-from tfsurgery.errors import (ExportError, InputError, OriginalDoesNotRun,  # noqa: F401
+from tfsurgery.errors import (ExportError, InputError, OnnxCheckFailed,  # noqa: F401
+                              OriginalDoesNotRun,
                               StructureError, TransformError, UnknownTransform, Unverified,
                               VerificationError, VerificationFailed, WriteFailed)
 from tfsurgery.graph import Graph

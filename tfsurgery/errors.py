@@ -39,6 +39,24 @@ class ExportError(Exception):
     """An export (ONNX, ...) failed or did not match TensorFlow."""
 
 
+class OnnxCheckFailed(ExportError):
+    """The model converted, but onnxruntime's outputs differ from the reference beyond the
+    tolerance (or nothing real could be compared): nothing was written. The numbers ride along:
+    ``max_error``, ``tolerance``, ``output`` (the worst output's name), ``reference``,
+    ``divergence`` (the first ONNX node that parts from TensorFlow, when found) and ``export``
+    (the whole ``onnx_export.OnnxExport`` record)."""
+
+    def __init__(self, message: str, export):
+        super().__init__(message)
+        self.export = export
+        worst = max(export.outputs, key=lambda e: e.max_rel, default=None)
+        self.output = worst.name if worst is not None else None
+        self.max_error = export.max_error
+        self.tolerance = export.tolerance
+        self.reference = export.reference
+        self.divergence = export.divergence
+
+
 class VerificationFailed(Exception):
     """The optimized graph did not compute what the original computes — or the two could not be
     compared, which proves nothing either. Raised by ``tfsurgery.api.optimize`` (the CLI: exit 1,

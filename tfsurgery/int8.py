@@ -10,7 +10,7 @@ from typing import Optional, Sequence, Tuple
 from tfsurgery import equalize as equalize_mod, progress, quantize as quantize_mod
 from tfsurgery import quantize_tflite, samples as samples_mod
 from tfsurgery.artefacts import Batch
-from tfsurgery.errors import ExportError, InputError, VerificationError
+from tfsurgery.errors import ExportError, InputError, OnnxCheckFailed, VerificationError
 from tfsurgery.result import Result, export_onnx, require_verified, verify_result
 from tfsurgery.source import Source, signature_for
 
@@ -77,13 +77,14 @@ def export_int8(source: Source, result: Result, float_model, path, *, calibratio
         equalization["asked"] = equalize
         if equalized is not None:
             twin = Path(float_model).with_name("equalized." + Path(float_model).name)
-            exported = export_onnx(equalized, twin)
-            equalization["onnx_max_error"] = float(exported.max_error)
-            if exported.passed:
+            try:
+                exported = export_onnx(equalized, twin)
                 candidates["equalized"] = twin
-            else:
+            except OnnxCheckFailed as failed:
+                exported = failed.export
                 equalization["why"] = (f"its ONNX differs from TensorFlow by "
                                        f"{exported.max_error:.3g}")
+            equalization["onnx_max_error"] = float(exported.max_error)
         if equalize == "on":
             if "equalized" not in candidates:
                 raise ExportError(f"--int8-equalize on: {equalization['why']}")

@@ -32,7 +32,7 @@ import numpy as np
 
 from tfsurgery import _compat, artefacts, io, onnx_tidy, verify
 from tfsurgery.constants import evaluate
-from tfsurgery.errors import ExportError, InputError
+from tfsurgery.errors import ExportError, InputError, OnnxCheckFailed
 from tfsurgery.graph import Graph
 from tfsurgery.io import PROTOBUF_LIMIT, check_protobuf_size, output_directory, refuse_input
 from tfsurgery.ops import first_line, tensor_name
@@ -147,6 +147,23 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
             result.divergence = first_onnx_divergence(graph_def, converted, feeds, nchw,
                                                       tolerance, timeout)
     return result
+
+
+def require_passed(exported: OnnxExport) -> OnnxExport:
+    """``exported`` if its check passed; else ``OnnxCheckFailed`` with its numbers (the one
+    wording of a failed ONNX check, for the API and ``api.write`` alike)."""
+    if exported.passed:
+        return exported
+    worst = max(exported.outputs, key=lambda e: e.max_rel, default=None)
+    where = f" on '{worst.name}'" if worst is not None else ""
+    found = f"; {exported.divergence}" if exported.divergence else ""
+    if not verify.compared_real_numbers(exported.outputs):
+        message = (f"onnxruntime's outputs could not be compared with {exported.reference} "
+                   f"(no finite values to compare){found}")
+    else:
+        message = (f"onnxruntime differs from {exported.reference} by {exported.max_error:.3g}"
+                   f"{where} (tolerance {exported.tolerance:g}){found}")
+    raise OnnxCheckFailed(message, exported)
 
 
 def first_onnx_divergence(graph_def, model, feeds, nchw, tolerance: float,

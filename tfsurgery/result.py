@@ -198,11 +198,14 @@ def export_onnx(result: Result, path, *, opset: Optional[int] = None,
                 input_path=None, batch: Optional[Batch] = None,
                 allow_unverified: bool = False) -> onnx_export.OnnxExport:
     """Convert the optimized graph with tf2onnx and check it in onnxruntime against TensorFlow
-    (``export_reference``), with the run's tolerance. Raises ``ExportError`` when that fails
-    (nothing written); with a ``batch``, written when the whole run has passed."""
+    (``export_reference``), with the run's tolerance; the checked record, written (with a
+    ``batch``: when the whole run has passed). Fails closed exactly where ``api.write`` does,
+    and nothing is written: ``ExportError`` when tf2onnx, the checker or onnxruntime refuses
+    the model; ``OnnxCheckFailed`` (an ExportError carrying ``max_error``, ``tolerance``,
+    ``output`` and the whole record as ``export``) when onnxruntime's outputs differ."""
     require_verified(result, allow_unverified=allow_unverified)
     progress.say(f"exporting to ONNX with tf2onnx: {path}")
-    return onnx_export.export(result.graph_def, result.inputs, result.outputs, path, opset=opset,
+    return onnx_export.require_passed(onnx_export.export(result.graph_def, result.inputs, result.outputs, path, opset=opset,
                               inputs_as_nchw=list(inputs_as_nchw), tolerance=result.tolerance,
                               feeds=feeds_for_checks(result), timeout=result.timeout,
                               ort_optimize=ort_optimize, input_path=input_path,
@@ -212,7 +215,7 @@ def export_onnx(result: Result, path, *, opset: Optional[int] = None,
                                                  if result.weights == "int8" else None),
                               more_feeds=(result.verification.more_feeds
                                           if result.verification is not None else None),
-                              expected=export_reference(result), batch=batch)
+                              expected=export_reference(result), batch=batch))
 
 
 def feeds_for_checks(result: Result) -> Dict[str, object]:

@@ -14,7 +14,7 @@ from tfsurgery import (artefacts, io, onnx_export, openvino_export, picture, pro
                        quantize as quantize_mod, quantize_tflite, savedmodel_export,
                        tflite_export)
 from tfsurgery.artefacts import Artefact, Batch
-from tfsurgery.errors import ExportError, WriteFailed
+from tfsurgery.errors import ExportError, OnnxCheckFailed, WriteFailed
 from tfsurgery.int8 import (Int8Refused, TfliteInt8Refused, check_int8_request, export_int8,
                             export_tflite_int8, int8_samples)
 from tfsurgery.result import (Result, export_onnx, export_reference, feeds_for_checks,
@@ -262,15 +262,13 @@ def _write_onnx(source: Source, result: Result, targets: Targets, path: Path, wr
                                inputs_as_nchw=list(targets.inputs_as_nchw),
                                ort_optimize=targets.ort_optimize, input_path=source.path,
                                batch=batch, allow_unverified=targets.allow_unverified)
+    except OnnxCheckFailed as failed:
+        written.onnx, written.onnx_record = failed.export, failed.export.as_dict()
+        raise WriteFailed("ONNX check", str(failed), written) from failed
     except ExportError as error:
         written.onnx_record = {"path": str(path), "passed": False, "error": str(error)}
         raise WriteFailed("ONNX export", str(error), written) from error
     written.onnx, written.onnx_record = exported, exported.as_dict()
-    if not exported.passed:
-        where = f"; {exported.divergence}" if exported.divergence else ""
-        raise WriteFailed("ONNX check", f"onnxruntime differs from {exported.reference} by "
-                                        f"{exported.max_error:.3g} (tolerance "
-                                        f"{exported.tolerance:g}){where}", written)
 
 
 def _int8_rows(source: Source, result: Result, int8: Int8Targets):
