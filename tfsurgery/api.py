@@ -281,7 +281,9 @@ def _optimize(source: Source, transforms: Sequence, interface: Interface, checks
                     weights=options.weights, unused_inputs=unused,
                     frozen_form=source.frozen_form, samples=samples, declared_inputs=declared,
                     check_n=options.check_n,
-                    params=params, class_outputs=class_outputs)
+                    params=params, class_outputs=class_outputs,
+                    transforms=list(transforms), pass_options=pass_options,
+                    seed=checks.seed)
     if not checks.verify:
         result.verify_skipped = True
         return result

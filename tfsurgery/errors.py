@@ -39,6 +39,10 @@ class ExportError(Exception):
     """An export (ONNX, ...) failed or did not match TensorFlow."""
 
 
+class OnnxUnconvertible(ExportError):
+    """tf2onnx cannot convert the graph (or leaves ops it has no conversion for)."""
+
+
 class OnnxCheckFailed(ExportError):
     """The model converted, but onnxruntime's outputs differ from the reference beyond the
     tolerance (or nothing real could be compared): nothing was written. The numbers ride along:

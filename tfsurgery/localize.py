@@ -68,23 +68,8 @@ def locate(original, transforms: Sequence[str], options: Options,
     ``changed``: the transforms whose report shows a change in the failed run — only a prefix
     ending at one of them can be the first to fail, so only those are bisected."""
     transforms = list(transforms)
-    points = [0] + [k for k in range(1, len(transforms) + 1)
-                    if changed is None or transforms[k - 1] in changed]
-    if points[-1] != len(transforms):
-        points.append(len(transforms))
-    low, high = 0, len(points) - 1          # prefix[:points[low]] passes, [:points[high]] fails
-    results = {0: (original, [])}
-    while high - low > 1:
-        middle = (low + high) // 2
-        graph_def, reports = pipeline.run(original, transforms[:points[middle]], options)
-        results[points[middle]] = (graph_def, reports)
-        if passes(graph_def):
-            low = middle
-        else:
-            high = middle
-    low, high = points[low], points[high]
-    if high not in results:
-        results[high] = pipeline.run(original, transforms[:high], options)
+    low, high, results = first_failing_prefix(original, transforms, options, passes,
+                                              changed=changed)
     if low not in results:
         results[low] = pipeline.run(original, transforms[:low], options)
     name = transforms[high - 1]
@@ -97,6 +82,33 @@ def locate(original, transforms: Sequence[str], options: Options,
     except VerificationError as error:
         found.note = f"its tensors could not be compared: {error}"
     return found
+
+
+def first_failing_prefix(original, transforms: Sequence[str], options: Options,
+                         passes: Callable[[object], bool], *, changed: Optional[set] = None):
+    """Bisection over prefixes of ``transforms`` (the whole list fails ``passes``, the empty
+    one — the original — is taken to pass): (low, high, results) with ``transforms[:low]``
+    passing and ``transforms[:high]`` the first prefix that fails, so ``transforms[high - 1]``
+    is the transform that broke it; ``results`` holds each pipeline run made, by prefix length
+    ((graph_def, reports); ``high`` always among them). Only prefixes ending at a transform in
+    ``changed`` (those whose report shows a change) are tried."""
+    points = [0] + [k for k in range(1, len(transforms) + 1)
+                    if changed is None or transforms[k - 1] in changed]
+    if points[-1] != len(transforms):
+        points.append(len(transforms))
+    low, high = 0, len(points) - 1          # prefix[:points[low]] passes, [:points[high]] fails
+    results = {0: (original, [])}
+    while high - low > 1:
+        middle = (low + high) // 2
+        results[points[middle]] = pipeline.run(original, transforms[:points[middle]], options)
+        if passes(results[points[middle]][0]):
+            low = middle
+        else:
+            high = middle
+    low, high = points[low], points[high]
+    if high not in results:
+        results[high] = pipeline.run(original, transforms[:high], options)
+    return low, high, results
 
 
 def quick_check(original, outputs: Sequence[str], *, feeds, settings, allowed: float,

@@ -32,7 +32,7 @@ import numpy as np
 
 from tfsurgery import _compat, artefacts, io, onnx_tidy, verify
 from tfsurgery.constants import evaluate
-from tfsurgery.errors import ExportError, InputError, OnnxCheckFailed
+from tfsurgery.errors import ExportError, InputError, OnnxCheckFailed, OnnxUnconvertible
 from tfsurgery.graph import Graph
 from tfsurgery.io import PROTOBUF_LIMIT, check_protobuf_size, output_directory, refuse_input
 from tfsurgery.ops import first_line, tensor_name
@@ -63,6 +63,9 @@ class OnnxExport:
     reference: str = artefacts.OPTIMIZED_REFERENCE     # what onnxruntime was compared with
     tidied: Dict[str, int] = dataclasses.field(default_factory=dict)   # onnx_tidy's rewrites
     divergence: Optional[str] = None   # a failed check: the first ONNX node that parts from TF
+    # transforms left out of the graph converted here, because tf2onnx refused the graph after
+    # them: [{"transform", "why", "verification"}] (the fully optimized graph is the .pb)
+    left_out: List[dict] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict:
         data = dataclasses.asdict(self)
@@ -251,6 +254,17 @@ def convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset: 
         return _convert(graph_def, inputs, outputs, **settings)
 
 
+def refusal(graph_def, inputs: Sequence[str], outputs: Sequence[str], *,
+            opset: int = DEFAULT_OPSET) -> Optional[str]:
+    """Why tf2onnx refuses ``graph_def`` (``OnnxUnconvertible``'s message), or None when it
+    converts."""
+    try:
+        convert(graph_def, inputs, outputs, opset=opset)
+    except OnnxUnconvertible as error:
+        return str(error)
+    return None
+
+
 def _convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset: int,
              inputs_as_nchw: Sequence[str], large_model: bool):
     import onnx
@@ -265,12 +279,13 @@ def _convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset:
     except Exception as error:   # tf2onnx raises ValueError, KeyError, AssertionError, ...
         missing = _without_conversion(graph_def)
         hint = f" (ops tf2onnx has no conversion for: {_unsupported(missing)})" if missing else ""
-        raise ExportError(f"tf2onnx cannot convert the graph: {first_line(error)}{hint}") \
+        raise OnnxUnconvertible(f"tf2onnx cannot convert the graph: {first_line(error)}{hint}") \
             from None
     # tf2onnx keeps going past unsupported ops and leaves them in as TF ops: name them all here.
     left = [n for n in onnx_tidy.all_nodes(model.graph) if not onnx.defs.has(n.op_type, n.domain)]
     if left:
-        raise ExportError(f"tf2onnx cannot convert op(s) {_unsupported(left)} to ONNX opset {opset}")
+        raise OnnxUnconvertible(f"tf2onnx cannot convert op(s) {_unsupported(left)} to ONNX "
+                                f"opset {opset}")
     return model, storage
 
 

@@ -13,9 +13,12 @@ from tensorflow.core.framework import graph_pb2
 from tfsurgery import io, localize, onnx_export, pipeline, preprocessing, progress, report
 from tfsurgery import samples as samples_mod, verify as verify_mod
 from tfsurgery.artefacts import Batch
-from tfsurgery.contract import TransformReport
-from tfsurgery.errors import InputError, OriginalDoesNotRun, Unverified
-from tfsurgery.interface import indexed
+from tfsurgery.contract import Options, TransformReport
+from tfsurgery.errors import (InputError, OnnxUnconvertible, OriginalDoesNotRun, Unverified,
+                              VerificationError)
+from tfsurgery.graph import Graph
+from tfsurgery.interface import indexed, unused_inputs
+from tfsurgery.ops import PLACEHOLDER_OPS
 
 
 @dataclasses.dataclass
@@ -48,6 +51,10 @@ class Result:
     check_n: int = 1                    # seeded random batches compared (--check-n)
     # outputs that may be class scores (top-1 agreement is checked): found on the run's index
     class_outputs: Optional[List[str]] = None
+    # how the graph was made, to make it again without a transform (the ONNX fallback)
+    transforms: List[str] = dataclasses.field(default_factory=list)
+    pass_options: Optional[Options] = None     # the transforms' Options
+    seed: int = 0                       # of the random check batches
 
     def save(self, path, *, allow_unverified: bool = False) -> Path:
         """Write the optimized graph (see :func:`save`)."""
@@ -202,20 +209,124 @@ def export_onnx(result: Result, path, *, opset: Optional[int] = None,
     ``batch``: when the whole run has passed). Fails closed exactly where ``api.write`` does,
     and nothing is written: ``ExportError`` when tf2onnx, the checker or onnxruntime refuses
     the model; ``OnnxCheckFailed`` (an ExportError carrying ``max_error``, ``tolerance``,
-    ``output`` and the whole record as ``export``) when onnxruntime's outputs differ."""
+    ``output`` and the whole record as ``export``) when onnxruntime's outputs differ.
+
+    Never worse than tf2onnx on the graph before our transforms: when tf2onnx refuses the
+    optimized graph but converts the original, the transform that made it unconvertible is
+    found (``without_unconvertible``), and the graph made without it — verified against the
+    original like any result — is exported instead; ``left_out`` in the record says which and
+    why."""
     require_verified(result, allow_unverified=allow_unverified)
     progress.say(f"exporting to ONNX with tf2onnx: {path}")
-    return onnx_export.require_passed(onnx_export.export(result.graph_def, result.inputs, result.outputs, path, opset=opset,
-                              inputs_as_nchw=list(inputs_as_nchw), tolerance=result.tolerance,
-                              feeds=feeds_for_checks(result), timeout=result.timeout,
-                              ort_optimize=ort_optimize, input_path=input_path,
+    settings = dict(opset=opset, inputs_as_nchw=list(inputs_as_nchw), ort_optimize=ort_optimize,
+                    input_path=input_path, batch=batch)
+    try:
+        exported = _export_onnx(result, path, **settings)
+    except OnnxUnconvertible as refused:
+        convertible, left_out = without_unconvertible(result, refused, opset)
+        exported = _export_onnx(convertible, path, **settings)
+        exported.left_out = left_out
+    return onnx_export.require_passed(exported)
+
+
+def _export_onnx(result: Result, path, **settings) -> onnx_export.OnnxExport:
+    return onnx_export.export(result.graph_def, result.inputs, result.outputs, path,
+                              tolerance=result.tolerance, feeds=feeds_for_checks(result),
+                              timeout=result.timeout,
                               float16_min_elements=(float16_min_elements(result)
                                                     if result.weights == "float16" else None),
                               int8_min_elements=(int8_min_elements(result)
                                                  if result.weights == "int8" else None),
                               more_feeds=(result.verification.more_feeds
                                           if result.verification is not None else None),
-                              expected=export_reference(result), batch=batch))
+                              expected=export_reference(result), **settings)
+
+
+MAX_LEFT_OUT = 3        # transforms left out of one ONNX export before giving up
+
+
+def without_unconvertible(result: Result, refused: OnnxUnconvertible, opset: Optional[int]):
+    """(a verified Result tf2onnx converts, [{"transform", "why", "verification"}]): the run
+    made again without the transform after which tf2onnx refuses the graph — found as
+    localization finds the one that moved the numbers, bisecting over the pipeline's prefixes
+    (tfsurgery.localize) — and again, up to MAX_LEFT_OUT of them. ``refused`` is raised again,
+    with the reason, when tf2onnx refuses the original too, or leaving transforms out does not
+    give a convertible graph that verifies."""
+    if result.pass_options is None or not result.transforms:       # a Result built by hand
+        raise refused
+    progress.say("tf2onnx refuses the optimized graph: finding the transform that made it "
+                 "unconvertible")
+    opset = onnx_export.DEFAULT_OPSET if opset is None else opset
+    reasons: Dict[int, str] = {}        # id(graph_def) → tf2onnx's refusal, for the report
+
+    def converts(graph_def) -> bool:
+        reason = onnx_export.refusal(graph_def, _placeholders(graph_def, result),
+                                     result.outputs, opset=opset)
+        if reason is not None:
+            reasons[id(graph_def)] = reason
+        return reason is None
+
+    if not converts(result.original):
+        raise OnnxUnconvertible(f"{refused} (tf2onnx refuses the original graph too)") from None
+    transforms, left_out, reason = list(result.transforms), [], str(refused)
+    changed = {r.name for r in result.reports if r.rewritten or r.removed_nodes or r.pruned}
+    while len(left_out) < MAX_LEFT_OUT:
+        _, high, runs = localize.first_failing_prefix(result.original, transforms,
+                                                      result.pass_options, converts,
+                                                      changed=changed)
+        culprit = transforms[high - 1]
+        why = reason if high == len(transforms) else reasons[id(runs[high][0])]
+        left_out.append({"transform": culprit, "why": why})
+        transforms = [name for name in transforms if name != culprit]
+        graph_def, reports = pipeline.run(result.original, transforms, result.pass_options)
+        graph_def = _without_inputs(graph_def, result)
+        if converts(graph_def):
+            twin = _verified_twin(result, graph_def, reports, transforms, refused, left_out)
+            for entry in left_out:
+                entry["verification"] = twin.verification.summary()
+            progress.say("exporting to ONNX without " +
+                         ", ".join(entry["transform"] for entry in left_out))
+            return twin, left_out
+        reason = reasons[id(graph_def)]
+    tried = ", ".join(entry["transform"] for entry in left_out)
+    raise OnnxUnconvertible(f"{refused} (and without {tried} too)") from None
+
+
+def _placeholders(graph_def, result: Result) -> List[str]:
+    """The inputs tf2onnx is given for a graph of this run: the result's, and whichever of the
+    switches the original is fed (training flags, knobs, dropped inputs) are placeholders
+    still."""
+    names = list(result.inputs) + [n for n in result.original_extra_feeds
+                                   if n not in result.inputs]
+    ops = {node.name: node.op for node in graph_def.node}
+    return [n for n in names if ops.get(verify_mod.node_name(n)) in PLACEHOLDER_OPS]
+
+
+def _without_inputs(graph_def, result: Result):
+    """The run's dropped inputs (``result.unused_inputs``) removed where nothing reads them."""
+    graph = Graph(graph_def)
+    dropped = [verify_mod.node_name(n) for n in result.unused_inputs]
+    idle = unused_inputs(graph, dropped, result.outputs)
+    graph.remove([n for n in dropped if n in idle and n in graph])
+    return graph.to_graph_def()
+
+
+def _verified_twin(result: Result, graph_def, reports, transforms, refused, left_out) -> Result:
+    """The result made again (``graph_def``), verified against the original as any result is
+    (the same inputs, batches and tolerance); ``refused`` again when it does not pass."""
+    twin = dataclasses.replace(result, graph_def=graph_def, reports=reports,
+                               transforms=list(transforms), verification=None,
+                               verification_error=None, divergence=None, verify_skipped=False)
+    tried = ", ".join(entry["transform"] for entry in left_out)
+    try:
+        twin.verification = verify_result(twin, feeds=result.user_feeds, seed=result.seed)
+    except (InputError, VerificationError) as error:
+        raise OnnxUnconvertible(f"{refused} (without {tried} it converts, but cannot be "
+                                f"verified: {error})") from None
+    if not twin.verification.passed:
+        raise OnnxUnconvertible(f"{refused} (without {tried} it converts, but fails "
+                                f"verification: {twin.verification.failure()})") from None
+    return twin
 
 
 def feeds_for_checks(result: Result) -> Dict[str, object]:

@@ -187,6 +187,10 @@ def _say_checks(args, result, written) -> None:
             headers=("TF after", "count", "ONNX", "count")))
         _say(args, f"ONNX check: max error {exported.max_error:.3g} vs {exported.reference} "
                    f"(tolerance {exported.tolerance:g}; onnx.checker passed)")
+        for entry in exported.left_out:
+            _say(args, f"ONNX made without {entry['transform']}, after which tf2onnx refuses "
+                       f"the graph ({entry['why']}); that graph verified against the original: "
+                       f"{entry['verification']}")
     if written.int8 is not None:
         _say_int8(args, written.int8)
     for artefact in written.checks:
