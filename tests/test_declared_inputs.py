@@ -135,7 +135,7 @@ def test_cli_feeds_img_verifies_and_exports_onnx(face_pb, tmp_path, capsys):
 
 def test_api_feeds_img_verifies_and_exports_onnx(face_pb, tmp_path):
     path, original = face_pb
-    result = tfsurgery.optimize(str(path), inputs=["img"])
+    result = tfsurgery.optimize(str(path), interface=tfsurgery.Interface(inputs=["img"]))
     assert result.verified and result.inputs == ["img"]
     assert result.original_extra_feeds["training"] is False
     assert_fed_input(result.graph_def)
@@ -260,7 +260,8 @@ def test_another_declared_input_behind_the_default_stays():
     nodes = {n.name: n.op for n in declared.node}
     assert nodes["x"] == "Placeholder" and nodes["wrapped"] == "Placeholder"
     assert "Relu" not in nodes.values()
-    result = tfsurgery.optimize(graph_def, inputs=["x", "wrapped"], outputs=["output"])
+    result = tfsurgery.optimize(graph_def, interface=tfsurgery.Interface(
+        inputs=["x", "wrapped"], outputs=["output"]))
     assert result.inputs == ["wrapped"] and list(result.unused_inputs) == ["x"]
     b = np.random.default_rng(7).standard_normal((2, 3)).astype(np.float32)
     expected = oracle.run(graph_def, {"wrapped": b}, ["output"])[0]
