@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import oracle
 from tfsurgery import batch
+from tfsurgery.cli import main, parse_args
 from tfsurgery.errors import InputError
 from tfsurgery.models import tf1
 
@@ -73,7 +74,7 @@ def _optimized_graph(out, record):
     return graph_def
 
 
-def test_a_folder_of_five_models_two_at_a_time(model_dir, tmp_path):
+def test_a_folder_of_five_models_two_at_a_time(model_dir, tmp_path, capsys):
     folder, built = model_dir
     out = tmp_path / "out"
     done = []
@@ -119,11 +120,18 @@ def test_a_folder_of_five_models_two_at_a_time(model_dir, tmp_path):
 
     # a second run skips what is up to date (a changed input: see the next test); the broken
     # model, which has no outputs, is tried again
-    summary = batch.run(folder, out, ["--bn-fold"], jobs=2)
+    # (through the command line: the same options, the table printed, exit status 1)
+    code = main(["batch", str(folder), "--bn-fold", "-o", str(out), "--jobs", "2"])
+    printed = capsys.readouterr().out
+    assert code == 1
+    summary = json.loads((out / "summary.json").read_text())
     statuses = {name: r["status"] for name, r in _by_model(summary).items()}
     assert statuses == {"article.pb": "skipped", "keras2.h5": "skipped", "scorer": "skipped",
                         "conv.pbtxt": "skipped", "broken.pb": "error"}
-    assert batch.exit_status(summary) == 1
+    assert summary["options"] == ["--bn-fold"]
+    row = next(line for line in printed.splitlines() if "article.pb" in line and "|" in line)
+    assert "skipped" in row and f"150 → {records['article.pb']['nodes_after']}" in row
+    assert "4 skipped" in printed and "1 error" in printed
     assert _by_model(summary)["article.pb"]["nodes_after"] == records["article.pb"]["nodes_after"]
     print(f"first run (5 models, --jobs 2): {first_seconds:.1f} s; second: "
           f"{summary['seconds']:.1f} s")
@@ -250,3 +258,47 @@ def test_the_same_jobs_on_a_local_ray_instance(model_dir, tmp_path):
                                _optimized_graph(tmp_path / "out", records["article.pb"]),
                                model.inputs, model.outputs,
                                original_feeds={model.training_flag: False}, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- the command line
+def test_the_optimize_options_batch_passes_on():
+    """batch's own options anywhere; the rest must parse as optimize options, and each model's
+    run gets them in the order given, without IN_DIR — also where an option's value is the
+    same word as IN_DIR."""
+    args = parse_args(["batch", "--tolerance", "1e-3", "models", "-o", "out", "--jobs", "2",
+                       "--onnx", "--samples", "models", "-q"])
+    assert (args.optimize.input, args.output, args.jobs, args.onnx, args.tflite) == \
+        ("models", "out", 2, True, False)
+    assert args.optimize_argv == ["--tolerance", "1e-3", "--samples", "models", "-q"]
+    assert args.quiet and args.optimize.tolerance == 1e-3 and args.optimize.samples == "models"
+    args = parse_args(["batch", "--samples", "models", "models", "-o", "out"])
+    assert args.optimize_argv == ["--samples", "models"] and args.optimize.input == "models"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-o", "OUT"], "the folder of models (IN_DIR) is missing"),
+    (["IN"], "the following arguments are required: -o/--output"),
+    (["IN", "-o", "OUT", "--tolerance", "nope"], "batch: argument --tolerance"),
+    (["IN", "-o", "OUT", "--onnx", "x.onnx"], "unrecognized arguments: x.onnx"),
+    (["IN", "-o", "OUT", "--jobs", "0"], "--jobs: must be a whole number"),
+    (["IN", "-o", "OUT", "--report-json", "r.json"], "batch names each model's outputs itself"),
+    (["IN", "-o", "OUT", "--transforms", "nobody-knows"], "unknown transform 'nobody-knows'"),
+    (["IN", "-o", "OUT", "--list-transforms"], "optimizes nothing"),
+    (["IN/article.pb", "-o", "OUT"], "not a directory"),
+])
+def test_bad_batch_usage_is_one_line_and_exit_2(model_dir, tmp_path, capsys, argv, message):
+    folder, _ = model_dir
+    out = tmp_path / "out"
+    words = {"OUT": str(out), "IN": str(folder), "IN/article.pb": str(folder / "article.pb")}
+    code = main(["batch", *[words.get(word, word) for word in argv]])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_engine_ray_without_ray_says_how_to_get_it(model_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(batch, "ray_available", lambda: False)      # as if Ray were missing
+    folder, _ = model_dir
+    code = main(["batch", str(folder), "-o", str(tmp_path / "out"), "--engine", "ray"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "pip install ray" in err and len(err.splitlines()) == 1

@@ -5,7 +5,8 @@ write. Defaults (tolerance, output paths) are decided here and in the modules it
 - ``plan``: the transforms chosen by name, their parameters, ``--weights``;
 - ``result``: ``Result``, the fail-closed gate, verification, ``save``, ``export_onnx``;
 - ``writer``: ``write(source, result, Targets(...))`` → ``Written``, and the single exports;
-- ``int8``: ``--quantize int8`` for ONNX and TFLite; ``bench``: latency.
+- ``int8``: ``--quantize int8`` for ONNX and TFLite; ``bench``: latency;
+- ``batch``: every model in a folder, each in its own process (``api.batch.run``).
 
 Everything below this layer (io, pipeline, verify, report, onnx_export, picture, latency) is
 reached through these names; ``api.X`` works for each of them.
@@ -24,7 +25,7 @@ from tensorflow.core.framework import graph_pb2
 
 from tfsurgery import (io, localize, onnx_export, pipeline, picture, preprocessing,  # noqa: F401
                        progress, report, samples as samples_mod, verify as verify_mod)
-from tfsurgery import compare as compare_mod
+from tfsurgery import batch, compare as compare_mod  # noqa: F401 - batch: the CLI's, via api
 from tfsurgery.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
 from tfsurgery.errors import (ExportError, InputError, OnnxCheckFailed,  # noqa: F401
                               OriginalDoesNotRun,

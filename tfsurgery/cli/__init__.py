@@ -1,4 +1,4 @@
-"""Command line: ``tfsurgery optimize|inspect|export|bench|compare ...``, ``python -m tfsurgery``
+"""Command line: ``tfsurgery optimize|inspect|export|bench|compare|batch ...``, ``python -m tfsurgery``
 and ``python scripts/optimize.py ...``. The grammar is in ``parser``, the work in ``commands``
 (through the API only); here, ``main``: parse, set up logging, run, map errors to exit statuses.
 
@@ -13,7 +13,7 @@ import sys
 from typing import List, Optional
 
 from tfsurgery.cli.commands import _speedup, run  # noqa: F401 - _speedup: tests use it
-from tfsurgery.cli.parser import SUBCOMMANDS, UsageError, build_parser
+from tfsurgery.cli.parser import SUBCOMMANDS, UsageError, build_parser, parse_args  # noqa: F401
 
 log = logging.getLogger("tfsurgery")
 
@@ -25,7 +25,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["optimize"] + argv
     try:
-        args = build_parser().parse_args(argv)
+        args = parse_args(argv)
     except UsageError as error:
         print(f"tfsurgery: error: {error}", file=sys.stderr)
         return 2

@@ -31,6 +31,8 @@ def run(args) -> int:
     from tfsurgery import api
     if args.command == "compare":
         return _compare(args)
+    if args.command == "batch":
+        return _batch(args)
     api.load_plugins(args.plugin)
     if args.list_transforms:
         _say(args, api.format_table(api.list_transforms(),
@@ -482,3 +484,30 @@ def _compare(args) -> int:
 def _timing_cell(timing) -> str:
     return "not convertible" if timing.skipped else \
         f"{timing.median_ms:.3f} ± {timing.spread_ms:.3f}"
+
+
+def _batch(args) -> int:
+    """``batch IN_DIR -o OUT_DIR``: the optimize options checked here first (transform names,
+    plugins, preprocessing: exit 2 before any model runs), then one line per model as it
+    finishes and the summary table."""
+    from tfsurgery import api
+    options = args.optimize
+    if options.list_transforms:
+        raise api.InputError("batch: --list-transforms optimizes nothing (tfsurgery optimize "
+                             "--list-transforms lists them)")
+    api.load_plugins(options.plugin)
+    api.choose_transforms(_split(options.transforms), bn_fold=options.bn_fold,
+                          enable=options.enable, disable=options.disable)
+    _preprocess(options)
+
+    def finished(record):
+        why = f": {record['error']}" if record["error"] else ""
+        _say(args, f"{record['model']}: {record['status']} ({record['seconds']:.1f} s){why}")
+
+    summary = api.batch.run(
+        options.input, args.output, args.optimize_argv,
+        exports=[name for name in api.batch.EXPORTS if getattr(args, name)], jobs=args.jobs,
+        timeout=args.model_timeout or api.batch.DEFAULT_TIMEOUT, engine=args.engine,
+        ray_address=args.ray_address, on_done=finished)
+    _say(args, api.batch.format_summary(summary))
+    return api.batch.exit_status(summary)

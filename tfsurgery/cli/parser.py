@@ -17,7 +17,11 @@ EXAMPLES = """examples:
   tfsurgery optimize saved_model_dir -o lean_saved_model/   # a SavedModel back out, checked
   tfsurgery optimize frozen.pb --tflite lean.tflite --weights float16   # TFLite, float16 weights
   tfsurgery optimize frozen.pb --openvino lean_ir/   # OpenVINO IR, checked at f32
+  tfsurgery batch models/ -o lean/ --jobs 2 --bn-fold --onnx   # every model in a folder
 """
+BATCH_USAGE = ("tfsurgery batch IN_DIR -o OUT_DIR [--jobs N] [--model-timeout SECONDS] "
+               "[--engine local|ray] [--onnx] [--tflite] [--saved-model] [--picture] "
+               "[optimize options ...]")
 
 
 def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
@@ -333,6 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("-v", "--verbose", action="store_true", help="more detail")
     compare.add_argument("-q", "--quiet", action="store_true", help="errors only")
 
+    _batch_command(sub)
+
     bench = command("bench", help="latency before and after, in TensorFlow and "
                     "onnxruntime (interleaved runs, median and spread)")
     _common(bench)
@@ -344,4 +350,83 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-SUBCOMMANDS = ("optimize", "inspect", "export", "bench", "compare")
+SUBCOMMANDS = ("optimize", "inspect", "export", "bench", "compare", "batch")
+
+
+def _batch_command(sub) -> None:
+    """``batch``: its own options here; every other option is an ``optimize`` option, checked
+    by optimize's grammar and handed to each model's run (see parse_args)."""
+    batch = sub.add_parser(
+        "batch", usage=BATCH_USAGE, allow_abbrev=False,
+        help="optimize every model in a folder, N at once, each in its own process: "
+             "OUT_DIR/<model>/ and OUT_DIR/summary.json (docs/batch.md)",
+        description="Every .pb/.pbtxt/.keras/.h5 file and SavedModel folder in IN_DIR, "
+                    "optimized with the same optimize options (tfsurgery optimize --help); "
+                    "exit status 0 when all are ok, 1 when any is not.")
+    batch.add_argument("-o", "--output", required=True, metavar="OUT_DIR",
+                       help="where each model's outputs and summary.json go")
+    batch.add_argument("--jobs", type=_whole, default=1, metavar="N",
+                       help="models at once (default 1; each TensorFlow uses every core)")
+    batch.add_argument("--model-timeout", type=_positive, default=None, metavar="SECONDS",
+                       help="deadline per model, then it is killed and reported (default 1800)")
+    batch.add_argument("--engine", choices=("local", "ray"), default="local",
+                       help="local processes (default) or a Ray cluster (pip install ray)")
+    batch.add_argument("--ray-address", metavar="ADDRESS",
+                       help="the Ray cluster to use (default: a local instance for this run)")
+    group = batch.add_argument_group("also per model, each checked (OUT_DIR/<model>/...)")
+    group.add_argument("--onnx", action="store_true", help="<model>.onnx")
+    group.add_argument("--tflite", action="store_true", help="<model>.tflite")
+    group.add_argument("--saved-model", action="store_true", help="<model>_saved_model/")
+    group.add_argument("--picture", action="store_true", help="<model>.svg")
+
+
+def _whole(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return value
+
+
+def parse_args(argv):
+    """The command line as a namespace. ``batch`` takes its own options and passes the rest
+    on: those must parse as ``optimize`` options (which also finds IN_DIR, optimize's input);
+    ``args.optimize`` is what they mean, ``args.optimize_argv`` the words each model gets."""
+    parser = build_parser()
+    if argv[:1] != ["batch"] or "-h" in argv or "--help" in argv:
+        return parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    options = _optimize_options(rest)
+    if options.input is None:
+        raise UsageError("batch: the folder of models (IN_DIR) is missing "
+                         "(see tfsurgery batch --help)")
+    args.optimize, args.optimize_argv = options, _without_input(rest, options)
+    args.verbose, args.quiet = options.verbose, options.quiet
+    return args
+
+
+def _optimize_options(words):
+    try:
+        return build_parser().parse_args(["optimize", *words])
+    except UsageError as error:
+        raise UsageError(str(error).replace("optimize: ", "batch: ", 1).replace(
+            "tfsurgery optimize --help", "tfsurgery batch --help")) from None
+
+
+def _without_input(words, options):
+    """``words`` less the one word optimize took as its input: the removal that leaves the
+    same options and no input."""
+    same = repr(sorted({**vars(options), "input": None}.items()))
+    for i, word in enumerate(words):
+        if word == options.input:
+            rest = words[:i] + words[i + 1:]
+            try:
+                again = _optimize_options(rest)
+            except UsageError:
+                continue
+            if repr(sorted(vars(again).items())) == same:
+                return rest
+    raise UsageError(f"batch: cannot tell the folder {options.input!r} from an option's value "
+                     "(see tfsurgery batch --help)")
