@@ -302,3 +302,18 @@ def test_engine_ray_without_ray_says_how_to_get_it(model_dir, tmp_path, capsys, 
     code = main(["batch", str(folder), "-o", str(tmp_path / "out"), "--engine", "ray"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "pip install ray" in err and len(err.splitlines()) == 1
+
+
+def test_each_models_words_are_optimize_options_with_paths_in_its_own_folder(tmp_path):
+    """Every export's option points inside the model's staging folder, and the words parse
+    as `optimize` options (the grammar each model's process uses)."""
+    from tfsurgery.cli.parser import build_parser
+    model = tmp_path / "m.pbtxt"
+    model.write_text("")
+    job = batch._job(model, "m", tmp_path / "out", ["--bn-fold"], batch.EXPORTS, 60.0, "f")
+    args = build_parser().parse_args(["optimize", job["model"], *job["argv"]])
+    stage = job["stage"]
+    for path in (args.output, args.report_json, args.onnx, args.tflite, args.saved_model,
+                 args.openvino, args.picture):
+        assert path.startswith(stage + os.sep), path
+    assert args.bn_fold and args.output.endswith("m_optimized.pbtxt")

@@ -32,7 +32,7 @@ from tfsurgery.errors import InputError
 log = logging.getLogger("tfsurgery")
 
 MODEL_SUFFIXES = (".pb", ".pbtxt", ".keras", ".h5", ".hdf5")
-EXPORTS = ("onnx", "tflite", "saved_model", "picture")
+EXPORTS = ("onnx", "tflite", "saved_model", "openvino", "picture")
 ENGINES = ("local", "ray")
 DEFAULT_TIMEOUT = 1800.0         # seconds per model: a Keras ResNet50 with int8 takes minutes
 SUMMARY = "summary.json"
@@ -41,7 +41,7 @@ WORK = ".batch-work"             # staging folders, on OUT_DIR's filesystem (pub
 LOGS = "logs"
 # options that name one output file: batch gives every model its own (see _paths)
 PER_MODEL_OPTIONS = ("-o", "--output", "--report-json", "--onnx", "--tflite", "--saved-model",
-                     "--picture")
+                     "--openvino", "--picture")
 RAY_MISSING = ("--engine ray needs Ray: pip install ray (or pip install -e '.[ray]'), "
                "or run without --engine ray")
 OK_STATUSES = ("ok", "skipped")
@@ -71,7 +71,8 @@ def run(in_dir, out_dir, options: Sequence[str] = (), *, exports: Sequence[str] 
 
     ``options``: ``tfsurgery optimize`` options as on its command line (``["--bn-fold",
     "--tolerance", "1e-3"]``), the same for every model; ``exports``: also write these per model
-    (``onnx``, ``tflite``, ``saved_model``, ``picture``), each checked as ``optimize`` checks it;
+    (``onnx``, ``tflite``, ``saved_model``, ``openvino``, ``picture``), each checked as
+    ``optimize`` checks it;
     ``jobs`` models at once; ``timeout`` seconds per model (then it is killed and reported);
     ``engine="ray"``: on Ray (``ray_address``, else a local instance of ``jobs`` CPUs).
     ``on_done(record)`` is called as each model finishes. Returns the summary also written to
@@ -343,8 +344,8 @@ def _check_request(in_dir: Path, out_dir: Path, options, exports, jobs, timeout,
     for option in options:
         if option.split("=", 1)[0] in PER_MODEL_OPTIONS:
             raise InputError(f"{option.split('=', 1)[0]}: batch names each model's outputs "
-                             "itself (OUT_DIR/<model>/); ask for ONNX, TFLite, SavedModel or "
-                             "a picture with the exports")
+                             "itself (OUT_DIR/<model>/); ask for ONNX, TFLite, SavedModel, "
+                             "OpenVINO or a picture with the exports")
 
 
 def _output_names(models: Sequence[Path]) -> List[str]:
@@ -361,6 +362,7 @@ def _paths(model: Path, name: str, stage: Path, exports: Sequence[str]) -> List[
             "--report-json", str(stage / "report.json")]
     targets = {"onnx": ("--onnx", f"{name}.onnx"), "tflite": ("--tflite", f"{name}.tflite"),
                "saved_model": ("--saved-model", f"{name}_saved_model"),
+               "openvino": ("--openvino", f"{name}_openvino"),
                "picture": ("--picture", f"{name}.svg")}
     for export in sorted(exports):
         flag, file_name = targets[export]

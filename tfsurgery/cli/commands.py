@@ -495,6 +495,8 @@ def _batch(args) -> int:
     if options.list_transforms:
         raise api.InputError("batch: --list-transforms optimizes nothing (tfsurgery optimize "
                              "--list-transforms lists them)")
+    if not args.openvino:            # --openvino-precision alone: one line
+        _check_openvino_request(api, options)
     api.load_plugins(options.plugin)
     api.choose_transforms(_split(options.transforms), bn_fold=options.bn_fold,
                           enable=options.enable, disable=options.disable)

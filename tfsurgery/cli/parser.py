@@ -20,7 +20,7 @@ EXAMPLES = """examples:
   tfsurgery batch models/ -o lean/ --jobs 2 --bn-fold --onnx   # every model in a folder
 """
 BATCH_USAGE = ("tfsurgery batch IN_DIR -o OUT_DIR [--jobs N] [--model-timeout SECONDS] "
-               "[--engine local|ray] [--onnx] [--tflite] [--saved-model] [--picture] "
+               "[--engine local|ray] [--onnx] [--tflite] [--saved-model] [--openvino] [--picture] "
                "[optimize options ...]")
 
 
@@ -377,6 +377,8 @@ def _batch_command(sub) -> None:
     group.add_argument("--onnx", action="store_true", help="<model>.onnx")
     group.add_argument("--tflite", action="store_true", help="<model>.tflite")
     group.add_argument("--saved-model", action="store_true", help="<model>_saved_model/")
+    group.add_argument("--openvino", action="store_true",
+                       help="<model>_openvino/ (OpenVINO IR; --openvino-precision applies)")
     group.add_argument("--picture", action="store_true", help="<model>.svg")
 
 
