@@ -1,33 +1,37 @@
-"""Static int8 for onnxruntime, calibrated on the user's samples and checked on held-back ones.
+"""Static int8 for onnxruntime: the ONNX backend of the int8 loop (:mod:`tfsurgery.int8_loop`).
 
 The float ONNX model is quantized with ``onnxruntime.quantization.quantize_static`` (QDQ,
-per-channel weights) over the calibration rows, then every output is compared, on the check rows,
-with the float ORIGINAL graph run in TensorFlow: top-1 agreement for class-score outputs (rank 2,
-last dimension ≥ 2), SQNR in dB for the rest. When a threshold fails, each quantized layer's
-sensitivity is measured (the error with only that layer kept float) and the most sensitive layers
-stay float, most sensitive first, until the thresholds hold or the cap is reached — then refuse.
-
-Before that, the model is made as quantizable as it can be: each calibration method asked for
-(``auto``: MinMax and Percentile; Entropy when asked) and each float candidate (the plain model and, when the
-caller gives one, its cross-layer-equalized twin), with and without bias correction, is quantized
-and measured on the check rows; the best attempt (:func:`rank`: agreement, or SQNR, first) is
-kept, and every attempt is reported.
+per-channel weights) over the calibration rows. The loop measures every choice on the selection
+rows — each calibration method asked for (``auto``: MinMax and Percentile; Entropy when asked),
+each float candidate (the plain model and, when the caller gives one, its cross-layer-equalized
+twin), with and without bias correction — keeps the best, keeps the most sensitive layers float
+when it misses, and judges the one model chosen on gate rows that chose nothing.
 Each method's ranges are computed once and read back from its own cache file afterwards.
+A Softmax/LogSoftmax/Sigmoid making a graph output stays float (:func:`output_heads`).
+
+A layer kept float must really run float: onnxruntime's ``WeightBiasQuantization`` rewrite
+(session load, basic level) quantizes the float weights of any Conv/Gemm whose input comes from
+a per-tensor DequantizeLinear — per TENSOR, which wrecks a batch-norm-folded depthwise layer
+(measured: a MobileNet's agreement 0.84 → 0.46 with one depthwise layer "kept float"). So such a
+layer reads its input through its own per-axis DequantizeLinear carrying the same scale and zero
+point for every channel (:func:`keep_float`): the same numbers, and no match.
 """
 import contextlib
-import dataclasses
 import io
 import logging
-import math
+import os
 import threading
-import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import artefacts, verify
+from tfsurgery import artefacts
 from tfsurgery.errors import ExportError, InputError
+from tfsurgery.int8_loop import (MAX_FLOAT_FRACTION, MIN_AGREEMENT, MIN_SQNR_DB,  # noqa: F401
+                                 Attempt, Backend, Choice, Int8Refused, Int8Report,
+                                 OutputMeasure, Rows, Thresholds, compare, is_class_scores,
+                                 rank, run_loop, score)
 from tfsurgery.samples import Samples
 
 # Layers with weights that quantize_static turns into QDQ int8 (what a user calls a layer).
@@ -41,198 +45,85 @@ CALIBRATION_CHOICES = ("auto",) + tuple(CALIBRATION_METHODS)
 # tensor: 60 s against 3 s on a MobileNet 0.25 with 200 rows) and did not win there; ask for it.
 AUTO_METHODS = ("MinMax", "Percentile")
 CORRECTIONS = {"auto": (False, True), "on": (True,), "off": (False,)}   # bias correction tried
-MIN_AGREEMENT = 0.99
-MIN_SQNR_DB = 20.0                 # signal 100× the quantization noise in power
-DEFAULT_TIMEOUT = 120.0            # seconds for all check rows of one int8 model
-MAX_FLOAT_FRACTION = 0.10          # default cap on layers kept float: 10% of them (at least 1)
+DEFAULT_TIMEOUT = 120.0            # seconds for all rows of one run of an int8 model
 
 
-@dataclasses.dataclass
-class Thresholds:
-    """None: the default, and not asked for (a threshold asked for must apply to some output)."""
-    given_agreement: Optional[float] = None
-    given_sqnr_db: Optional[float] = None
-    max_float_layers: Optional[int] = None     # None: 10% of the layers, at least 1
+class OnnxBackend(Backend):
+    """The ONNX QDQ backend: ``candidates`` float ONNX files by name ("plain", "equalized"),
+    calibrated on ``calibration``; every model built lives in ``stage``."""
 
-    def __post_init__(self):
-        if self.given_agreement is not None and not 0 < self.given_agreement <= 1:
-            raise InputError(f"--int8-min-agreement {self.given_agreement:g}: give a share "
-                             "between 0 and 1")
-        if self.max_float_layers is not None and self.max_float_layers < 0:
-            raise InputError(f"--int8-max-float-layers {self.max_float_layers}: give 0 or more")
+    name = "onnx"
 
-    @property
-    def min_agreement(self) -> float:
-        return MIN_AGREEMENT if self.given_agreement is None else self.given_agreement
+    def __init__(self, candidates: Dict[str, Path], calibration: Samples, stage: Path, *,
+                 methods: Sequence[str], corrections: Sequence[bool],
+                 timeout: float = DEFAULT_TIMEOUT, batch: Optional[artefacts.Batch] = None):
+        self.candidates = {name: Path(p) for name, p in candidates.items()}
+        self.calibration = calibration
+        self.stage = stage
+        self.methods, self.corrections = list(methods), list(corrections)
+        self.timeout, self.batch = timeout, batch
+        self._built = 0
+        self._means: Dict[tuple, List[np.ndarray]] = {}     # bias correction's E[x], once
 
-    @property
-    def min_sqnr_db(self) -> float:
-        return MIN_SQNR_DB if self.given_sqnr_db is None else self.given_sqnr_db
+    def choices(self) -> List[Choice]:
+        return [Choice(model, method, corrected) for model in self.candidates
+                for method in self.methods for corrected in self.corrections]
 
-    def check_applies(self, outputs: Sequence[str], expected: List[List[np.ndarray]]) -> None:
-        """A threshold asked for that no output is measured by: one line (exit 2)."""
-        classes = [is_class_scores(np.asarray(expected[0][i])) for i in range(len(outputs))]
-        if self.given_agreement is not None and not any(classes):
-            raise InputError("--int8-min-agreement: no output is class scores (rank 2, last "
-                             f"dimension ≥ 2); {', '.join(outputs)} are checked by SQNR "
-                             "(--int8-min-sqnr)")
-        if self.given_sqnr_db is not None and all(classes):
-            raise InputError("--int8-min-sqnr: every output is class scores, checked by top-1 "
-                             "agreement (--int8-min-agreement)")
+    def layers(self, choice: Choice) -> List[str]:
+        return quantizable_layers(self.candidates[choice.model])
 
+    def build(self, choice: Choice, kept_float: Sequence[str]) -> Path:
+        self._built += 1
+        out = self.stage / f"int8-{self._built}.onnx"
+        float_model = self.candidates[choice.model]
+        _quantize_static(float_model, out, self.calibration,
+                         list(kept_float) + output_heads(float_model), method=choice.method,
+                         cache=self.stage / f"calibration-{choice.model}-{choice.method}.json")
+        if choice.bias_corrected:
+            try:
+                correct_biases(float_model, out, self.calibration, self._means)
+            except Exception as error:   # onnx/onnxruntime errors are not one hierarchy
+                raise ExportError(f"bias correction failed on {choice.label}: "
+                                  f"{str(error).splitlines()[0] if str(error) else error!r}"
+                                  "; --int8-bias-correction off skips it") from None
+        if kept_float:
+            keep_float(out, kept_float)
+        return out
 
-@dataclasses.dataclass
-class OutputMeasure:
-    """One output on the check rows: top-1 agreement (class scores) or SQNR in dB (the rest)."""
-    name: str
-    measure: str             # "top1_agreement" or "sqnr_db"
-    value: float
-    threshold: float
-    relative_error: float    # ||int8 - float|| / ||float||, for ranking layers
+    def run(self, model: Path, rows: Samples) -> List[List[np.ndarray]]:
+        return run_rows(model, rows, self.timeout)
 
-    @property
-    def passed(self) -> bool:
-        return self.value >= self.threshold
+    def size(self, model: Path) -> int:
+        return model.stat().st_size
 
-    def as_dict(self) -> dict:
-        return dict(dataclasses.asdict(self), passed=self.passed)
+    def float_size(self, choice: Choice) -> int:
+        return self.candidates[choice.model].stat().st_size
 
-
-@dataclasses.dataclass
-class Attempt:
-    """One calibration method on one float candidate ("plain" or "equalized"), measured on the
-    check rows before any layer is kept float."""
-    model: str
-    method: str
-    outputs: List[OutputMeasure]
-    seconds: float = 0.0
-    bias_corrected: bool = False
-
-    @property
-    def score(self) -> float:
-        return score(self.outputs)
-
-    @property
-    def label(self) -> str:
-        return f"{self.model} {self.method}" + (" + bias correction" if self.bias_corrected
-                                                else "")
-
-    def as_dict(self) -> dict:
-        return dict(model=self.model, method=self.method, bias_corrected=self.bias_corrected,
-                    score=self.score, seconds=round(self.seconds, 3),
-                    outputs=[o.as_dict() for o in self.outputs])
+    def publish(self, model: Path, path) -> None:
+        artefacts.publish(lambda: os.replace(model, path), self.batch, self.stage)
 
 
-@dataclasses.dataclass
-class Int8Report:
-    path: str
-    calibration_method: str
-    calibration_rows: int
-    check_rows: int
-    layers: int
-    outputs: List[OutputMeasure]
-    plain_outputs: List[OutputMeasure]             # before any layer was kept float
-    kept_float: List[str] = dataclasses.field(default_factory=list)
-    sensitivities: Dict[str, float] = dataclasses.field(default_factory=dict)
-    max_float_layers: int = 0
-    float_bytes: int = 0
-    int8_bytes: int = 0
-    tried: List[Attempt] = dataclasses.field(default_factory=list)   # every method × candidate
-    model: str = "plain"                           # the float candidate kept: plain or equalized
-    bias_corrected: bool = False                   # the kept attempt's biases were corrected
-    equalization: dict = dataclasses.field(default_factory=dict)    # set by the caller
-
-    @property
-    def passed(self) -> bool:       # nothing measured is never a pass (review H5)
-        return bool(self.outputs) and all(o.passed for o in self.outputs)
-
-    def as_dict(self) -> dict:
-        data = dataclasses.asdict(self)
-        data.update(passed=self.passed, outputs=[o.as_dict() for o in self.outputs],
-                    plain_outputs=[o.as_dict() for o in self.plain_outputs],
-                    tried=[a.as_dict() for a in self.tried])
-        return data
-
-
-def reference_outputs(graph_def, outputs: Sequence[str], check: Samples,
-                      timeout: float = DEFAULT_TIMEOUT) -> List[List[np.ndarray]]:
-    """The float ORIGINAL in TensorFlow on every check row: [row][output]."""
-    try:
-        return [verify.run_graph(graph_def, feeds, outputs, timeout=timeout,
-                                 label="the original graph") for feeds in check.feeds()]
-    except verify.VerificationError as error:
-        raise ExportError(f"no float reference on the check samples: {error}") from None
-
-
-def quantize(float_model, path: Path, *, outputs: Sequence[str], calibration: Samples,
-             check: Samples, expected: List[List[np.ndarray]], thresholds: Thresholds,
+def quantize(float_model, path: Path, *, outputs: Sequence[str], rows: Rows,
+             expected: Dict[str, list], thresholds: Thresholds,
              batch: Optional[artefacts.Batch] = None, timeout: float = DEFAULT_TIMEOUT,
-             calibration_method: str = "auto", bias_correction: str = "off") -> Int8Report:
-    """Quantize ``float_model`` to ``path`` (with ``batch``: written when the whole run passed).
-    ``float_model``: a path, or candidates by name ({"plain": p, "equalized": q}) of which the
-    one quantizing best is kept. ``calibration_method``: "auto" (each method tried, the best
-    kept) or one of CALIBRATION_METHODS. ``bias_correction``: "auto" tries every attempt with
-    and without its biases corrected (:func:`correct_biases`: cheap, the ranges are cached);
-    "on" only with, "off" only without. Raises ``ExportError`` carrying the report when the
-    thresholds cannot be met."""
-    thresholds.check_applies(outputs, expected)
+             calibration_method: str = "auto", bias_correction: str = "off",
+             say=lambda _: None) -> Int8Report:
+    """Quantize ``float_model`` to ``path`` through the int8 loop (with ``batch``: written when
+    the whole run passed). ``float_model``: a path, or candidates by name ({"plain": p,
+    "equalized": q}) of which the one quantizing best is kept. ``rows``: calibration, selection
+    and gate rows; ``expected``: the float reference on the selection and gate rows.
+    ``calibration_method``: "auto" (each method tried, the best kept) or one of
+    CALIBRATION_METHODS. ``bias_correction``: "auto" tries every attempt with and without its
+    biases corrected (:func:`correct_biases`: cheap, the ranges are cached); "on" only with,
+    "off" only without. Raises ``Int8Refused`` carrying the report when the gate misses."""
     candidates = {"plain": Path(float_model)} if isinstance(float_model, (str, Path)) else \
         {name: Path(p) for name, p in float_model.items()}
     methods = calibration_methods(calibration_method)
-    first = next(iter(candidates.values()))
-    layers = quantizable_layers(first)
-    cap = thresholds.max_float_layers
-    if cap is None:
-        cap = max(1, int(len(layers) * MAX_FLOAT_FRACTION))
-    with artefacts.staging(path, batch) as stage:
-        staged = stage / path.name
-
-        def attempt(model: str, method: str, kept_float: Sequence[str],
-                    corrected: bool = False) -> List[OutputMeasure]:
-            _quantize_static(candidates[model], staged, calibration, kept_float, method=method,
-                             cache=stage / f"calibration-{model}-{method}.json")
-            if corrected:
-                try:
-                    correct_biases(candidates[model], staged, calibration, input_means)
-                except Exception as error:   # onnx/onnxruntime errors are not one hierarchy
-                    raise ExportError(f"bias correction failed on {model} {method}: "
-                                      f"{str(error).splitlines()[0] if str(error) else error!r}"
-                                      "; --int8-bias-correction off skips it") from None
-            return measure(staged, outputs, check, expected, thresholds, timeout)
-
-        input_means: Dict[tuple, List[np.ndarray]] = {}     # bias correction's E[x], once
-        tried = []
-        for model in candidates:
-            for method in methods:
-                for corrected in CORRECTIONS[bias_correction]:
-                    started = time.perf_counter()
-                    measures = attempt(model, method, [], corrected)
-                    tried.append(Attempt(model, method, measures, time.perf_counter() - started,
-                                         bias_corrected=corrected))
-        best = min(tried, key=rank)
-        report = Int8Report(str(path), best.method, calibration.rows, check.rows,
-                            len(layers), best.outputs, best.outputs, max_float_layers=cap,
-                            float_bytes=candidates[best.model].stat().st_size, tried=tried,
-                            model=best.model, bias_corrected=best.bias_corrected)
-
-        def chosen(kept_float: Sequence[str]) -> List[OutputMeasure]:
-            return attempt(best.model, best.method, kept_float, best.bias_corrected)
-
-        if not report.passed and cap > 0:
-            report.sensitivities = sensitivities(layers, best.outputs, chosen)
-            ranked = sorted(report.sensitivities, key=report.sensitivities.get, reverse=True)
-            for count in range(1, min(cap, len(ranked)) + 1):
-                report.kept_float = ranked[:count]
-                report.outputs = chosen(report.kept_float)
-                if report.passed:
-                    break
-        if not report.passed:
-            raise Int8Refused(report)
-        if not report.kept_float and best is not tried[-1]:
-            chosen([])                 # the staged file was the last attempt's: make it the best
-        report.int8_bytes = staged.stat().st_size
-        artefacts.publish(lambda: _publish(staged, path), batch, stage)
-    return report
+    with artefacts.staging(Path(path), batch) as stage:
+        backend = OnnxBackend(candidates, rows.calibration, stage, methods=methods,
+                              corrections=CORRECTIONS[bias_correction], timeout=timeout,
+                              batch=batch)
+        return run_loop(backend, outputs, rows, expected, thresholds, path, say)
 
 
 def calibration_methods(choice: str) -> List[str]:
@@ -245,19 +136,6 @@ def calibration_methods(choice: str) -> List[str]:
     return [CALIBRATION_METHODS[choice]]
 
 
-class Int8Refused(ExportError):
-    """The int8 model misses its thresholds even with the cap of layers kept float."""
-
-    def __init__(self, report: Int8Report):
-        failed = "; ".join(f"{o.name}: {o.measure} {o.value:.4g} < {o.threshold:g}"
-                           for o in report.outputs if not o.passed)
-        kept = (f" with {len(report.kept_float)} layer(s) kept float "
-                f"(cap {report.max_float_layers})" if report.kept_float else "")
-        super().__init__(f"int8 misses its thresholds on {report.check_rows} held-back rows"
-                         f"{kept}: {failed}")
-        self.report = report
-
-
 def quantizable_layers(float_model: Path) -> List[str]:
     import onnx
     model = onnx.load(str(float_model))
@@ -266,33 +144,76 @@ def quantizable_layers(float_model: Path) -> List[str]:
             if node.op_type in LAYER_OPS and any(name in weights for name in node.input)]
 
 
-def sensitivities(layers: Sequence[str], plain: List[OutputMeasure], attempt) -> Dict[str, float]:
-    """How much each layer's quantization costs: the drop in summed relative output error when
-    only that layer stays float (larger = more sensitive)."""
-    base = score(plain)
-    return {layer: base - score(attempt([layer])) for layer in layers}
+# Ops that make a graph output from scores: left float (they cost nothing next to the layers,
+# and 8-bit probabilities tie: a step of 1/256 hides the top class whenever two are that close).
+OUTPUT_HEADS = ("Softmax", "LogSoftmax", "Sigmoid")
 
 
-def rank(attempt: "Attempt") -> tuple:
-    """How attempts are ordered (smallest first): passing the thresholds, then each output's
-    own measure (disagreement for class scores; relative error — i.e. SQNR — for the rest),
-    then the continuous :func:`score` to break ties."""
-    primary = sum(1 - o.value if o.measure == "top1_agreement" else o.relative_error
-                  for o in attempt.outputs)
-    return (not all(o.passed for o in attempt.outputs), primary, attempt.score)
+def output_heads(float_model: Path) -> List[str]:
+    """The Softmax/LogSoftmax/Sigmoid nodes whose output is a graph output."""
+    import onnx
+    model = onnx.load(str(float_model), load_external_data=False)
+    outputs = {o.name for o in model.graph.output}
+    return [node.name for node in model.graph.node
+            if node.op_type in OUTPUT_HEADS and any(o in outputs for o in node.output)]
 
 
-def score(measures: List[OutputMeasure]) -> float:
-    """A continuous error over outputs (lower is better): disagreement plus relative error, so
-    attempts and layers can be ranked even when top-1 barely moves."""
-    return sum(o.relative_error + (1 - o.value if o.measure == "top1_agreement" else 0)
-               for o in measures)
+def keep_float(model_path: Path, kept_float: Sequence[str]) -> int:
+    """Each kept-float Conv/ConvTranspose/Gemm whose input comes from a per-tensor
+    DequantizeLinear reads it through its own per-axis one instead (the same scale and zero
+    point for every channel): onnxruntime's WeightBiasQuantization then leaves its float
+    weights alone (see the module doc). Rewrites the model; returns how many layers."""
+    import onnx
+    from onnx import helper, numpy_helper
+    model = onnx.load(str(model_path))
+    initializers = {init.name: init for init in model.graph.initializer}
+    producer = {out: node for node in model.graph.node for out in node.output}
+    kept, rewired = set(kept_float), {}
+    for node in model.graph.node:
+        dequantize = producer.get(node.input[0]) if node.input else None
+        weight = initializers.get(node.input[1]) if len(node.input) > 1 else None
+        if node.name not in kept or node.op_type not in ("Conv", "ConvTranspose", "Gemm") or \
+                dequantize is None or dequantize.op_type != "DequantizeLinear" or weight is None \
+                or _attr(node, "transA", 0):
+            continue
+        params = [initializers.get(name) for name in dequantize.input[1:3]]
+        if any(p is None for p in params) or numpy_helper.to_array(params[0]).size != 1:
+            continue
+        channels = _input_channels(node, list(weight.dims))
+        name = f"{node.name}/float_input"
+        per_axis = []
+        for suffix, param in zip(("scale", "zero_point"), params):
+            value = numpy_helper.to_array(param).reshape(())
+            model.graph.initializer.append(numpy_helper.from_array(
+                np.full(channels, value, value.dtype), f"{name}_{suffix}"))
+            per_axis.append(f"{name}_{suffix}")
+        rewired[node.name] = helper.make_node("DequantizeLinear",
+                                              [dequantize.input[0]] + per_axis, [name],
+                                              name=name, axis=1)
+        node.input[0] = name
+    if rewired:
+        ordered = []
+        for node in model.graph.node:       # each new DequantizeLinear just before its reader
+            if node.name in rewired:
+                ordered.append(rewired[node.name])
+            ordered.append(node)
+        del model.graph.node[:]
+        model.graph.node.extend(ordered)
+        onnx.save(model, str(model_path))
+    return len(rewired)
 
 
-def measure(model: Path, outputs: Sequence[str], check: Samples,
-            expected: List[List[np.ndarray]], thresholds: Thresholds,
-            timeout: float = DEFAULT_TIMEOUT) -> List[OutputMeasure]:
-    """Each output of ``model`` in onnxruntime against ``expected`` over the check rows."""
+def _input_channels(node, weight_shape: List[int]) -> int:
+    if node.op_type == "Conv":
+        return weight_shape[1] * _attr(node, "group", 1)
+    if node.op_type == "ConvTranspose":
+        return weight_shape[0]
+    return weight_shape[1] if _attr(node, "transB", 0) else weight_shape[0]    # Gemm
+
+
+def run_rows(model: Path, rows: Samples, timeout: float = DEFAULT_TIMEOUT
+             ) -> List[List[np.ndarray]]:
+    """Each row's outputs of ``model`` in onnxruntime, [row][output], within ``timeout``."""
     import onnxruntime as ort
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
@@ -301,38 +222,15 @@ def measure(model: Path, outputs: Sequence[str], check: Samples,
     deadline = threading.Timer(timeout, setattr, (run_options, "terminate", True))
     deadline.start()
     try:
-        actual = [session.run(names, _onnx_feeds(feeds, wanted), run_options)
-                  for feeds in check.feeds()]
+        return [session.run(names, _onnx_feeds(feeds, wanted), run_options)
+                for feeds in rows.feeds()]
     except Exception as error:   # onnxruntime's error types are not a public hierarchy
         if run_options.terminate:
-            raise ExportError(f"the int8 model did not finish the {check.rows} check rows "
-                              f"within {timeout:g} s in onnxruntime") from None
+            raise ExportError(f"the int8 model did not finish {rows.rows} rows within "
+                              f"{timeout:g} s in onnxruntime") from None
         raise ExportError(f"onnxruntime cannot run the int8 model: {error}") from None
     finally:
         deadline.cancel()
-    return compare(outputs, expected, actual, thresholds)
-
-
-def compare(outputs: Sequence[str], expected: List[List[np.ndarray]],
-            actual: List[List[np.ndarray]], thresholds: Thresholds) -> List[OutputMeasure]:
-    """Per output over all rows ([row][output] on both sides): agreement or SQNR."""
-    result = []
-    for index, name in enumerate(outputs):
-        ref = np.concatenate([np.atleast_1d(row[index]) for row in expected]).astype(np.float64)
-        got = np.concatenate([np.atleast_1d(row[index]) for row in actual]).astype(np.float64)
-        relative = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
-        if is_class_scores(ref):
-            agreement = float(np.mean(ref.argmax(-1) == got.argmax(-1)))
-            result.append(OutputMeasure(name, "top1_agreement", agreement,
-                                        thresholds.min_agreement, relative))
-        else:
-            sqnr = 20 * math.log10(1 / relative) if relative > 0 else math.inf
-            result.append(OutputMeasure(name, "sqnr_db", sqnr, thresholds.min_sqnr_db, relative))
-    return result
-
-
-def is_class_scores(values: np.ndarray) -> bool:
-    return values.ndim == 2 and values.shape[-1] >= 2
 
 
 def _onnx_feeds(feeds: Dict[str, np.ndarray], wanted) -> Dict[str, np.ndarray]:
@@ -518,11 +416,6 @@ def _entropy_ranges(float_model: Path, rows, cache: Path) -> None:
             extra_options={"num_bins": ENTROPY_BINS[0], "num_quantized_bins": ENTROPY_BINS[1]})
         calibrator.collect_data(rows)
         calibrate.save_tensors_data(calibrator.compute_data(), cache)
-
-
-def _publish(staged: Path, path: Path) -> None:
-    import os
-    os.replace(staged, path)
 
 
 def check_request(samples_path: Optional[str], quantize: Optional[str], onnx: bool,

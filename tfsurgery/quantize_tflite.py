@@ -1,95 +1,109 @@
-"""Full-integer TensorFlow Lite: TFLiteConverter with the calibration rows as representative
-dataset (int8 builtin ops only), checked in the LiteRT interpreter on the held-back rows against
-the float original with int8's own measures (``quantize.compare``); given the cross-layer-
-equalized graph too, both are converted and the better kept. Float inputs and outputs by
-default; ``int8_io`` makes them int8 too (their scale and zero point are reported). No per-layer
-fallback here: a model that misses its thresholds is refused."""
+"""Full-integer TensorFlow Lite: the TFLite backend of the int8 loop (:mod:`tfsurgery.int8_loop`).
+
+Each float candidate (the plain graph and, given one, its cross-layer-equalized twin) goes
+through a SavedModel to the TFLiteConverter (int8 builtin ops only), which calibrates it on the
+calibration rows ONCE; every model the loop asks for is then quantized from that calibrated
+model with the layers to keep float denylisted — what ``tf.lite.experimental.
+QuantizationDebugger`` does for its ``QuantizationDebugOptions(denylisted_nodes=...)`` and
+``get_nondebug_quantized_model()``: the converter's calibrate-only mode, then the MLIR quantizer
+(``mlir_quantize``) with the denylist. The debugger itself is not used: it builds a debug model
+with a NumericVerify op per layer on every option change, and its quantized model has no int8
+inputs/outputs. A TFLite layer is named by its op's output tensor (what the denylist takes).
+Float inputs and outputs by default; ``int8_io`` makes them int8 (scale and zero point reported).
+"""
 from __future__ import annotations
 
-import dataclasses
-import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import artefacts, io, quantize, savedmodel_export, tflite_export
+from tfsurgery import artefacts, io, savedmodel_export, tflite_export
 from tfsurgery.errors import ExportError
+from tfsurgery.int8_loop import (Backend, Choice, Int8Refused, Int8Report, Rows,  # noqa: F401
+                                 Thresholds, run_loop)
 from tfsurgery.ops import tensor_name
 from tfsurgery.samples import Samples
 from tfsurgery.transforms.simplify_algebra import adds_of_add_n
 
+# TFLite ops with weights: what can be kept float (denylisted) when int8 misses.
+LAYER_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "CONV_3D",
+             "BATCH_MATMUL")
+METHOD = "TFLiteConverter"          # the converter's own calibration (min/max of each tensor)
 
-@dataclasses.dataclass
-class TfliteInt8Report:
-    path: str
-    calibration_rows: int
-    check_rows: int
-    outputs: List[quantize.OutputMeasure]
-    io_type: str                                   # "float32" or "int8"
-    io_quantization: Dict[str, dict] = dataclasses.field(default_factory=dict)
-    bytes: int = 0
-    model: str = "plain"                   # the float graph converted: plain or equalized
-    tried: List[quantize.Attempt] = dataclasses.field(default_factory=list)
-    equalization: dict = dataclasses.field(default_factory=dict)     # set by the caller
-
-    @property
-    def passed(self) -> bool:       # nothing measured is never a pass (review H5)
-        return bool(self.outputs) and all(o.passed for o in self.outputs)
-
-    def as_dict(self) -> dict:
-        data = dataclasses.asdict(self)
-        data.update(passed=self.passed, outputs=[o.as_dict() for o in self.outputs],
-                    tried=[a.as_dict() for a in self.tried])
-        return data
+TfliteInt8Report = Int8Report       # one report type for every format
+TfliteInt8Refused = Int8Refused
 
 
-class TfliteInt8Refused(ExportError):
-    def __init__(self, report: TfliteInt8Report):
-        failed = "; ".join(f"{o.name}: {o.measure} {o.value:.4g} < {o.threshold:g}"
-                           for o in report.outputs if not o.passed)
-        super().__init__(f"TFLite int8 misses its thresholds on {report.check_rows} held-back "
-                         f"rows: {failed}")
-        self.report = report
+class TfliteBackend(Backend):
+    """The TFLite full-integer backend: ``candidates`` float GraphDefs by name, converted
+    through a SavedModel with ``signature`` in ``stage``, calibrated on ``calibration``."""
+
+    name = "tflite"
+
+    def __init__(self, candidates: Dict[str, object], signature, outputs: Sequence[str],
+                 calibration: Samples, stage: Path, *, int8_io: bool = False,
+                 batch: Optional[artefacts.Batch] = None):
+        self.candidates = {name: adds_of_add_n(g)  # TFLite's ADD_N has no int8 kernel; ADD has
+                           for name, g in candidates.items()}
+        self.signature, self.outputs = signature, list(outputs)
+        self.calibration, self.stage = calibration, stage
+        self.int8_io, self.batch = int8_io, batch
+        self._calibrated: Dict[str, bytes] = {}
+        self._layers: Dict[str, List[str]] = {}
+
+    def choices(self) -> List[Choice]:
+        return [Choice(name, METHOD) for name in self.candidates]
+
+    def calibrated(self, model: str) -> bytes:
+        """The candidate converted and calibrated (float ops carrying each tensor's range)."""
+        if model not in self._calibrated:
+            saved_model = self.stage / f"saved_model-{model}"
+            savedmodel_export.build(self.candidates[model], self.signature, saved_model)
+            self._calibrated[model] = calibrate(saved_model, self.signature, self.calibration)
+        return self._calibrated[model]
+
+    def layers(self, choice: Choice) -> List[str]:
+        if choice.model not in self._layers:
+            self._layers[choice.model] = weighted_ops(self.calibrated(choice.model))
+        return self._layers[choice.model]
+
+    def build(self, choice: Choice, kept_float: Sequence[str]) -> bytes:
+        return quantize(self.calibrated(choice.model), self.int8_io, kept_float)
+
+    def run(self, model: bytes, rows: Samples) -> List[List[np.ndarray]]:
+        return run(model, self.signature, self.outputs, rows)[0]
+
+    def size(self, model: bytes) -> int:
+        return len(model)
+
+    def publish(self, model: bytes, path) -> None:
+        artefacts.publish(lambda: io.write_atomically(Path(path), model), self.batch)
+
+    def details(self, model: bytes) -> dict:
+        return {"io_type": "int8" if self.int8_io else "float32",
+                "io_quantization": io_quantization(model, self.signature)}
 
 
 def export(graph_def, signature: savedmodel_export.Signature, path, *, outputs: Sequence[str],
-           calibration: Samples, check: Samples, expected: List[List[np.ndarray]],
-           thresholds: quantize.Thresholds, int8_io: bool = False, input_path=None,
-           batch: Optional[artefacts.Batch] = None) -> TfliteInt8Report:
-    """``graph_def``: one graph, or candidates by name ({"plain": g, "equalized": h}), each
-    converted and measured on ``check``; the best (``quantize.rank``) is kept."""
-    thresholds.check_applies(outputs, expected)
+           rows: Rows, expected: Dict[str, list], thresholds: Thresholds,
+           int8_io: bool = False, input_path=None, batch: Optional[artefacts.Batch] = None,
+           say=lambda _: None) -> Int8Report:
+    """Full-integer TFLite of ``graph_def`` (one graph, or candidates by name: {"plain": g,
+    "equalized": h}) through the int8 loop; raises ``Int8Refused`` (its report attached)."""
     path = Path(path)
     io.check_writable(path)
     io.refuse_input(path, input_path)
-    candidates = {name: adds_of_add_n(g)     # TFLite's ADD_N has no int8 kernel; ADD has
-                  for name, g in (graph_def if isinstance(graph_def, dict)
-                                  else {"plain": graph_def}).items()}
-    tried, built = [], {}
-    for name, candidate in candidates.items():
-        started = time.perf_counter()
-        with artefacts.staging(path) as stage:
-            saved_model = stage / "saved_model"
-            savedmodel_export.build(candidate, signature, saved_model)
-            model = convert(saved_model, signature, calibration, int8_io)
-        actual, io_quantization = run(model, signature, outputs, check)
-        measures = quantize.compare(outputs, expected, actual, thresholds)
-        tried.append(quantize.Attempt(name, "TFLiteConverter", measures,
-                                      time.perf_counter() - started))
-        built[name] = (model, io_quantization)
-    best = min(tried, key=quantize.rank)
-    model, io_quantization = built[best.model]
-    report = TfliteInt8Report(str(path), calibration.rows, check.rows, best.outputs,
-                              "int8" if int8_io else "float32", io_quantization, len(model),
-                              model=best.model, tried=tried)
-    if not report.passed:
-        raise TfliteInt8Refused(report)
-    artefacts.publish(lambda: io.write_atomically(path, model), batch)
-    return report
+    candidates = graph_def if isinstance(graph_def, dict) else {"plain": graph_def}
+    with artefacts.staging(path) as stage:
+        backend = TfliteBackend(candidates, signature, outputs, rows.calibration, stage,
+                                int8_io=int8_io, batch=batch)
+        return run_loop(backend, outputs, rows, expected, thresholds, path, say)
 
 
-def convert(saved_model: Path, signature, calibration: Samples, int8_io: bool) -> bytes:
+def calibrate(saved_model: Path, signature, calibration: Samples) -> bytes:
+    """The TFLiteConverter's calibrate-only conversion (int8 builtin ops only): float ops with
+    every tensor's range from the calibration rows, ready for :func:`quantize`."""
     import tensorflow as tf
     converter = tf.lite.TFLiteConverter.from_saved_model(str(saved_model),
                                                          signature_keys=[signature.key])
@@ -97,8 +111,7 @@ def convert(saved_model: Path, signature, calibration: Samples, int8_io: bool) -
     converter.representative_dataset = lambda: (
         artefacts.feeds_by_key(feeds, signature.inputs) for feeds in calibration.feeds())
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    if int8_io:
-        converter.inference_input_type = converter.inference_output_type = tf.int8
+    converter._experimental_calibrate_only = True      # as QuantizationDebugger sets it
     try:
         return converter.convert()
     except Exception as error:  # noqa: BLE001 - ConverterError, ValueError, RuntimeError, ...
@@ -106,25 +119,68 @@ def convert(saved_model: Path, signature, calibration: Samples, int8_io: bool) -
                           f"{tflite_export.converter_reason(error)}") from None
 
 
-def run(model: bytes, signature, outputs: Sequence[str], check: Samples):
-    """([row][output] in graph output order, the int8 I/O scale and zero point by name)."""
+def quantize(calibrated: bytes, int8_io: bool, kept_float: Sequence[str] = ()) -> bytes:
+    """The calibrated model quantized by the MLIR quantizer (what ``converter.convert()`` runs
+    after calibrating), ``kept_float`` (op output tensor names) left float."""
+    import tensorflow as tf
+    from tensorflow.lite.python import convert as lite_convert
+    io_type = tf.int8 if int8_io else tf.float32
+    try:
+        return lite_convert.mlir_quantize(calibrated, input_data_type=io_type,
+                                          output_data_type=io_type,
+                                          denylisted_nodes=list(kept_float) or None)
+    except Exception as error:  # noqa: BLE001 - the quantizer's errors are not one hierarchy
+        raise ExportError(f"the TFLite quantizer failed: {tflite_export.converter_reason(error)}"
+                          ) from None
+
+
+def weighted_ops(model: bytes) -> List[str]:
+    """The output tensor names of the ops with weights (LAYER_OPS), in the model's order."""
     interpreter_type, _ = tflite_export.interpreter_class()
     interpreter = interpreter_type(model_content=model)
-    runner = interpreter.get_signature_runner(signature.key)
+    names = {t["index"]: t["name"] for t in interpreter.get_tensor_details()}
+    return [names[op["outputs"][0]] for op in interpreter._get_ops_details()  # noqa: SLF001
+            if op["op_name"] in LAYER_OPS and len(op["outputs"]) > 0]
+
+
+def float_ops(model: bytes) -> List[str]:
+    """Op types of a quantized model that compute in float32 (kept-float layers and the
+    quantize/dequantize at float I/O aside, a full-integer model has none)."""
+    interpreter_type, _ = tflite_export.interpreter_class()
+    interpreter = interpreter_type(model_content=model)
+    types = {t["index"]: t["dtype"] for t in interpreter.get_tensor_details()}
+    return [op["op_name"] for op in interpreter._get_ops_details()  # noqa: SLF001
+            if op["op_name"] not in ("QUANTIZE", "DEQUANTIZE") and op["outputs"].size and
+            types.get(op["outputs"][0]) == np.float32]
+
+
+def io_quantization(model: bytes, signature) -> Dict[str, dict]:
+    """The int8 inputs' and outputs' scale and zero point by signature key."""
+    runner = _runner(model, signature)
     details = {**runner.get_input_details(), **runner.get_output_details()}
-    io_quantization = {key: {"scale": float(d["quantization"][0]),
-                             "zero_point": int(d["quantization"][1])}
-                       for key, d in details.items() if d["dtype"] == np.int8}
+    return {key: {"scale": float(d["quantization"][0]), "zero_point": int(d["quantization"][1])}
+            for key, d in details.items() if d["dtype"] == np.int8}
+
+
+def _runner(model: bytes, signature):
+    interpreter_type, _ = tflite_export.interpreter_class()
+    return interpreter_type(model_content=model).get_signature_runner(signature.key)
+
+
+def run(model: bytes, signature, outputs: Sequence[str], rows: Samples):
+    """([row][output] in graph output order, the int8 I/O scale and zero point by name)."""
+    runner = _runner(model, signature)
+    quantization = io_quantization(model, signature)
     key_of = {tensor_name(t): key for key, t in signature.outputs.items()}
-    rows = []
-    for feeds in check.feeds():
-        given = {key: _to_int8(value, io_quantization.get(key))
+    result = []
+    for feeds in rows.feeds():
+        given = {key: _to_int8(value, quantization.get(key))
                  for key, value in artefacts.feeds_by_key(feeds, signature.inputs).items()}
         got = runner(**given)
-        rows.append([_from_int8(got[key_of[tensor_name(name)]],
-                                io_quantization.get(key_of[tensor_name(name)]))
-                     for name in outputs])
-    return rows, io_quantization
+        result.append([_from_int8(got[key_of[tensor_name(name)]],
+                                  quantization.get(key_of[tensor_name(name)]))
+                       for name in outputs])
+    return result, quantization
 
 
 def _to_int8(value: np.ndarray, q: Optional[dict]) -> np.ndarray:
@@ -137,3 +193,4 @@ def _from_int8(value: np.ndarray, q: Optional[dict]) -> np.ndarray:
     if q is None:
         return value
     return (value.astype(np.float32) - q["zero_point"]) * q["scale"]
+

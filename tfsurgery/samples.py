@@ -9,8 +9,10 @@ first axis; each row is one feed of its input:
 - an array of the input's own rank holds single samples: row ``i`` is ``array[i:i+1]`` (a batch
   of one), so the input's first dimension must be free or 1.
 
-All arrays must have the same number of rows. Inputs the file does not cover get the seeded
-random values as before; names that are not inputs, shapes or dtypes that do not fit, NaN/Inf,
+All arrays must have the same number of rows. An array named ``labels`` (when no input has that
+name) holds each row's true class — one integer per row, or per batch element for whole-batch
+rows — for int8's accuracy (``--int8-max-accuracy-drop``); ``--labels PATH`` (.npy) gives them
+from a file of their own. Inputs the file does not cover get the seeded random values as before; names that are not inputs, shapes or dtypes that do not fit, NaN/Inf,
 and an empty file are refused in one line naming the file, the input and what is wrong.
 
 Used by verification (every row checked), ``bench`` and int8 calibration (split into a
@@ -46,6 +48,7 @@ class Samples:
     arrays: Dict[str, np.ndarray]
     batched: Dict[str, bool]
     source: str
+    labels: Optional[np.ndarray] = None     # each row's true class (int8 accuracy), or None
 
     @property
     def rows(self) -> int:
@@ -77,7 +80,7 @@ class Samples:
     def take(self, indices: Sequence[int]) -> "Samples":
         indices = np.asarray(indices, dtype=np.int64)
         return Samples({n: a[indices] for n, a in self.arrays.items()}, dict(self.batched),
-                       self.source)
+                       self.source, None if self.labels is None else self.labels[indices])
 
     def split(self, check_fraction: float = 0.25, *, min_check: int = 8,
               seed: int = 0) -> Tuple["Samples", "Samples"]:
@@ -101,9 +104,11 @@ def concatenate(parts: Sequence[Samples]) -> Samples:
         if part.inputs != first.inputs or part.batched != first.batched:
             raise InputError(f"{part.source} and {first.source} do not hold the same inputs "
                              "the same way")
+    labels = None if any(p.labels is None for p in parts) else \
+        np.concatenate([p.labels for p in parts])
     return Samples({name: np.concatenate([p.arrays[name] for p in parts])
                     for name in first.inputs}, dict(first.batched),
-                   " + ".join(p.source for p in parts))
+                   " + ".join(p.source for p in parts), labels)
 
 
 def input_specs(graph_def, inputs: Sequence[str]) -> Dict[str, InputSpec]:
@@ -123,10 +128,21 @@ def input_specs(graph_def, inputs: Sequence[str]) -> Dict[str, InputSpec]:
     return specs
 
 
-def load(path, specs: Mapping[str, InputSpec], *, allow_nonfinite: bool = False) -> Samples:
-    """Read ``path`` (.npz or a directory of .npy) and check it against the inputs' ``specs``."""
+LABELS = "labels"
+
+
+def load(path, specs: Mapping[str, InputSpec], *, allow_nonfinite: bool = False,
+         labels_path=None) -> Samples:
+    """Read ``path`` (.npz or a directory of .npy) and check it against the inputs' ``specs``;
+    a ``labels`` array (or ``labels_path``, an .npy) gives each row's true class."""
     path = Path(path)
     raw = _read(path)
+    labels = raw.pop(LABELS) if LABELS in raw and \
+        not any(_key(LABELS) == _key(name) for name in specs) else None
+    if labels_path is not None:
+        if labels is not None:
+            raise InputError(f"{path} holds labels already; drop --labels {labels_path}")
+        labels = _read_labels(Path(labels_path))
     if not raw:
         raise InputError(f"{path}: no arrays in it (name them by the graph's inputs: "
                          f"{', '.join(specs)})")
@@ -144,7 +160,34 @@ def load(path, specs: Mapping[str, InputSpec], *, allow_nonfinite: bool = False)
         raise InputError(f"{path}: the arrays must have the same number of rows ({listed})")
     if not next(iter(rows.values())):
         raise InputError(f"{path}: the arrays have no rows")
-    return Samples(arrays, batched, str(path))
+    samples = Samples(arrays, batched, str(path))
+    if labels is not None:
+        samples.labels = _checked_labels(path, labels, samples)
+    return samples
+
+
+def _read_labels(path: Path) -> np.ndarray:
+    if path.suffix.lower() == ".npz":
+        raw = _read(path)
+        if LABELS not in raw:
+            raise InputError(f"{path}: no 'labels' array in it")
+        return raw[LABELS]
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    return _load_npy(path)
+
+
+def _checked_labels(path: Path, labels: np.ndarray, samples: Samples) -> np.ndarray:
+    """Integer classes, one per row (or per batch element of whole-batch rows)."""
+    labels = np.asarray(labels)
+    if labels.dtype.kind not in "iub" or labels.ndim == 0:
+        raise InputError(f"{path}: the labels must be integer classes, one per row "
+                         f"(got {labels.dtype} shaped {list(labels.shape)})")
+    if len(labels) != samples.rows:
+        raise InputError(f"{path}: {len(labels)} labels for {samples.rows} rows")
+    if labels.size and labels.min() < 0:
+        raise InputError(f"{path}: the labels must be classes 0, 1, ... (found {labels.min()})")
+    return labels.astype(np.int64)
 
 
 def _key(name: str) -> str:

@@ -1,0 +1,220 @@
+"""The int8 loop's honest gate: calibration, selection and gate rows disjoint, the gate's lower
+confidence bound, labels, per-layer float fallback in ONNX and TFLite. Oracles of the tests' own:
+scipy's binomial tail for the bound, TensorFlow sessions and onnxruntime/LiteRT runs for numbers,
+the rows' own bytes for who saw what."""
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import oracle
+from int8_digits import TRAIN, digits, trained_cnn
+from tfsurgery import int8_loop, quantize, quantize_tflite, savedmodel_export
+from tfsurgery.cli import main
+from tfsurgery.samples import Samples
+
+
+# ---------------------------------------------------------------- the bound
+@pytest.mark.parametrize("agreeing,compared", [(12, 12), (50, 50), (95, 100), (397, 400),
+                                               (1, 3), (0, 10)])
+def test_lower_bound_is_the_one_sided_clopper_pearson_bound(agreeing, compared):
+    """The bound p is where seeing ``agreeing`` or more of ``compared`` has probability 5%."""
+    from scipy.stats import binom
+    bound = int8_loop.lower_bound(agreeing, compared)
+    if agreeing == 0:
+        assert bound == 0.0
+        return
+    assert binom.sf(agreeing - 1, compared, bound) == pytest.approx(0.05, abs=1e-6)
+    assert bound < agreeing / compared
+
+
+def test_rows_needed_for_a_threshold():
+    assert int8_loop.rows_needed(0.99) == 299          # 0.99^299 ≤ 0.05 < 0.99^298
+    assert 0.99 ** 299 <= 0.05 < 0.99 ** 298
+    assert int8_loop.lower_bound(12, 12) == pytest.approx(0.7791, abs=1e-4)   # the issue's case
+    needed = int8_loop.rows_needed(0.99, 0.998)
+    assert int8_loop.lower_bound(int(0.998 * needed), needed) >= 0.99
+    assert int8_loop.lower_bound(int(0.998 * (needed - 1)), needed - 1) < 0.99
+    assert int8_loop.rows_needed(0.99, 0.99) is None    # at the threshold no count shows it
+    assert int8_loop.rows_needed(0.0) == 0
+
+
+def test_the_three_sets_are_disjoint_and_cover_the_rows():
+    values = np.arange(100, dtype=np.float32).reshape(100, 1)
+    rows = int8_loop.split_rows(Samples({"x": values}, {"x": False}, "s",
+                                        np.arange(100) % 7))
+    sets = [set(part.arrays["x"].ravel()) for part in (rows.calibration, rows.selection,
+                                                       rows.gate)]
+    assert [len(s) for s in sets] == [40, 20, 40]
+    assert not (sets[0] & sets[1]) and not (sets[0] & sets[2]) and not (sets[1] & sets[2])
+    assert set().union(*sets) == set(range(100))
+    for part in (rows.calibration, rows.selection, rows.gate):      # labels travel with rows
+        assert np.array_equal(part.labels, part.arrays["x"].ravel().astype(int) % 7)
+
+
+# ---------------------------------------------------------------- digits
+@pytest.fixture(scope="module")
+def digits_model(tmp_path_factory):
+    images, labels = digits()
+    built = trained_cnn(images, labels)
+    folder = tmp_path_factory.mktemp("digits_gate")
+    pb = folder / "digits.pb"
+    pb.write_bytes(built.graph_def.SerializeToString())
+    assert main(["export", str(pb), "-o", str(folder / "float.onnx"), "-q"]) == 0
+    last_relu = [n.name for n in built.graph_def.node if n.op == "Relu"][-1]
+    assert main(["export", str(pb), "-o", str(folder / "relu.onnx"), "--outputs", last_relu,
+                 "-q"]) == 0
+    return dict(pb=pb, graph_def=built.graph_def, onnx=folder / "float.onnx", folder=folder,
+                relu_onnx=folder / "relu.onnx",
+                images=images[TRAIN:], labels=labels[TRAIN:], last_relu=last_relu)
+
+
+def rows_of(model, count=400, labels=False):
+    return int8_loop.split_rows(Samples({"input": model["images"][:count]}, {"input": False},
+                                        "digits", model["labels"][:count] if labels else None))
+
+
+def reference(model, rows, output):
+    """The float graph in TensorFlow on the selection and gate rows, [row][output]."""
+    expected = {}
+    for name in ("selection", "gate"):
+        images = getattr(rows, name).arrays["input"]
+        values = oracle.run(model["graph_def"], {"input": images}, [output])[0]
+        expected[name] = [[values[i:i + 1]] for i in range(len(images))]
+    return expected
+
+
+class Recording(quantize.OnnxBackend):
+    """The ONNX backend, recording the rows of every run and the calibration it was given."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.runs = []
+
+    def run(self, model, rows):
+        self.runs.append(rows.arrays["input"].copy())
+        return super().run(model, rows)
+
+
+def fingerprints(array):
+    return {row.tobytes() for row in array}
+
+
+def test_a_choice_never_sees_the_gate_rows(digits_model, tmp_path):
+    """Every attempt, every sensitivity and every fallback step runs on selection rows only; the
+    gate rows are run once, last, on the model already chosen; calibration rows are neither."""
+    rows = rows_of(digits_model)
+    expected = reference(digits_model, rows, digits_model["last_relu"])
+    thresholds = int8_loop.Thresholds(given_sqnr_db=200.0, max_float_layers=2)  # forces fallback
+    backend = Recording({"plain": digits_model["relu_onnx"]}, rows.calibration, tmp_path,
+                        methods=["MinMax", "Percentile"], corrections=[False, True])
+    with pytest.raises(int8_loop.Int8Refused) as refused:
+        int8_loop.run_loop(backend, [digits_model["last_relu"]], rows, expected, thresholds,
+                           tmp_path / "out.onnx")
+    report = refused.value.report
+    gate, selection = fingerprints(rows.gate.arrays["input"]), \
+        fingerprints(rows.selection.arrays["input"])
+    calibration = fingerprints(rows.calibration.arrays["input"])
+    *choosing, judging = backend.runs
+    assert len(choosing) == 4 + report.layers + 2      # attempts, sensitivities, fallback steps
+    for run in choosing:
+        assert fingerprints(run) == selection
+    assert fingerprints(judging) == gate
+    assert backend.calibration is rows.calibration
+    assert not (gate & selection) and not (gate & calibration) and not (selection & calibration)
+    assert (report.calibration_rows, report.selection_rows, report.gate_rows) == (160, 80, 160)
+    assert len(report.kept_float) == 2 and not (tmp_path / "out.onnx").exists()
+    assert all(name in str(refused.value) for name in report.kept_float)
+
+
+def test_choose_takes_no_gate_rows():
+    """By construction: the choosing step has no parameter through which gate rows could come."""
+    import inspect
+    assert "gate" not in " ".join(inspect.signature(int8_loop.choose).parameters)
+
+
+def test_a_layer_kept_float_really_runs_float_in_onnxruntime(digits_model, tmp_path):
+    """onnxruntime's WeightBiasQuantization would quantize a float conv fed by a per-tensor
+    DequantizeLinear (per tensor, at session load); keep_float's per-axis DequantizeLinear
+    stops it. Oracle: the same model with that rewrite disabled in onnxruntime."""
+    rows = rows_of(digits_model)
+    layers = quantize.quantizable_layers(digits_model["onnx"])
+    second = layers[1]                      # a conv whose input is the first conv's QDQ output
+    out = tmp_path / "kept.onnx"
+    quantize._quantize_static(digits_model["onnx"], out, rows.calibration, [second],
+                              cache=tmp_path / "cache.json")
+    images = rows.gate.arrays["input"][:, None]
+
+    def scores(path, disabled=()):
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"],
+                                       disabled_optimizers=list(disabled))
+        return np.concatenate([session.run(None, {"input:0": image})[0] for image in images])
+
+    intended = scores(out, ["WeightBiasQuantization"])
+    assert not np.allclose(scores(out), intended, atol=1e-6)    # the trap, as onnxruntime has it
+    assert quantize.keep_float(out, [second]) == 1
+    np.testing.assert_allclose(scores(out), intended, atol=1e-6)
+    import onnx
+    onnx.checker.check_model(onnx.load(str(out)))
+
+
+# ---------------------------------------------------------------- TFLite per-layer fallback
+def test_tflite_keeps_a_layer_float_by_denylisting_it(digits_model, tmp_path):
+    """The TFLite backend's fallback: the denylisted conv computes in float (its op's output is
+    float32), the rest stays int8; with nothing denylisted the model is what the converter
+    makes. Oracle: LiteRT runs against TensorFlow's float graph."""
+    rows = rows_of(digits_model)
+    signature = savedmodel_export.Signature.of_graph(["input"], [digits_model["last_relu"]])
+    backend = quantize_tflite.TfliteBackend({"plain": digits_model["graph_def"]}, signature,
+                                            [digits_model["last_relu"]], rows.calibration,
+                                            tmp_path)
+    choice = backend.choices()[0]
+    layers = backend.layers(choice)
+    assert len(layers) == 2 and all("conv2d" in layer for layer in layers)
+    plain, kept = backend.build(choice, []), backend.build(choice, [layers[1]])
+    assert quantize_tflite.float_ops(plain) == []
+    assert quantize_tflite.float_ops(kept) == ["CONV_2D"]
+    images = rows.gate.arrays["input"]
+    reference = oracle.run(digits_model["graph_def"], {"input": images},
+                           [digits_model["last_relu"]])[0]
+
+    def litert(model):
+        from ai_edge_litert.interpreter import Interpreter
+        interpreter = Interpreter(model_content=model)
+        runner = interpreter.get_signature_runner()
+        key = list(runner.get_output_details())[0]
+        return np.concatenate([runner(input=image[None])[key] for image in images])
+
+    def sqnr(got):
+        return 20 * np.log10(np.linalg.norm(reference) / np.linalg.norm(got - reference))
+
+    # the last conv kept float: the error of its int8 weights and int8 output are gone
+    assert sqnr(litert(kept)) > sqnr(litert(plain)) + 1.0
+
+
+def test_tflite_fallback_through_the_loop_names_the_layer(digits_model, tmp_path):
+    """Through the loop: a threshold between plain int8 and one layer float is met by keeping
+    the most sensitive layer float; the written model has that one float conv."""
+    rows = rows_of(digits_model)
+    output = digits_model["last_relu"]
+    signature = savedmodel_export.Signature.of_graph(["input"], [output])
+    expected = reference(digits_model, rows, output)
+
+    def loop(threshold, path):
+        return quantize_tflite.export({"plain": digits_model["graph_def"]}, signature, path,
+                                      outputs=[output], rows=rows, expected=expected,
+                                      thresholds=int8_loop.Thresholds(
+                                          given_sqnr_db=threshold, max_float_layers=1))
+
+    with pytest.raises(int8_loop.Int8Refused) as refused:
+        loop(200.0, tmp_path / "never.tflite")
+    report = refused.value.report
+    assert report.format == "tflite" and len(report.kept_float) == 1
+    assert report.kept_float[0] == max(report.sensitivities, key=report.sensitivities.get)
+    plain, one_float = report.plain_outputs[0].value, report.selection_outputs[0].value
+    assert one_float > plain + 1.0
+    written = loop((plain + one_float) / 2, tmp_path / "kept.tflite")
+    assert written.passed and written.kept_float == report.kept_float
+    model = (tmp_path / "kept.tflite").read_bytes()
+    assert quantize_tflite.float_ops(model) == ["CONV_2D"]
