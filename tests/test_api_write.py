@@ -156,17 +156,18 @@ def test_int8_onnx_on_digits(tmp_path):
     samples = tmp_path / "calibration.npz"
     np.savez(samples, input=images[TRAIN:TRAIN + CALIBRATE])
     cheap = ["--int8-calibration", "minmax", "--int8-equalize", "off",
-             "--int8-bias-correction", "off"]
+             "--int8-bias-correction", "off", "--int8-min-agreement", "0.95"]
     cli_out, api_out, data, written = run_both(
         pb, tmp_path, ["-o", "{out}/m.pb", "--onnx", "{out}/m.onnx", "--quantize", "int8",
                        "--samples", str(samples)] + cheap,
         lambda out: api.Targets(pb=out / "m.pb", onnx=out / "m.onnx", int8=api.Int8Targets(
-            samples=samples, calibration="minmax", equalize="off", bias_correction="off")),
+            samples=samples, calibration="minmax", equalize="off", bias_correction="off",
+            thresholds=api.Int8Thresholds(given_agreement=0.95))),
         dict(samples=samples))
     assert_same_artefacts(cli_out, api_out, data, written)
     onnx_record = written.artefacts[1]
     assert onnx_record.format == "onnx" and onnx_record.weights == "int8"
-    assert "held-back rows" in onnx_record.checked_by
+    assert "160 gate rows" in onnx_record.checked_by
     assert data["int8"]["passed"] and written.int8.passed
     assert data["int8"]["outputs"] == written.report()["int8"]["outputs"]
     # the int8 model still classifies unseen digits like the float original

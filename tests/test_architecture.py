@@ -35,7 +35,7 @@ FLOORS = {
     2: {"pipeline", "localize", "compare", "verify", "reference", "report", "io", "artefacts",
         "onnx_export", "savedmodel_export", "tflite_export", "openvino_export", "runtime_bench",
         "quantize", "quantize_tflite",
-        "int8_bench", "equalize",
+        "int8_bench", "int8_loop", "equalize",
         "latency", "picture", "preprocessing",
         "training_ops", "keras_optimizers", "training", "models"},
     3: {"api", "source", "plan", "result", "int8", "writer", "bench", "batch"},

@@ -23,6 +23,9 @@ def digits_model(tmp_path_factory):
     samples = folder / "calibration.npz"
     np.savez(samples, input=images[TRAIN:TRAIN + CALIBRATE])
     unseen = slice(TRAIN + CALIBRATE, None)
+    np.savez(folder / "labelled.npz", input=images[TRAIN:TRAIN + CALIBRATE],
+             labels=labels[TRAIN:TRAIN + CALIBRATE])
+    np.savez(folder / "gate.npz", input=images[unseen], labels=labels[unseen])
     last_relu = [n.name for n in built.graph_def.node if n.op == "Relu"][-1]
     return dict(pb=pb, samples=samples, graph_def=built.graph_def, images=images[unseen],
                 labels=labels[unseen], folder=folder, last_relu=last_relu)
@@ -41,22 +44,39 @@ def ort_run(path, images):
                            for image in images])
 
 
-def test_int8_accuracy_on_unseen_digits_within_one_point_of_float(digits_model, tmp_path):
+def test_int8_with_labels_end_to_end_on_unseen_digits(digits_model, tmp_path):
+    """--samples with a `labels` array, --check-samples (labelled) as the gate rows: float and
+    int8 accuracy and their drop reported and gated; the test recomputes every number on the
+    gate rows with its own oracle (TensorFlow float, onnxruntime int8, the labels)."""
     out, report = tmp_path / "digits_int8.onnx", tmp_path / "report.json"
+    folder = digits_model["folder"]
     code = main(["export", str(digits_model["pb"]), "-o", str(out), "--quantize", "int8",
-                 "--samples", str(digits_model["samples"]), "--report-json", str(report), "-q"])
+                 "--samples", str(folder / "labelled.npz"), "--check-samples",
+                 str(folder / "gate.npz"), "--int8-min-agreement", "0.97",
+                 "--report-json", str(report), "-q"])
     assert code == 0
     ops = {node.op_type for node in onnx.load(str(out)).graph.node}
     assert {"QuantizeLinear", "DequantizeLinear"} <= ops
     images, labels = digits_model["images"], digits_model["labels"]
-    float_accuracy = np.mean(tf_run(digits_model["graph_def"], "Identity", images)
-                             .argmax(-1) == labels)
-    int8_accuracy = np.mean(ort_run(out, images).argmax(-1) == labels)
+    reference = tf_run(digits_model["graph_def"], "Identity", images)
+    got = ort_run(out, images)
+    float_accuracy = np.mean(reference.argmax(-1) == labels)
+    int8_accuracy = np.mean(got.argmax(-1) == labels)
     assert float_accuracy > 0.9                       # the CNN really learned the digits
     assert int8_accuracy >= float_accuracy - 0.01
     int8 = json.loads(report.read_text())["int8"]
-    assert int8["passed"] and int8["check_rows"] == 100 and int8["calibration_rows"] == 300
-    assert int8["outputs"][0]["measure"] == "top1_agreement"
+    assert int8["passed"] and int8["format"] == "onnx"
+    assert (int8["calibration_rows"], int8["selection_rows"], int8["gate_rows"]) == \
+        (320, 80, len(images))
+    accuracy = int8["accuracy"]
+    assert accuracy["rows"] == len(images) and accuracy["passed"]
+    assert accuracy["float_accuracy"] == pytest.approx(float_accuracy)
+    assert accuracy["int8_accuracy"] == pytest.approx(int8_accuracy)
+    assert accuracy["drop"] == pytest.approx(float_accuracy - int8_accuracy)
+    gate = int8["outputs"][0]
+    assert gate["measure"] == "top1_agreement" and gate["compared"] == len(images)
+    assert gate["value"] == pytest.approx(np.mean(reference.argmax(-1) == got.argmax(-1)))
+    assert gate["value"] > gate["lower_bound"] >= 0.97
     assert int8["int8_bytes"] < int8["float_bytes"]
 
 
@@ -93,14 +113,20 @@ def test_most_sensitive_layer_kept_float_or_refused_with_sensitivities(digits_mo
 
 @pytest.mark.parametrize("case", ["no-samples", "nan", "too-few", "shape", "dtype",
                                   "sqnr-on-class-scores", "agreement-above-1", "check-too-few",
+                                  "drop-without-labels", "labels-count", "labels-float",
                                   "nchw"])
 def test_bad_int8_requests_are_one_line_exit_2(digits_model, tmp_path, capsys, case):
     images = digits_model["images"]
     extra = {"sqnr-on-class-scores": ["--int8-min-sqnr", "30"],
              "agreement-above-1": ["--int8-min-agreement", "99"],
              "check-too-few": ["--check-samples", str(tmp_path / "few.npz")],
+             "drop-without-labels": ["--int8-max-accuracy-drop", "0.02"],
+             "labels-count": ["--labels", str(tmp_path / "count.npy")],
+             "labels-float": ["--labels", str(tmp_path / "float.npy")],
              "nchw": ["--inputs-as-nchw", "input"]}.get(case, [])
     np.savez(tmp_path / "few.npz", input=images[:5])
+    np.save(tmp_path / "count.npy", np.zeros(7, dtype=np.int64))
+    np.save(tmp_path / "float.npy", np.zeros(400, dtype=np.float32))
     arrays = {"nan": np.where(np.arange(images.size).reshape(images.shape) == 5, np.nan, images),
               "too-few": images[:6], "shape": images[:, :7], "dtype": images.astype(np.complex64)}
     args = ["export", str(digits_model["pb"]), "-o", str(tmp_path / "m.onnx"), "--quantize",
@@ -138,10 +164,14 @@ def tflite_accuracy(path, images, labels):
 
 @pytest.mark.parametrize("io_type", ["float32", "int8"])
 def test_tflite_full_integer_on_unseen_digits_within_one_point(digits_model, tmp_path, io_type):
+    """Labels from a file of their own (--labels) for --samples, and in the gate file."""
     out, report = tmp_path / "digits.tflite", tmp_path / "report.json"
+    np.save(tmp_path / "labels.npy", np.load(digits_model["folder"] / "labelled.npz")["labels"])
     code = main(["optimize", str(digits_model["pb"]), "-o", str(tmp_path / "d.pb"), "--tflite",
                  str(out), "--tflite-io", io_type, "--quantize", "int8", "--samples",
-                 str(digits_model["samples"]), "--report-json", str(report), "-q"])
+                 str(digits_model["samples"]), "--labels", str(tmp_path / "labels.npy"),
+                 "--check-samples", str(digits_model["folder"] / "gate.npz"),
+                 "--int8-min-agreement", "0.97", "--report-json", str(report), "-q"])
     assert code == 0
     images, labels = digits_model["images"], digits_model["labels"]
     float_accuracy = np.mean(tf_run(digits_model["graph_def"], "Identity", images)
@@ -150,22 +180,31 @@ def test_tflite_full_integer_on_unseen_digits_within_one_point(digits_model, tmp
     assert int8_accuracy >= float_accuracy - 0.01
     assert input_type == (np.int8 if io_type == "int8" else np.float32)
     int8 = json.loads(report.read_text())["tflite_int8"]
-    assert int8["passed"] and int8["io_type"] == io_type
+    assert int8["passed"] and int8["io_type"] == io_type and int8["format"] == "tflite"
     assert bool(int8["io_quantization"]) == (io_type == "int8")
+    assert int8["accuracy"]["float_accuracy"] == pytest.approx(float_accuracy)
+    assert int8["accuracy"]["int8_accuracy"] == pytest.approx(int8_accuracy)
 
 
-def test_check_samples_replace_the_split(digits_model, tmp_path):
-    """--check-samples: every --samples row calibrates, the unseen digits check."""
+def test_check_samples_are_the_gate_rows(digits_model, tmp_path):
+    """--check-samples: --samples calibrate and choose, the unseen digits gate; too few gate
+    rows for the threshold refuse, saying how many would do."""
     np.savez(tmp_path / "check.npz", input=digits_model["images"][:40])
     out, report = tmp_path / "m.onnx", tmp_path / "r.json"
-    assert main(["export", str(digits_model["pb"]), "-o", str(out), "--quantize", "int8",
-                 "--samples", str(digits_model["samples"]), "--check-samples",
-                 str(tmp_path / "check.npz"), "--report-json", str(report), "-q"]) == 0
+    args = ["export", str(digits_model["pb"]), "-o", str(out), "--quantize", "int8",
+            "--samples", str(digits_model["samples"]), "--check-samples",
+            str(tmp_path / "check.npz"), "--report-json", str(report), "-q"]
+    assert main(args) == 1 and not out.exists()
     int8 = json.loads(report.read_text())["int8"]
-    assert (int8["calibration_rows"], int8["check_rows"]) == (400, 40)
+    assert (int8["calibration_rows"], int8["selection_rows"], int8["gate_rows"]) == (320, 80, 40)
+    assert any("40 gate rows are too few" in note and "at least 299" in note
+               for note in int8["notes"])
+    assert main(args + ["--int8-min-agreement", "0"]) == 0            # no agreement gate
+    int8 = json.loads(report.read_text())["int8"]
     ref = tf_run(digits_model["graph_def"], "Identity", digits_model["images"][:40])
     agreement = np.mean(ref.argmax(-1) == ort_run(out, digits_model["images"][:40]).argmax(-1))
     assert agreement == pytest.approx(int8["outputs"][0]["value"])
+    assert int8["outputs"][0]["threshold"] == 0 and int8["passed"]
 
 
 def test_tflite_int8_refused_when_it_misses(digits_model, tmp_path):

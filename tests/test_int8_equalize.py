@@ -273,7 +273,7 @@ def int8_run(model, tmp_path, *extra):
     code = main(["export", str(model["pb"]), "-o", str(out), "--quantize", "int8", "--samples",
                  str(model["folder"] / "calibration.npz"), "--check-samples",
                  str(model["folder"] / "check.npz"), "--report-json", str(report), "-q",
-                 *extra])
+                 "--int8-min-agreement", "0.95", *extra])
     return code, out, json.loads(report.read_text())["int8"]
 
 
@@ -295,7 +295,7 @@ def test_digits_int8_with_equalization_and_auto_calibration(digits_model, tmp_pa
     assert np.mean(got.argmax(-1) == labels) >= np.mean(reference.argmax(-1) == labels) - 0.01
 
 
-def test_auto_keeps_the_best_attempt_on_the_check_rows(digits_model, tmp_path):
+def test_auto_keeps_the_best_attempt_on_the_selection_rows(digits_model, tmp_path):
     code, out, int8 = int8_run(digits_model, tmp_path)          # defaults: auto and auto
     assert code == 0
     tried = {(a["model"], a["method"]): a for a in int8["tried"] if not a["bias_corrected"]}
@@ -305,21 +305,21 @@ def test_auto_keeps_the_best_attempt_on_the_check_rows(digits_model, tmp_path):
     assert set(corrected) == set(tried)        # every attempt also with its biases corrected
     kept = (corrected if int8["bias_corrected"] else tried)[(int8["model"],
                                                              int8["calibration_method"])]
-    # best agreement on the check rows first, then the least relative error
+    # best agreement on the selection rows first, then the least relative error
     best = min(int8["tried"], key=lambda a: (-a["outputs"][0]["value"],
                                              a["outputs"][0]["relative_error"]))
     assert (kept["outputs"][0]["value"], kept["score"]) == \
         (best["outputs"][0]["value"], best["score"])
-    # the written model is the kept attempt: recompute its measures on the check rows
+    assert kept["outputs"] == int8["selection_outputs"]       # nothing kept float here
+    # the written model is the kept attempt: recompute its gate measures on the check rows
     reference = oracle.run(digits_model["graph_def"], {"input": digits_model["check"]},
                            ["Identity"])[0].astype(np.float64)
     got = ort_scores(out, digits_model["check"]).astype(np.float64)
     agreement = np.mean(reference.argmax(-1) == got.argmax(-1))
     relative = np.linalg.norm(got - reference) / np.linalg.norm(reference)
-    measured = kept["outputs"][0]
+    measured = int8["outputs"][0]
     assert measured["value"] == pytest.approx(agreement)
     assert measured["relative_error"] == pytest.approx(relative, rel=1e-3)
-    assert kept["score"] == pytest.approx(relative + 1 - agreement, rel=1e-3)
 
 
 def test_one_calibration_method_and_no_equalization(digits_model, tmp_path):
@@ -424,7 +424,8 @@ def test_tflite_full_integer_of_the_equalized_graph(digits_model, tmp_path):
     from tfsurgery.cli import main
     out, report = tmp_path / "digits.tflite", tmp_path / "report.json"
     code = main(["optimize", str(digits_model["pb"]), "-o", str(tmp_path / "d.pb"), "--tflite",
-                 str(out), "--quantize", "int8", "--int8-equalize", "on", "--samples",
+                 str(out), "--quantize", "int8", "--int8-equalize", "on",
+                 "--int8-min-agreement", "0.95", "--samples",
                  str(digits_model["folder"] / "calibration.npz"), "--check-samples",
                  str(digits_model["folder"] / "check.npz"), "--report-json", str(report), "-q"])
     assert code == 0

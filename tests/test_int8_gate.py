@@ -218,3 +218,76 @@ def test_tflite_fallback_through_the_loop_names_the_layer(digits_model, tmp_path
     assert written.passed and written.kept_float == report.kept_float
     model = (tmp_path / "kept.tflite").read_bytes()
     assert quantize_tflite.float_ops(model) == ["CONV_2D"]
+
+
+# ---------------------------------------------------------------- the float reference (#32.3)
+@pytest.fixture(scope="module")
+def switched_model(tmp_path_factory):
+    """A TF1 CNN with a plain bool `is_training` placeholder (cond batch norm) and a plain
+    `keep_prob` placeholder (dropout), random weights: neither has a default, so the original
+    runs only when they are fed."""
+    from models.common import rng
+    from models.tf1 import _built, bn_under_cond, bn_variables, conv, dense, v1_graph
+    from tensorflow import compat
+    import tensorflow as tf_module
+    r = rng(3)
+    with v1_graph() as graph:
+        x = compat.v1.placeholder(tf_module.float32, [None, 8, 8, 1], name="input")
+        training = compat.v1.placeholder(tf_module.bool, [], name="is_training")
+        keep_prob = compat.v1.placeholder(tf_module.float32, [], name="keep_prob")
+        with compat.v1.variable_scope("conv"):
+            x = conv(x, r, 8)
+        with compat.v1.variable_scope("bn"):
+            x = bn_under_cond(x, training, bn_variables(r, 8))
+        x = tf_module.nn.relu(x)
+        x = tf_module.nn.dropout(x, rate=1 - keep_prob)
+        x = tf_module.reshape(x, [-1, 8 * 8 * 8])
+        with compat.v1.variable_scope("dense"):
+            dense(x, r, 10, gain=0.5)
+        tf_module.identity(graph.get_tensor_by_name("dense/BiasAdd:0"), name="logits")
+    built = _built(graph, outputs=("logits",))
+    folder = tmp_path_factory.mktemp("switched")
+    pb = folder / "switched.pb"
+    pb.write_bytes(built.graph_def.SerializeToString())
+    images = digits()[0]
+    np.savez(folder / "samples.npz", input=images[:200])
+    np.savez(folder / "gate.npz", input=images[200:300])
+    return dict(pb=pb, graph_def=built.graph_def, folder=folder, gate=images[200:300])
+
+
+@pytest.mark.parametrize("target", ["onnx", "tflite"])
+def test_the_int8_reference_is_the_original_with_its_switches_set(switched_model, tmp_path,
+                                                                   target):
+    """The gate's float reference is the original fed is_training=False and keep_prob=1 (what
+    verification feeds it), not the original fed only the rows (which cannot run). Oracle: a
+    TensorFlow session of the original so fed, against the written int8 model in onnxruntime
+    or LiteRT on the gate rows: the report's agreement and relative error are those."""
+    out = tmp_path / ("m.onnx" if target == "onnx" else "m.tflite")
+    report = tmp_path / "r.json"
+    where = ["export", str(switched_model["pb"]), "-o", str(out)] if target == "onnx" else \
+        ["optimize", str(switched_model["pb"]), "-o", str(tmp_path / "m.pb"), "--tflite",
+         str(out)]
+    code = main(where + ["--quantize", "int8", "--samples",
+                         str(switched_model["folder"] / "samples.npz"), "--check-samples",
+                         str(switched_model["folder"] / "gate.npz"), "--int8-min-agreement",
+                         "0", "--report-json", str(report), "-q"])
+    assert code == 0
+    data = json.loads(report.read_text())
+    int8 = data["int8" if target == "onnx" else "tflite_int8"]
+    gate = switched_model["gate"]
+    reference = oracle.run(switched_model["graph_def"], {"input": gate, "is_training": False,
+                                                         "keep_prob": 1.0}, ["logits"])[0]
+    if target == "onnx":
+        session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+        got = np.concatenate([session.run(None, {session.get_inputs()[0].name: row[None]})[0]
+                              for row in gate])
+    else:
+        from ai_edge_litert.interpreter import Interpreter
+        runner = Interpreter(model_path=str(out)).get_signature_runner()
+        key = list(runner.get_output_details())[0]
+        got = np.concatenate([runner(input=row[None])[key] for row in gate])
+    measured = int8["outputs"][0]
+    relative = np.linalg.norm(got - reference) / np.linalg.norm(reference)
+    assert measured["value"] == pytest.approx(np.mean(got.argmax(-1) == reference.argmax(-1)))
+    assert measured["relative_error"] == pytest.approx(relative, rel=1e-3)
+    assert relative < 0.1                    # int8 of the inference graph, not of a dropout draw

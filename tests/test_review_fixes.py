@@ -55,8 +55,10 @@ def test_nothing_compared_is_never_a_pass():
     assert not verify.Verification([], 1e-4).passed
     assert not artefacts.compare({}, {})[2]
     assert not Comparison("a", "b", errors=[], ops={}, tolerance=1e-4, what="the outputs").passed
-    assert not Int8Report("x", "minmax", 8, 8, 1, outputs=[], plain_outputs=[]).passed
-    assert not TfliteInt8Report("x", 8, 8, outputs=[], io_type="float32").passed
+    for fmt in ("onnx", "tflite"):             # one report type for every int8 format
+        assert not Int8Report(fmt, "x", 8, 8, 8, 1, outputs=[], selection_outputs=[],
+                              plain_outputs=[]).passed
+    assert TfliteInt8Report is Int8Report
 
 
 def test_one_check_for_output_directories_and_the_input(tmp_path):

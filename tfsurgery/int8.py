@@ -1,13 +1,15 @@
 """Static int8 (``--quantize int8``) orchestration for ONNX and TFLite: the request checked
-before any work, the samples split into calibration and held-back check rows, cross-layer
-equalization tried in float first, then quantize.py / quantize_tflite.py quantize and check."""
+before any work, the samples split into calibration, selection and gate rows, the float
+reference taken from the original as verification runs it, cross-layer equalization tried in
+float first, then the int8 loop (:mod:`tfsurgery.int8_loop`) with the format's backend
+(quantize.py, quantize_tflite.py) chooses on the selection rows and judges on the gate rows."""
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
-from tfsurgery import equalize as equalize_mod, progress, quantize as quantize_mod
+from tfsurgery import equalize as equalize_mod, int8_loop, progress, quantize as quantize_mod
 from tfsurgery import quantize_tflite, samples as samples_mod
 from tfsurgery.artefacts import Batch
 from tfsurgery.errors import ExportError, InputError, OnnxCheckFailed, VerificationError
@@ -31,32 +33,42 @@ TfliteInt8Refused = quantize_tflite.TfliteInt8Refused
 
 
 def int8_samples(source: Source, result: Result, samples_path, *, check_samples=None,
-                 check_fraction: float = 0.25):
-    """(calibration rows, held-back check rows): --samples split, or all of it to calibrate
-    and ``check_samples`` to check (at least 8 rows)."""
+                 check_fraction: float = int8_loop.GATE_FRACTION,
+                 labels=None) -> int8_loop.Rows:
+    """Calibration, selection and gate rows (:func:`int8_loop.split_rows`): --samples cut in
+    three, or in two (calibration, selection) with ``check_samples`` as the gate rows (at least
+    8). ``labels``: an .npy of each row's class when --samples carries none."""
     specs = samples_mod.input_specs(source.graph_def, result.inputs)
-    rows = samples_mod.load(samples_path, specs)
-    if check_samples is None:
-        return rows.split(check_fraction)
-    check = samples_mod.load(check_samples, specs)
-    if check.rows < 8:
-        raise InputError(f"{check_samples}: {check.rows} rows are too few to check int8 on; "
-                         "give at least 8")
-    return rows, check
+    rows = samples_mod.load(samples_path, specs, labels_path=labels)
+    gate = None if check_samples is None else samples_mod.load(check_samples, specs)
+    if gate is not None and (rows.labels is None) != (gate.labels is None):
+        raise InputError(f"{samples_path} and {check_samples}: give labels in both or neither")
+    return int8_loop.split_rows(rows, gate, gate_fraction=check_fraction)
+
+
+def float_expected(result: Result, rows: int8_loop.Rows) -> dict:
+    """The float reference on the selection and gate rows: ``result.original`` fed what
+    verification feeds it besides the inputs (``result.original_extra_feeds``: a keep_prob at
+    1, a training flag False) — not the source graph fed only the rows."""
+    return {name: int8_loop.float_reference(result.original, result.graph_def,
+                                            result.original_extra_feeds, result.outputs,
+                                            getattr(rows, name), result.timeout)
+            for name in ("selection", "gate")}
 
 
 EQUALIZE_CHOICES = ("auto", "on", "off")
 INT8_CALIBRATION_CHOICES = quantize_mod.CALIBRATION_CHOICES
 
 
-def export_int8(source: Source, result: Result, float_model, path, *, calibration, check,
+def export_int8(source: Source, result: Result, float_model, path, *, rows: int8_loop.Rows,
                 thresholds: quantize_mod.Thresholds, batch: Optional[Batch] = None,
                 calibration_method: str = "auto", equalize: str = "off",
                 bias_correction: str = "off") -> quantize_mod.Int8Report:
-    """Static int8 of the (checked) float ONNX ``float_model``, checked on ``check`` against the
-    float ORIGINAL in TensorFlow; raises ``Int8Refused`` (with its report) when it misses.
+    """Static int8 of the (checked) float ONNX ``float_model``: every choice measured on the
+    selection rows of ``rows``, the one chosen judged on its gate rows against the float
+    ORIGINAL in TensorFlow; raises ``Int8Refused`` (with its report) when it misses.
 
-    ``calibration_method``: "auto" (MinMax and Percentile tried, the best on the check rows
+    ``calibration_method``: "auto" (MinMax and Percentile tried, the best on the selection rows
     kept) or one of "minmax", "percentile", "entropy". ``equalize``: "auto" also quantizes the cross-layer-equalized
     graph (verified in float against the original, exported next to ``float_model``) and keeps
     it only if it quantizes better; "on" uses it alone (an error when nothing could be
@@ -73,7 +85,7 @@ def export_int8(source: Source, result: Result, float_model, path, *, calibratio
     equalization: dict = {"asked": equalize}
     if equalize != "off":
         progress.say("cross-layer equalization before int8")
-        equalized, equalization = equalized_result(result, calibration, check)
+        equalized, equalization = equalized_result(result, rows.calibration, rows.selection)
         equalization["asked"] = equalize
         if equalized is not None:
             twin = Path(float_model).with_name("equalized." + Path(float_model).name)
@@ -89,16 +101,14 @@ def export_int8(source: Source, result: Result, float_model, path, *, calibratio
             if "equalized" not in candidates:
                 raise ExportError(f"--int8-equalize on: {equalization['why']}")
             del candidates["plain"]
-    progress.say(f"quantizing to int8 on {calibration.rows} calibration rows: {path}")
-    expected = quantize_mod.reference_outputs(source.graph_def, result.outputs, check,
-                                               result.timeout)
+    progress.say(f"quantizing to int8: {_sizes(rows)}: {path}")
     try:
         report = quantize_mod.quantize(candidates, Path(path), outputs=result.outputs,
-                                       calibration=calibration, check=check, expected=expected,
+                                       rows=rows, expected=float_expected(result, rows),
                                        thresholds=thresholds, batch=batch,
                                        timeout=result.timeout,
                                        calibration_method=calibration_method,
-                                       bias_correction=bias_correction)
+                                       bias_correction=bias_correction, say=progress.say)
     except quantize_mod.Int8Refused as refused:
         refused.report.equalization = equalization
         raise
@@ -106,11 +116,15 @@ def export_int8(source: Source, result: Result, float_model, path, *, calibratio
     return report
 
 
+def _sizes(rows: int8_loop.Rows) -> str:
+    return ", ".join(f"{count} {name}" for name, count in rows.sizes().items()) + " rows"
+
+
 def equalized_result(result: Result, calibration, check_rows=None
                      ) -> Tuple[Optional[Result], dict]:
     """``result`` after equalize-cross-layer, verified in float against the original like every
     transform — or None and why not (nothing equalized, or the check failed). Verification
-    runs on the ``calibration`` and ``check_rows``."""
+    runs on the ``calibration`` and ``check_rows`` (the selection rows: never the gate's)."""
     graph_def, report = equalize_mod.equalize(result.graph_def, result.inputs, result.outputs)
     info = {"transform": report.as_dict(), "pairs": len(report.rewritten),
             "refused": len(report.skipped)}
@@ -137,13 +151,14 @@ def equalized_result(result: Result, calibration, check_rows=None
     return equalized, info
 
 
-def export_tflite_int8(source: Source, result: Result, path, *, calibration, check,
+def export_tflite_int8(source: Source, result: Result, path, *, rows: int8_loop.Rows,
                        thresholds: quantize_mod.Thresholds, int8_io: bool = False,
                        batch: Optional[Batch] = None, equalize: str = "off"):
-    """Full-integer TFLite (calibration rows as representative dataset), checked in the LiteRT
-    interpreter on ``check`` against the float ORIGINAL; raises ``TfliteInt8Refused``.
-    ``equalize`` as for :func:`export_int8` (the converter's own calibration, no bias
-    correction)."""
+    """Full-integer TFLite (calibration rows as representative dataset) through the int8 loop:
+    the plain/equalized choice and the layers kept float (denylisted in the quantizer) chosen
+    on the selection rows, judged in the LiteRT interpreter on the gate rows against the float
+    ORIGINAL; raises ``TfliteInt8Refused``. ``equalize`` as for :func:`export_int8` (the
+    converter's own calibration, no bias correction)."""
     require_verified(result)
     if equalize not in EQUALIZE_CHOICES:
         raise InputError(f"--int8-equalize {equalize}: choose from {', '.join(EQUALIZE_CHOICES)}")
@@ -151,7 +166,7 @@ def export_tflite_int8(source: Source, result: Result, path, *, calibration, che
     equalization: dict = {"asked": equalize}
     if equalize != "off":
         progress.say("cross-layer equalization before int8")
-        equalized, equalization = equalized_result(result, calibration, check)
+        equalized, equalization = equalized_result(result, rows.calibration, rows.selection)
         equalization["asked"] = equalize
         if equalized is not None:
             candidates["equalized"] = equalized.graph_def
@@ -159,14 +174,13 @@ def export_tflite_int8(source: Source, result: Result, path, *, calibration, che
             raise ExportError(f"--int8-equalize on: {equalization['why']}")
         if equalize == "on":
             del candidates["plain"]
-    progress.say(f"converting to full-integer TensorFlow Lite: {path}")
-    expected = quantize_mod.reference_outputs(source.graph_def, result.outputs, check,
-                                               result.timeout)
+    progress.say(f"converting to full-integer TensorFlow Lite: {_sizes(rows)}: {path}")
     try:
         report = quantize_tflite.export(candidates, signature_for(source, result), path,
-                                        outputs=result.outputs, calibration=calibration,
-                                        check=check, expected=expected, thresholds=thresholds,
-                                        int8_io=int8_io, input_path=source.path, batch=batch)
+                                        outputs=result.outputs, rows=rows,
+                                        expected=float_expected(result, rows),
+                                        thresholds=thresholds, int8_io=int8_io,
+                                        input_path=source.path, batch=batch, say=progress.say)
     except quantize_tflite.TfliteInt8Refused as refused:
         refused.report.equalization = equalization
         raise

@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from tfsurgery import (artefacts, io, onnx_export, openvino_export, picture, progress,
-                       quantize as quantize_mod, quantize_tflite, savedmodel_export,
+from tfsurgery import (artefacts, int8_loop, io, onnx_export, openvino_export, picture,
+                       progress, quantize as quantize_mod, quantize_tflite, savedmodel_export,
                        tflite_export)
 from tfsurgery.artefacts import Artefact, Batch
 from tfsurgery.errors import ExportError, OnnxCheckFailed, WriteFailed
@@ -122,15 +122,17 @@ def export_openvino(source: Source, result: Result, path, *, precision: str = "f
 
 @dataclasses.dataclass
 class Int8Targets:
-    """Static int8 (``--quantize int8``) of the ONNX and/or TFLite target: calibrated on
-    ``samples`` (a .npz/.npy/image folder), checked on held-back rows (``check_fraction`` of them,
-    or ``check_samples``) against the float original with ``thresholds``. ``calibration``,
-    ``equalize``, ``bias_correction``: see :func:`export_int8`; ``tflite_io``: the full-integer
-    TFLite model's inputs and outputs, "float32" or "int8"."""
+    """Static int8 (``--quantize int8``) of the ONNX and/or TFLite target: ``samples`` (a
+    .npz/.npy folder) cut into calibration, selection and gate rows (``check_fraction`` of them
+    judge, or all of ``check_samples``), the gate judged against the float original with
+    ``thresholds``; ``labels`` (an .npy of each row's class) when the samples carry none.
+    ``calibration``, ``equalize``, ``bias_correction``: see :func:`export_int8`;
+    ``tflite_io``: the full-integer TFLite model's inputs and outputs, "float32" or "int8"."""
 
     samples: object = None
     check_samples: object = None
-    check_fraction: float = 0.25
+    check_fraction: float = int8_loop.GATE_FRACTION
+    labels: object = None
     thresholds: quantize_mod.Thresholds = dataclasses.field(
         default_factory=quantize_mod.Thresholds)
     calibration: str = "auto"
@@ -273,20 +275,18 @@ def _write_onnx(source: Source, result: Result, targets: Targets, path: Path, wr
 
 def _int8_rows(source: Source, result: Result, int8: Int8Targets):
     return int8_samples(source, result, int8.samples, check_samples=int8.check_samples,
-                        check_fraction=int8.check_fraction)
+                        check_fraction=int8.check_fraction, labels=int8.labels)
 
 
 def _write_int8_onnx(source: Source, result: Result, targets: Targets, path: Path, rows,
                      written: Written, batch: Batch) -> None:
-    """The float ONNX (checked as usual) in a scratch directory, then int8 from it, checked on
-    the held-back rows against the float original."""
+    """The float ONNX (checked as usual) in a scratch directory, then int8 from it, chosen on
+    the selection rows and judged on the gate rows against the float original."""
     int8 = targets.int8
-    calibration, check = rows
     with tempfile.TemporaryDirectory(prefix=f".{path.name}.float.", dir=path.parent) as scratch:
         _write_onnx(source, result, targets, Path(scratch) / path.name, written, None)
         try:
-            report = export_int8(source, result, Path(scratch) / path.name, path,
-                                 calibration=calibration, check=check,
+            report = export_int8(source, result, Path(scratch) / path.name, path, rows=rows,
                                  thresholds=int8.thresholds, batch=batch,
                                  calibration_method=int8.calibration, equalize=int8.equalize,
                                  bias_correction=int8.bias_correction)
@@ -299,7 +299,7 @@ def _write_int8_onnx(source: Source, result: Result, targets: Targets, path: Pat
     measures = ", ".join(f"{o.measure} {o.value:.4g}" for o in report.outputs)
     written.onnx_record.update(path=str(path), as_int8={      # what the artefact record says
         "weights": "int8", "max_error": float("nan"), "reference": "the float original",
-        "checked_by": f"onnxruntime int8 on {report.check_rows} held-back rows against the "
+        "checked_by": f"onnxruntime int8 on {report.gate_rows} gate rows against the "
                       f"float original: {measures}"})
 
 
@@ -339,12 +339,12 @@ def check_line(artefact: Artefact) -> str:
 
 def _write_tflite_int8(source: Source, result: Result, targets: Targets, rows,
                        written: Written, batch: Batch) -> None:
-    """Full-integer TFLite, checked on the held-back rows against the float original."""
+    """Full-integer TFLite, chosen on the selection rows and judged on the gate rows against
+    the float original."""
     int8 = targets.int8
-    calibration, check = rows
     try:
-        report = export_tflite_int8(source, result, targets.tflite, calibration=calibration,
-                                    check=check, thresholds=int8.thresholds,
+        report = export_tflite_int8(source, result, targets.tflite, rows=rows,
+                                    thresholds=int8.thresholds,
                                     int8_io=int8.tflite_io == "int8", batch=batch,
                                     equalize=int8.equalize)
     except TfliteInt8Refused as refused:
@@ -355,5 +355,5 @@ def _write_tflite_int8(source: Source, result: Result, targets: Targets, rows,
     written.tflite_int8 = report
     written.artefacts.append(Artefact(
         "tflite", Path(targets.tflite), report.bytes, float("nan"), float("nan"), True,
-        f"LiteRT int8 on {report.check_rows} held-back rows against the float original",
+        f"LiteRT int8 on {report.gate_rows} gate rows against the float original",
         weights="int8", reference="the float original"))

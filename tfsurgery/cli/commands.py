@@ -155,8 +155,10 @@ def _targets(args, source):
         int8 = api.Int8Targets(
             samples=args.samples, check_samples=args.check_samples,
             check_fraction=args.check_fraction,
+            labels=args.labels,
             thresholds=api.Int8Thresholds(args.int8_min_agreement, args.int8_min_sqnr,
-                                          args.int8_max_float_layers),
+                                          args.int8_max_float_layers,
+                                          args.int8_max_accuracy_drop),
             calibration=args.int8_calibration, equalize=args.int8_equalize,
             bias_correction=args.int8_bias_correction, tflite_io=args.tflite_io)
     return api.Targets(
@@ -197,19 +199,8 @@ def _say_checks(args, result, written) -> None:
         _say_int8(args, written.int8)
     for artefact in written.checks:
         _say(args, f"{CHECK_NAMES[artefact.format]} check: {api.check_line(artefact)}")
-    report = written.tflite_int8
-    if report is not None and report.passed:
-        measures = ", ".join(f"{o.name}: {o.measure} {o.value:.4g} (threshold {o.threshold:g})"
-                             for o in report.outputs)
-        equalized = " of the cross-layer-equalized graph" if report.model == "equalized" else ""
-        _say(args, f"TFLite full-integer{equalized} ({report.io_type} I/O), checked on "
-                   f"{report.check_rows} held-back rows against the float original: {measures}")
-        if len(report.tried) > 1:
-            _say(args, "  tried: " + "; ".join(
-                f"{a.model}: " + ", ".join(f"{o.measure} {o.value:.4g}" for o in a.outputs)
-                for a in report.tried))
-        for name, q in report.io_quantization.items():
-            _say(args, f"  int8 {name}: scale {q['scale']:.6g}, zero point {q['zero_point']}")
+    if written.tflite_int8 is not None:
+        _say_int8(args, written.tflite_int8)
 
 
 CHECK_NAMES = {"saved_model": "SavedModel", "tflite": "TFLite", "openvino": "OpenVINO"}
@@ -296,12 +287,19 @@ def _onnx_path(args, source) -> Optional[Path]:
     return Path(args.output) if args.output else api.default_onnx_path(source)
 
 
+FORMATS = {"onnx": "ONNX", "tflite": "TFLite full-integer"}
+
+
 def _say_int8(args, report) -> None:
+    """The int8 loop's report: the rows of each set, what was tried and chosen on the
+    selection rows, and the gate's verdict on rows no choice saw."""
     equalized = " of the cross-layer-equalized graph" if report.model == "equalized" else ""
     corrected = ", biases corrected" if report.bias_corrected else ""
-    _say(args, f"int8{equalized} ({report.calibration_method} calibration{corrected} on "
-               f"{report.calibration_rows} rows, checked on {report.check_rows} held-back rows "
-               "against the float original):")
+    io_type = f", {report.io_type} I/O" if report.format == "tflite" else ""
+    _say(args, f"int8 {FORMATS.get(report.format, report.format)}{equalized} "
+               f"({report.calibration_method} calibration{corrected}{io_type}): "
+               f"{report.calibration_rows} calibration, {report.selection_rows} selection, "
+               f"{report.gate_rows} gate rows (no choice saw the gate rows)")
     eq = report.equalization
     if eq.get("asked", "off") != "off":
         how = (f"{eq.get('pairs', 0)} layer pair(s) equalized, {eq.get('refused', 0)} refused"
@@ -310,21 +308,32 @@ def _say_int8(args, report) -> None:
         for skipped in eq.get("transform", {}).get("skipped", [])[:5]:
             _say(args, f"    refused {skipped['node']}: {skipped['reason']}")
     if len(report.tried) > 1:
-        _say(args, "  tried (error score, lower is better): " + "; ".join(
+        _say(args, "  tried on the selection rows (error score, lower is better): " + "; ".join(
             f"{a.label}: " + ", ".join(f"{o.measure} {o.value:.4g}"
                                                   for o in a.outputs) + f" ({a.score:.4g})"
             for a in report.tried))
-    for plain, final in zip(report.plain_outputs, report.outputs):
-        changed = (f" (plain int8: {plain.value:.4g})" if report.kept_float else "")
-        _say(args, f"  {final.name}: {final.measure} {final.value:.4g}{changed}, threshold "
-                   f"{final.threshold:g}: {'ok' if final.passed else 'MISSED'}")
     if report.sensitivities:
         ranked = sorted(report.sensitivities.items(), key=lambda kv: -kv[1])
-        _say(args, "  layer sensitivity (error drop with only that layer float): " +
-             ", ".join(f"{name} {value:.3g}" for name, value in ranked[:10]))
+        _say(args, "  layer sensitivity on the selection rows (error drop with only that "
+                   "layer float): " + ", ".join(f"{name} {value:.3g}"
+                                                for name, value in ranked[:10]))
     for name in report.kept_float:
-        why = "to meet the thresholds" if report.passed else "tried: thresholds still missed"
-        _say(args, f"  kept float: {name} (sensitivity {report.sensitivities[name]:.3g}; {why})")
+        _say(args, f"  kept float: {name} (sensitivity {report.sensitivities[name]:.3g})")
+    for selected, final in zip(report.selection_outputs, report.outputs):
+        bound = (f" (95% lower bound {final.lower_bound:.4g} on {final.compared} rows)"
+                 if final.lower_bound is not None else "")
+        _say(args, f"  gate {final.name}: {final.measure} {final.value:.4g}{bound}, threshold "
+                   f"{final.threshold:g}: {'ok' if final.passed else 'MISSED'} (selection "
+                   f"rows: {selected.value:.4g})")
+    if report.accuracy is not None:
+        a = report.accuracy
+        _say(args, f"  gate accuracy ({a.output}, {a.rows} labelled rows): float "
+                   f"{a.float_accuracy:.4g}, int8 {a.int8_accuracy:.4g}, drop {a.drop:.4g} "
+                   f"(max {a.max_drop:g}): {'ok' if a.passed else 'MISSED'}")
+    for note in report.notes:
+        _say(args, f"  note: {note}")
+    for name, q in report.io_quantization.items():
+        _say(args, f"  int8 {name}: scale {q['scale']:.6g}, zero point {q['zero_point']}")
 
 
 def _side_by_side(tf_summary: dict, exported) -> List[tuple]:

@@ -231,40 +231,48 @@ def _onnx_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _int8_options(parser: argparse.ArgumentParser) -> None:
-    """--quantize int8: static int8 ONNX, calibrated on --samples, checked on held-back rows."""
-    group = parser.add_argument_group("int8 (ONNX; calibrated on --samples, checked on "
-                                      "held-back rows against the float original)")
+    """--quantize int8: static int8 ONNX/TFLite; --samples cut into calibration, selection and
+    gate rows (docs/int8.md)."""
+    group = parser.add_argument_group("int8 (ONNX/TFLite; --samples calibrate, choose and, on "
+                                      "rows no choice saw, gate against the float original)")
     group.add_argument("--quantize", choices=("int8",), default=None,
                        help="write the ONNX model as static QDQ int8 (per-channel weights)")
-    group.add_argument("--check-fraction", type=float, default=0.25, metavar="F",
-                       help="share of the --samples rows held back to check int8 (default "
-                            "0.25, at least 8 rows)")
+    group.add_argument("--check-fraction", type=float, default=0.4, metavar="F",
+                       help="share of the --samples rows kept as gate rows, seen by no choice "
+                            "(default 0.4, at least 8; 0.2 more choose, the rest calibrate)")
     group.add_argument("--check-samples", metavar="PATH",
-                       help="check int8 on these rows instead (all of --samples calibrate)")
+                       help="gate int8 on these rows instead (--samples calibrate and choose)")
+    group.add_argument("--labels", metavar="PATH",
+                       help="each --samples row's class (.npy), when --samples has no 'labels' "
+                            "array: float and int8 accuracy reported and gated")
     group.add_argument("--tflite-io", choices=("float32", "int8"), default="float32",
                        help="with --tflite: the full-integer model's inputs and outputs "
                             "(default float32; int8: scale and zero point in the report)")
     group.add_argument("--int8-min-agreement", type=float, default=None, metavar="A",
                        help="min top-1 agreement with the float original for class-score "
-                            "outputs (default 0.99)")
+                            "outputs, judged by its 95%% lower confidence bound on the gate "
+                            "rows (default 0.99: at least 299 gate rows; 0: no agreement gate)")
     group.add_argument("--int8-min-sqnr", type=float, default=None, metavar="DB",
                        help="min SQNR in dB for other outputs (default 20)")
+    group.add_argument("--int8-max-accuracy-drop", type=float, default=None, metavar="D",
+                       help="with labels: most the int8 accuracy may fall below float's on the "
+                            "gate rows (default 0.01)")
     group.add_argument("--int8-max-float-layers", type=int, default=None, metavar="N",
                        help="most layers kept float when a threshold fails (default 10%% of "
                             "the layers, at least 1)")
     group.add_argument("--int8-calibration", default="auto",
                        choices=("auto", "minmax", "percentile", "entropy"),
                        help="ONNX calibration method (default auto: minmax and percentile "
-                            "tried on the check rows, the best kept, both reported; entropy is "
+                            "tried on the selection rows, the best kept, both reported; entropy is "
                             "~20x slower and only when asked)")
     group.add_argument("--int8-equalize", default="auto", choices=("auto", "on", "off"),
                        help="cross-layer equalization before int8, ONNX or TFLite (default "
-                            "auto: kept only if it quantizes better on the check rows; plain "
+                            "auto: kept only if it quantizes better on the selection rows; plain "
                             "and equalized are reported)")
     group.add_argument("--int8-bias-correction", default="auto", choices=("auto", "on", "off"),
                        help="correct each layer's bias for the mean shift its int8 weights "
                             "cause on the calibration rows (default auto: every attempt tried "
-                            "with and without, the best on the check rows kept)")
+                            "with and without, the best on the selection rows kept)")
 
 
 def _picture_options(parser: argparse.ArgumentParser) -> None:
