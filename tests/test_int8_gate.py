@@ -291,3 +291,75 @@ def test_the_int8_reference_is_the_original_with_its_switches_set(switched_model
     assert measured["value"] == pytest.approx(np.mean(got.argmax(-1) == reference.argmax(-1)))
     assert measured["relative_error"] == pytest.approx(relative, rel=1e-3)
     assert relative < 0.1                    # int8 of the inference graph, not of a dropout draw
+
+
+# ---------------------------------------------------------------- the retrained MobileNet
+def corpus_graph(name):
+    """A graph of the shared real-world corpus (never copied into the repo): $TFSURGERY_CORPUS,
+    else ../shared/corpus beside the repository."""
+    import os
+    from pathlib import Path
+    root = Path(os.environ.get("TFSURGERY_CORPUS") or
+                Path(__file__).resolve().parent.parent.parent / "shared" / "corpus")
+    path = root / name
+    if not path.exists():
+        pytest.skip(f"{path} is absent: the shared real-world corpus is not on this machine "
+                    "(set TFSURGERY_CORPUS to its folder)")
+    return path
+
+
+def photo_crops(count, seed, size=128):
+    """Crops of scikit-learn's two bundled photographs at random places and scales, half of them
+    mirrored, resized to the model's 128×128 and scaled as tensorflow-for-poets feeds MobileNet:
+    (x - 128) / 128."""
+    pytest.importorskip("PIL", reason="load_sample_images reads JPEGs with pillow")
+    import tensorflow as tf
+    from sklearn.datasets import load_sample_images
+    rng = np.random.default_rng(seed)
+    photos = load_sample_images().images
+    crops = []
+    for k in range(count):
+        photo = photos[k % len(photos)]
+        side = int(rng.integers(64, min(photo.shape[:2])))
+        y = int(rng.integers(0, photo.shape[0] - side + 1))
+        x = int(rng.integers(0, photo.shape[1] - side + 1))
+        crop = photo[y:y + side, x:x + side].astype(np.float32)
+        if rng.integers(2):
+            crop = crop[:, ::-1]
+        crops.append((tf.image.resize(crop, (size, size)).numpy() - 128.0) / 128.0)
+    return np.stack(crops).astype(np.float32)
+
+
+@pytest.mark.slow
+def test_retrained_mobilenet_is_refused_with_its_layers_named(tmp_path):
+    """The retrained MobileNet v1 0.25 of the corpus on 150 photo crops (calibration and
+    selection) and 320 other crops as gate rows — enough to show 0.99 (299 would do, all
+    agreeing). Its plain int8 agrees with float on ~85-93% of crops (the error is spread over
+    every layer's activations: no two layers kept float lift it near 0.99), so it is refused:
+    exit 1, nothing written, the layers kept float and their sensitivities named; the gate's
+    bound is the one-sided Clopper-Pearson bound of what it counted (checked against scipy)."""
+    from scipy.stats import binom
+    pb = corpus_graph("poets_mobilenet025_retrained.pb")
+    np.savez(tmp_path / "samples.npz", input=photo_crops(150, 1))
+    np.savez(tmp_path / "gate.npz", input=photo_crops(320, 2))
+    out, report = tmp_path / "mobilenet_int8.onnx", tmp_path / "report.json"
+    code = main(["export", str(pb), "--bn-fold", "-o", str(out), "--quantize", "int8",
+                 "--samples", str(tmp_path / "samples.npz"), "--check-samples",
+                 str(tmp_path / "gate.npz"), "--int8-calibration", "minmax",
+                 "--int8-equalize", "off", "--report-json", str(report), "-q"])
+    int8 = json.loads(report.read_text())["int8"]
+    gate = int8["outputs"][0]
+    assert (int8["calibration_rows"], int8["selection_rows"], int8["gate_rows"]) == \
+        (120, 30, 320)
+    assert gate["measure"] == "top1_agreement" and gate["compared"] == 320
+    agreeing = round(gate["value"] * 320)
+    assert binom.sf(agreeing - 1, 320, gate["lower_bound"]) == pytest.approx(0.05, abs=1e-6)
+    if code == 0:                           # written: the bound reached 0.99 on unseen rows
+        assert gate["lower_bound"] >= 0.99 and out.exists()
+        return
+    assert code == 1 and not out.exists() and not int8["passed"]
+    assert gate["lower_bound"] < 0.99
+    ranked = sorted(int8["sensitivities"], key=int8["sensitivities"].get, reverse=True)
+    assert len(ranked) == int8["layers"] == 29                # 27 convs, the logits, the head
+    assert int8["kept_float"] == ranked[:int8["max_float_layers"]] == ranked[:2]
+    assert int8["tried"] and all(a["method"] == "MinMax" for a in int8["tried"])
