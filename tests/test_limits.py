@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = 20_000                       # x 10 nodes per block = 200k nodes
 HARD_BOUND = 12.0                     # x the wire size; measured ~7-8x
 MEMORY_TARGET = 3.5                    # x the parsed graph in memory: target ~3x, measured ~2.9x
-LINEAR_BOUND = 60                     # x the parse+serialize floor; measured ~13x (benchmark)
+LINEAR_BOUND = 30                     # x the parse+serialize floor: twice the 15x goal
+                                      # (docs/performance.md: measured 12-13x)
 GiB = 2 ** 30
 PROTOBUF_LIMIT = 2 ** 31
 
@@ -43,15 +44,21 @@ _MEASURE = textwrap.dedent("""
     options = Options(inputs=["input"], outputs=["output"])
     # every transform but float16-weights and int8-weights (storage formats, not simplifications:
     # they turn each weight into two or four nodes, which the node count and memory bounds below
-    # do not describe)
-    order = [name for name in pipeline.ORDER if name not in ("float16-weights", "int8-weights")]
+    # do not describe) and equalize-cross-layer (int8 calibration only, never in a plain run)
+    order = [name for name in pipeline.ORDER
+             if name not in ("float16-weights", "int8-weights", "equalize-cross-layer")]
     pipeline.run(synthetic.repeated_blocks(2).graph_def, order, options)      # warm up imports
     with open(sys.argv[2], "rb") as f:        # built by the test: this process never held more
         wire = f.read()
     size = len(wire)
-    start = time.perf_counter()                # the floor: what parsing and writing it costs
-    type(synthetic.repeated_blocks(1).graph_def).FromString(wire).SerializeToString()
-    floor = time.perf_counter() - start
+    # Both timed in CPU seconds of this process (process_time): other processes on a busy
+    # machine stretch wall time, and stretch Python's pipeline more than protobuf's C++ floor.
+    floors = []                                # the floor: what parsing and writing it costs,
+    for _ in range(3):                         # the median of three (one run is noisy)
+        start = time.process_time()
+        type(synthetic.repeated_blocks(1).graph_def).FromString(wire).SerializeToString()
+        floors.append(time.process_time() - start)
+    floor = sorted(floors)[1]
     gc.collect()
     gc.collect()
     unparsed = status("VmRSS")
@@ -67,9 +74,9 @@ _MEASURE = textwrap.dedent("""
         reset = False
     before = status("VmRSS")
     sys.setrecursionlimit(200)                      # any per-node recursion would hit this
-    start = time.perf_counter()
+    start = time.process_time()
     out, reports = pipeline.run(graph_def, order, options)
-    seconds = time.perf_counter() - start
+    seconds = time.process_time() - start
     sys.setrecursionlimit(1000)
     peak = status("VmHWM")
     print(json.dumps({
@@ -102,7 +109,8 @@ def big_run(tmp_path_factory):
     data["ratio"] = (data["peak_delta"] - slack) / data["bytes"]
     data["in_memory_ratio"] = (data["peak_delta"] - slack) / data["parsed"]
     print(f"\n200k nodes: {data['bytes'] / 2 ** 20:.0f} MiB serialized, pipeline "
-          f"{data['seconds']:.1f} s, peak +{data['peak_delta'] / 2 ** 20:.0f} MiB = "
+          f"{data['seconds']:.1f} s CPU = {data['seconds'] / data['floor']:.1f}x the parse+serialize "
+          f"floor, peak +{data['peak_delta'] / 2 ** 20:.0f} MiB = "
           f"{data['ratio']:.1f}x the serialized size, {data['in_memory_ratio']:.1f}x the parsed "
           f"GraphDef ({data['parsed'] / 2 ** 20:.0f} MiB); {data['reports']}")
     return data
@@ -116,9 +124,11 @@ def test_200k_nodes_go_through_every_transform(big_run):
     assert big_run["out_nodes"] <= 5 * BLOCKS + 2, big_run["reports"]
     assert not [op for op in big_run["out_ops"] if op.startswith("FusedBatchNorm")]
     assert big_run["reports"]["fold-batch-norm"][0] == BLOCKS
-    # No quadratic pass: the pipeline against parsing + writing the same graph, timed in the
-    # same process (a ratio, not seconds; scripts/benchmark.py measures it: ~13x). A per-node
-    # scan of the graph anywhere would make it hundreds of times the floor.
+    # No quadratic pass, and the speed goal kept: `pipeline.run` (every transform, no
+    # verification) against parsing + writing the same graph, timed in the same process (a
+    # ratio, not seconds). The goal is 15x (scripts/benchmark.py --scaling measures it: 12-13x,
+    # docs/performance.md); this guard allows twice that for a busy machine. A per-node scan
+    # of the graph anywhere would make it hundreds of times the floor.
     assert big_run["seconds"] <= LINEAR_BOUND * big_run["floor"], big_run
 
 

@@ -394,16 +394,10 @@ def _bench(args, source, transforms) -> int:
     _say(args, f"{source.label}: {len(source.graph_def.node)} → {len(result.graph_def.node)} "
                f"nodes; median ± interquartile range over {args.runs} interleaved runs, ms; "
                f"each runtime in its own process, {timings[0].threads} intra-op threads")
-    _say(args, api.format_table(rows, headers=("runtime", "original", "optimized",
-                                               "speed-up")))
-    for t in timings:
-        if t.skipped:
-            _say(args, f"{t.runtime}, {t.variant} graph not timed: {t.skipped}")
-    if args.report_json:
-        api.write_json(args.report_json, {"runs": args.runs,
-                                          "timings": [t.as_dict() for t in timings]},
-                       input_path=source.path)
-    return 0
+    return _bench_table(args, source, api.format_table(
+        rows, headers=("runtime", "original", "optimized", "speed-up")),
+        [f"{t.runtime}, {t.variant} graph not timed: {t.skipped}" for t in timings if t.skipped],
+        {"timings": [t.as_dict() for t in timings]})
 
 
 def _bench_int8(args, source, transforms) -> int:
@@ -445,15 +439,21 @@ def _bench_int8(args, source, transforms) -> int:
                "max error relative to each output's magnitude (worst batch) and top-1 "
                "agreement, on " + ("every --samples row" if args.samples else
                                    "the random bench inputs (no accuracy claim)"))
-    _say(args, api.format_table(rows, headers=("runtime", "float size", "int8 size", "float",
-                                               "int8", "speed-up", "int8 vs float")))
-    for side in sides:
-        if side.skipped:
-            _say(args, f"{side.runtime} not timed: {side.skipped}")
+    return _bench_table(args, source, api.format_table(
+        rows, headers=("runtime", "float size", "int8 size", "float", "int8", "speed-up",
+                       "int8 vs float")),
+        [f"{side.runtime} not timed: {side.skipped}" for side in sides if side.skipped],
+        {"int8": [side.as_dict() for side in sides]})
+
+
+def _bench_table(args, source, table: str, not_timed: List[str], report: dict) -> int:
+    """A bench's table, what it could not time, and its JSON (``--report-json``)."""
+    from tfsurgery import api
+    _say(args, table)
+    for line in not_timed:
+        _say(args, line)
     if args.report_json:
-        api.write_json(args.report_json, {"runs": args.runs,
-                                          "int8": [side.as_dict() for side in sides]},
-                       input_path=source.path)
+        api.write_json(args.report_json, {"runs": args.runs, **report}, input_path=source.path)
     return 0
 
 

@@ -35,17 +35,12 @@ def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
     parser.add_argument("--outputs", help="comma-separated output node names (default: detected)")
     parser.add_argument("--transforms", help="comma-separated transform names to run, in order; "
                         "'default' stands for the default pipeline (default,my-fix)")
-    parser.add_argument("--enable", action="append", default=[], metavar="NAME",
-                        help="add a transform to the default pipeline (repeatable)")
-    parser.add_argument("--disable", action="append", default=[], metavar="NAME",
-                        help="leave a transform out (repeatable)")
-    parser.add_argument("--plugin", action="append", default=[], metavar="PATH.py|MODULE",
-                        help="load users' transforms (@tfsurgery.transform) from a file or "
-                             "module; name them in --transforms (repeatable)")
-    parser.add_argument("--param", action="append", default=[], type=_param,
-                        metavar="TRANSFORM.NAME=VALUE",
-                        help="a transform's own parameter, e.g. fold-constants.max_bytes=1048576 "
-                             "(repeatable; --list-transforms lists them)")
+    _repeatable(parser, "--enable", "NAME", "add a transform to the default pipeline")
+    _repeatable(parser, "--disable", "NAME", "leave a transform out")
+    _repeatable(parser, "--plugin", "PATH.py|MODULE", "load users' transforms "
+                "(@tfsurgery.transform) from a file or module; name them in --transforms")
+    _repeatable(parser, "--param", "TRANSFORM.NAME=VALUE", "a transform's own parameter, e.g. "
+                "fold-constants.max_bytes=1048576 (--list-transforms lists them)", _param)
     parser.add_argument("--layout", choices=("NHWC",), default=None,
                         help="NHWC: compute NCHW convs, pools, batch norms and the ops between "
                              "them channels-last, runnable without oneDNN (layout-nhwc)")
@@ -54,14 +49,11 @@ def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
                              "reassociation: simplify-algebra.exact=true)")
     parser.add_argument("--list-transforms", action="store_true",
                         help="list every transform (ours, --plugin's, installed) and exit")
-    parser.add_argument("--training-flag", action="append", default=[], type=_setting,
-                        metavar="NAME[=VALUE]",
-                        help="a placeholder to freeze for inference: a bool training switch "
-                             "(False), or NAME=VALUE, e.g. keep_prob=1.0 (repeatable)")
-    parser.add_argument("--input-shape", action="append", default=[], type=_shape,
-                        metavar="NAME=D0,D1,...",
-                        help="an input's shape (-1 or ? for a free dimension); NAME may be any "
-                             "tensor named in --inputs (repeatable)")
+    _repeatable(parser, "--training-flag", "NAME[=VALUE]", "a placeholder to freeze for "
+                "inference: a bool training switch (False), or NAME=VALUE, e.g. keep_prob=1.0",
+                _setting)
+    _repeatable(parser, "--input-shape", "NAME=D0,D1,...", "an input's shape (-1 or ? for a "
+                "free dimension); NAME may be any tensor named in --inputs", _shape)
     parser.add_argument("--keep-asserts", action="store_true",
                         help="keep Assert, CheckNumerics and Print ops (strip-debug off)")
     if checks:            # inspect runs no graph: options about checking are not offered there
@@ -86,6 +78,13 @@ def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
                              "back (about half the file; verified with tolerance 1e-2); int8: "
                              "conv/matmul weights of 1024+ values as int8 with per-channel "
                              "scales, float compute (about a quarter; tolerance 5e-2)")
+
+
+def _repeatable(parser: argparse.ArgumentParser, flag: str, metavar: str, text: str,
+                kind=str) -> None:
+    """An option given any number of times, each value parsed by ``kind``."""
+    parser.add_argument(flag, action="append", default=[], type=kind, metavar=metavar,
+                        help=f"{text} (repeatable)")
 
 
 def _deploy_options(parser: argparse.ArgumentParser) -> None:
