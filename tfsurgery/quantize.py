@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import artefacts
+from tfsurgery import artefacts, int8_target
 from tfsurgery.errors import ExportError, InputError
 from tfsurgery.int8_loop import (MAX_FLOAT_FRACTION, MIN_AGREEMENT, MIN_SQNR_DB,  # noqa: F401
                                  Attempt, Backend, Choice, Int8Refused, Int8Report,
@@ -243,9 +243,12 @@ def _tensor(name: str) -> str:
 
 
 def _quantize_static(float_model: Path, out: Path, calibration: Samples,
-                     kept_float: Sequence[str], cache: Path, method: str = "MinMax") -> None:
+                     kept_float: Sequence[str], cache: Path, method: str = "MinMax",
+                     settings: Optional[int8_target.Int8Settings] = None) -> None:
     """QDQ int8 with ``kept_float`` left float; the calibration ranges are computed once and
-    read back from ``cache`` on every later attempt (the sensitivity scan makes many)."""
+    read back from ``cache`` on every later attempt (the sensitivity scan makes many).
+    ``settings``: the target CPU's types and options (default: this machine's)."""
+    options = (settings or int8_target.settings()).quantize_static_options()
     from onnxruntime import quantization as q
 
     class Rows(q.CalibrationDataReader):
@@ -265,8 +268,7 @@ def _quantize_static(float_model: Path, out: Path, calibration: Samples,
         if method == "Entropy" and not cache.exists():
             _entropy_ranges(float_model, Rows(), cache)
         with contextlib.redirect_stdout(io.StringIO()):    # the histogram methods print()
-            q.quantize_static(str(float_model), str(out), Rows(), quant_format=q.QuantFormat.QDQ,
-                              per_channel=True, weight_type=q.QuantType.QInt8,
+            q.quantize_static(str(float_model), str(out), Rows(), **options,
                               calibrate_method=getattr(q.CalibrationMethod, method),
                               nodes_to_exclude=list(kept_float),
                               calibration_cache_path=str(cache))

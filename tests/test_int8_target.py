@@ -1,0 +1,141 @@
+"""--int8-target: the settings per CPU, from given machine names and /proc/cpuinfo texts (never
+from the CPU the tests run on), applied by onnxruntime's own quantize_static and checked in
+onnxruntime against the float model; and the int8 speed check (its refusal path only: no
+timing is ever asserted)."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tfsurgery import int8_speed, int8_target, quantize
+from tfsurgery.errors import InputError
+from tfsurgery.samples import Samples
+
+VNNI_CPU = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n"
+AVX2_CPU = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 fma\n"
+AMX_CPU = "model name\t: Intel Xeon\nflags\t\t: avx2 avx512f amx_tile amx_int8 avx_vnni\n"
+
+
+@pytest.mark.parametrize("machine, cpuinfo, target, activations, reduce_range", [
+    ("x86_64", VNNI_CPU, "x86-vnni", "uint8", False),
+    ("x86_64", AMX_CPU, "x86-vnni", "uint8", False),
+    ("x86_64", AVX2_CPU, "x86", "uint8", True),
+    ("AMD64", AVX2_CPU, "x86", "uint8", True),
+    ("aarch64", "", "arm", "int8", False),
+    ("arm64", "", "arm", "int8", False),
+])
+def test_auto_reads_the_machine_and_its_flags(machine, cpuinfo, target, activations,
+                                              reduce_range):
+    chosen = int8_target.settings("auto", machine=machine, cpuinfo=cpuinfo)
+    assert (chosen.target, chosen.activations, chosen.weights, chosen.per_channel,
+            chosen.reduce_range) == (target, activations, "int8", True, reduce_range)
+    assert machine in chosen.why and chosen.target in chosen.summary
+
+
+def test_unreadable_cpuinfo_and_unknown_machines_fall_back_plainly(monkeypatch, tmp_path):
+    monkeypatch.setattr(int8_target, "CPUINFO", str(tmp_path / "missing"))
+    x86 = int8_target.settings("auto", machine="x86_64")
+    assert (x86.target, x86.reduce_range) == ("x86", True)
+    assert "cannot be read" in x86.why
+    other = int8_target.settings("auto", machine="ppc64le", cpuinfo="")
+    assert other.activations == "int8" and "neither x86 nor ARM" in other.why
+
+
+def test_a_named_target_overrides_this_machine():
+    chosen = int8_target.settings("arm", machine="x86_64", cpuinfo=VNNI_CPU)
+    assert (chosen.target, chosen.activations) == ("arm", "int8")
+    assert "asked for" in chosen.why
+    with pytest.raises(InputError, match="--int8-target riscv: choose from auto, x86"):
+        int8_target.settings("riscv")
+
+
+def test_cpu_name_names_the_model_and_int8_flags():
+    assert int8_target.cpu_name(VNNI_CPU) == "AMD EPYC (avx2, avx512f, avx512_vnni)"
+    assert int8_target.cpu_name(AVX2_CPU) == "AMD EPYC (avx2)"
+
+
+# ---------------------------------------------------------------- applied by quantize_static
+def _float_model(path, rng):
+    """input x:0 (named as tf2onnx names it) [1, 3, 8, 8] → Conv 3×3 (6 channels) → Relu → Conv 1×1 (4) → output, random."""
+    w1 = numpy_helper.from_array(rng.normal(0, 0.5, (6, 3, 3, 3)).astype(np.float32), "w1")
+    b1 = numpy_helper.from_array(rng.normal(0, 0.1, 6).astype(np.float32), "b1")
+    w2 = numpy_helper.from_array(rng.normal(0, 0.5, (4, 6, 1, 1)).astype(np.float32), "w2")
+    b2 = numpy_helper.from_array(rng.normal(0, 0.1, 4).astype(np.float32), "b2")
+    nodes = [helper.make_node("Conv", ["x:0", "w1", "b1"], ["c1"], name="conv1", pads=[1] * 4),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], name="conv2")]
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info(
+        "x:0", TensorProto.FLOAT, [1, 3, 8, 8])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 4, 8, 8])], [w1, b1, w2, b2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(path))
+    return path
+
+
+def _quantized(tmp_path, target):
+    rng = np.random.default_rng(7)
+    float_model = _float_model(tmp_path / "float.onnx", rng)
+    rows = Samples({"x": rng.uniform(-1, 1, (16, 3, 8, 8)).astype(np.float32)}, {"x": False},
+                   "random rows")
+    out = tmp_path / f"{target}.onnx"
+    quantize._quantize_static(float_model, out, rows, [], cache=tmp_path / f"{target}.json",
+                              settings=int8_target.settings(target))
+    return float_model, out, rng
+
+
+def _zero_point_types(model):
+    inits = {i.name: i for i in model.graph.initializer}
+    return {node.input[2]: inits[node.input[2]].data_type for node in model.graph.node
+            if node.op_type == "QuantizeLinear"}
+
+
+@pytest.mark.parametrize("target, activation_type, weight_limit", [
+    ("x86-vnni", TensorProto.UINT8, 127), ("x86", TensorProto.UINT8, 64),
+    ("arm", TensorProto.INT8, 127)])
+def test_each_target_quantizes_as_it_says_and_stays_close_to_float(tmp_path, target,
+                                                                   activation_type,
+                                                                   weight_limit):
+    float_model, int8_model, rng = _quantized(tmp_path, target)
+    model = onnx.load(str(int8_model))
+    assert set(_zero_point_types(model).values()) == {activation_type}   # activations
+    weights = [numpy_helper.to_array(i) for i in model.graph.initializer
+               if i.name.startswith(("w1", "w2")) and i.data_type == TensorProto.INT8
+               and i.dims and len(i.dims) == 4]
+    assert len(weights) == 2                                              # per-channel int8
+    assert max(int(np.abs(w).max()) for w in weights) <= weight_limit     # 7 bits: reduce_range
+    scales = [i for i in model.graph.initializer if i.name.startswith("w1") and
+              i.data_type == TensorProto.FLOAT and len(i.dims) == 1]
+    assert scales and scales[0].dims[0] == 6                              # one scale a channel
+    x = rng.uniform(-1, 1, (1, 3, 8, 8)).astype(np.float32)
+    run = {p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"])
+           for p in (float_model, int8_model)}
+    expected = run[float_model].run(None, {"x:0": x})[0]
+    got = run[int8_model].run(None, {"x:0": x})[0]
+    assert np.linalg.norm(got - expected) / np.linalg.norm(expected) < 0.05
+
+
+# ---------------------------------------------------------------- the speed check
+def test_speed_is_measured_and_an_impossible_minimum_refuses(tmp_path):
+    float_model, int8_model, rng = _quantized(tmp_path, "x86-vnni")
+    feeds = {"x": rng.uniform(-1, 1, (1, 3, 8, 8)).astype(np.float32)}
+    speed = int8_speed.measure(float_model, int8_model, feeds, runs=3, min_speedup=1000)
+    assert speed.float_ms > 0 and speed.int8_ms > 0 and speed.runs == 3
+    assert speed.speedup == pytest.approx(speed.float_ms / speed.int8_ms)
+    assert not speed.passed and speed.as_dict()["passed"] is False
+    with pytest.raises(int8_speed.Int8TooSlow, match="below --int8-min-speedup 1000"):
+        int8_speed.require(speed)
+
+
+def test_a_slower_int8_is_said_loudly():
+    slow = int8_speed.Speed(5.0, 6.0, 0.1, 0.1, runs=5, threads=2, cpu="some CPU")
+    assert slow.line().startswith("WARNING: int8 is NOT faster than float")
+    assert "0.83×" in slow.line() and slow.passed            # no minimum asked: not refused
+    fast = int8_speed.Speed(6.0, 3.0, 0.1, 0.1, runs=5, threads=2, cpu="some CPU")
+    assert fast.line().startswith("int8 speed-up 2.00×")
+
+
+@pytest.mark.parametrize("bad", [0, -1.5])
+def test_a_minimum_speedup_must_be_positive(bad):
+    with pytest.raises(InputError, match="--int8-min-speedup"):
+        int8_speed.check_min_speedup(bad)

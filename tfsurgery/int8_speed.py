@@ -1,0 +1,106 @@
+"""Is the int8 ONNX faster than the float one here? (``--int8-min-speedup``)
+
+Int8 is worth its accuracy risk only when it runs faster, and whether it does depends on the CPU
+and on how onnxruntime fuses the quantized graph (docs/int8.md). So every int8 ONNX is timed
+against its float ONNX on this machine before it is written: both models in one fresh
+onnxruntime process (``latency.measure_in_subprocess``, as ``bench`` does), interleaved runs on
+the same feeds, medians compared. A model that is not faster is said in one loud line; below
+``--int8-min-speedup`` it is refused and nothing is written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Dict, Mapping, Optional
+
+import numpy as np
+
+from tfsurgery import int8_target, latency
+from tfsurgery.errors import ExportError, InputError, VerificationError
+
+RUNS = 20                 # interleaved runs per model: enough for a median, seconds not minutes
+TIMEOUT = 600.0
+
+
+@dataclasses.dataclass
+class Speed:
+    """float and int8 medians (ms) on this machine, and what they were measured with."""
+    float_ms: float
+    int8_ms: float
+    float_spread_ms: float    # interquartile ranges
+    int8_spread_ms: float
+    runs: int
+    threads: int
+    cpu: str
+    min_speedup: Optional[float] = None
+
+    @property
+    def speedup(self) -> float:
+        return self.float_ms / self.int8_ms if self.int8_ms > 0 else float("inf")
+
+    @property
+    def faster(self) -> bool:
+        return self.speedup > 1
+
+    @property
+    def passed(self) -> bool:
+        return self.min_speedup is None or self.speedup >= self.min_speedup
+
+    def line(self) -> str:
+        """What the run reports: the speed-up, loudly when int8 is not faster."""
+        timed = (f"float {self.float_ms:.2f} ms, int8 {self.int8_ms:.2f} ms (medians of "
+                 f"{self.runs} interleaved runs, {self.threads} threads, {self.cpu})")
+        if not self.faster:
+            return (f"WARNING: int8 is NOT faster than float on this machine: "
+                    f"{self.speedup:.2f}× — {timed}")
+        return f"int8 speed-up {self.speedup:.2f}× over float ONNX: {timed}"
+
+    def as_dict(self) -> dict:
+        return dict(dataclasses.asdict(self), speedup=self.speedup, faster=self.faster,
+                    passed=self.passed)
+
+
+class Int8TooSlow(ExportError):
+    """The int8 model is slower than ``--int8-min-speedup`` asks: refused, nothing written."""
+
+    def __init__(self, speed: Speed):
+        super().__init__(f"int8 runs {speed.speedup:.2f}× float on this machine, below "
+                         f"--int8-min-speedup {speed.min_speedup:g} (float "
+                         f"{speed.float_ms:.2f} ms, int8 {speed.int8_ms:.2f} ms)")
+        self.speed = speed
+
+
+def check_min_speedup(min_speedup: Optional[float]) -> None:
+    """A bad ``--int8-min-speedup``, before any work (exit 2)."""
+    if min_speedup is not None and not min_speedup > 0:
+        raise InputError(f"--int8-min-speedup {min_speedup:g}: give a ratio above 0 "
+                         "(1: int8 must not be slower than float)")
+
+
+def measure(float_model: Path, int8_model: Path, feeds: Mapping[str, np.ndarray], *,
+            runs: int = RUNS, min_speedup: Optional[float] = None,
+            timeout: float = TIMEOUT) -> Speed:
+    """Both ONNX models timed in one onnxruntime process of their own on ``feeds`` (keyed by
+    TF tensor names, as the checks feed them). Raises ``ExportError`` when the timing fails."""
+    with tempfile.TemporaryDirectory(prefix="int8-speed.") as scratch:
+        work = Path(scratch)
+        np.savez(work / "feeds.npz", **{k: np.asarray(v) for k, v in feeds.items()})
+        models: Dict[str, tuple] = {"float": (Path(float_model), work / "feeds.npz"),
+                                    "int8": (Path(int8_model), work / "feeds.npz")}
+        try:
+            rows = latency.measure_in_subprocess("onnxruntime", models, [], runs=runs,
+                                                 work=work, timeout=timeout)
+        except VerificationError as error:
+            raise ExportError(f"cannot time int8 against float: {error}") from None
+    timing = {row.variant: row for row in rows}
+    return Speed(timing["float"].median_ms, timing["int8"].median_ms,
+                 timing["float"].spread_ms, timing["int8"].spread_ms, runs,
+                 timing["int8"].threads, int8_target.cpu_name(), min_speedup)
+
+
+def require(speed: Speed) -> Speed:
+    """``speed``, or ``Int8TooSlow`` when it misses its ``min_speedup``."""
+    if not speed.passed:
+        raise Int8TooSlow(speed)
+    return speed
