@@ -49,8 +49,12 @@ def parse_args(argv=None):
                         help="only time an NCHW ResNet-style graph against its --layout NHWC "
                              "result, oneDNN on and off (benchmarks/layout.py)")
     parser.add_argument("--int8", action="store_true",
-                        help="also time our float ONNX against its static int8 (ResNet50, "
-                             "MobileNetV2) in onnxruntime, each in its own process")
+                        help="also time our float ONNX, its static int8 and onnxruntime's "
+                             "recommended int8 recipe (ResNet50, MobileNetV2) in onnxruntime")
+    parser.add_argument("--int8-only", action="store_true",
+                        help="only that int8 timing (benchmarks/int8.py), printed")
+    parser.add_argument("--int8-repeats", type=int, default=3,
+                        help="int8 timing repeats, each in a fresh process (default 3)")
     parser.add_argument("--peer-graphs", action="store_true",
                         help="only the peer simplification cases (benchmarks/simplify.py): "
                              "their section of --out-md and key of --out-json are replaced, the "
@@ -86,6 +90,9 @@ def main(argv=None) -> int:
         return peer_graphs(args)
     if args.scaling:
         return scaling_only(args)
+    if args.int8_only:
+        print(int8_markdown(args)[1])
+        return 0
     if args.layout:
         from benchmarks import layout
         print(layout.render(layout.measure(runs=max(args.deploy_runs, 5))))
@@ -102,15 +109,27 @@ def main(argv=None) -> int:
                                                   flush=True))
     markdown = benchmark.render_markdown(result)
     if args.int8:
-        from benchmarks import int8
-        result["int8"] = {name: int8.int8_section(benchmark.build_model(name, args.input_size),
-                                                  runs=max(args.deploy_runs, 5))
-                          for name in ("ResNet50", "MobileNetV2")}
-        markdown += "\n" + int8.render(result["int8"])
+        result["int8"], section = int8_markdown(args)
+        markdown += "\n" + section
     markdown, result = keep_peer_section(args, markdown, result)
     print(markdown)
     write_all([(args.out_md, markdown), (args.out_json, as_json(result))])
     return 0
+
+
+def int8_markdown(args):
+    """float ONNX, tfsurgery's int8 and onnxruntime's recipe timed together (benchmarks/int8.py)
+    on ResNet50 and MobileNetV2 (or --models when given)."""
+    from benchmarks import int8
+    names = [n for n in args.models if n in ("ResNet50", "MobileNetV2")] or \
+        ["ResNet50", "MobileNetV2"]
+    sections = {}
+    for name in names:
+        print(f"[benchmark] int8: {name}", file=sys.stderr, flush=True)
+        sections[name] = int8.int8_section(benchmark.build_model(name, args.input_size),
+                                           runs=max(args.deploy_runs, 5),
+                                           repeats=args.int8_repeats)
+    return sections, int8.render(sections)
 
 
 def peer_graphs(args) -> int:

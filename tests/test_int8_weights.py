@@ -296,6 +296,9 @@ def test_weights_int8_with_quantize_is_refused(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- bench --int8
+STATIC_TOLERANCE = 0.15    # static int8 quantizes activations too: a coarser step than weights
+
+
 def test_bench_reports_float_and_int8_per_runtime(tmp_path, capsys):
     model = tmp_path / "model.pb"
     model.write_bytes(conv_matmul(seed=1).SerializeToString())
@@ -311,7 +314,15 @@ def test_bench_reports_float_and_int8_per_runtime(tmp_path, capsys):
     for runtime in ("tensorflow", "onnxruntime", "tflite"):
         assert f"| {runtime}" in out
     sides = {s["runtime"]: s for s in json.loads(report.read_text())["int8"]}
+    (static,) = [sides.pop(name) for name in list(sides)      # its target names this machine
+                 if name.startswith("onnxruntime static int8 (")]
     assert set(sides) == {"tensorflow", "onnxruntime", "tflite"}
+    # static int8 (activations too) against float in onnxruntime, timed in the same process
+    assert set(static["timings"]) == {"float", "int8"} and not static["skipped"]
+    assert static["timings"]["float"] == sides["onnxruntime"]["timings"]["float"]
+    assert static["bytes"]["int8"] < 0.5 * static["bytes"]["float"]     # + scales, zero points
+    assert 0 < static["max_error"] < STATIC_TOLERANCE
+    assert [a["rows"] for a in static["agreement"].values()] == [12]
     for side in sides.values():
         assert not side["skipped"], side["skipped"]
         assert side["bytes"]["int8"] < 0.35 * side["bytes"]["float"]

@@ -50,7 +50,9 @@ from tfsurgery.result import (SAMPLE_BATCH_ROWS, Result, check, check_batches,  
                               verify_result)
 from tfsurgery.int8 import (EQUALIZE_CHOICES, INT8_CALIBRATION_CHOICES,  # noqa: F401
                             Int8Refused, Int8Thresholds, TfliteInt8Refused, check_int8_request,
-                            equalized_result, export_int8, export_tflite_int8, int8_samples)
+                            check_int8_speed_request, equalized_result, export_int8,
+                            export_tflite_int8, int8_samples)
+from tfsurgery.int8_speed import Int8TooSlow  # noqa: F401
 from tfsurgery.writer import (OPENVINO_PRECISIONS, Int8Targets, Targets,  # noqa: F401
                               Written, check_drawable, check_line, check_openvino_target,
                               check_saved_model_target, draw, export_openvino,

@@ -9,7 +9,8 @@ import dataclasses
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
-from tfsurgery import equalize as equalize_mod, int8_loop, progress, quantize as quantize_mod
+from tfsurgery import equalize as equalize_mod, int8_loop, int8_speed, int8_target, progress
+from tfsurgery import quantize as quantize_mod
 from tfsurgery import quantize_tflite, samples as samples_mod
 from tfsurgery.artefacts import Batch
 from tfsurgery.errors import ExportError, InputError, OnnxCheckFailed, VerificationError
@@ -27,6 +28,12 @@ def check_int8_request(samples_path, quantize, onnx: bool, nchw_inputs: Sequence
         raise InputError(f"--quantize {quantize} quantizes the float model: drop --weights "
                          f"{weights} (--weights int8 is storage only, float compute)")
     quantize_mod.check_request(samples_path, quantize, onnx, nchw_inputs)
+
+
+def check_int8_speed_request(target: str = "auto", min_speedup: Optional[float] = None) -> None:
+    """A bad --int8-target or --int8-min-speedup, before any work (exit 2)."""
+    int8_target.settings(target)
+    int8_speed.check_min_speedup(min_speedup)
 
 
 TfliteInt8Refused = quantize_tflite.TfliteInt8Refused
@@ -63,7 +70,9 @@ INT8_CALIBRATION_CHOICES = quantize_mod.CALIBRATION_CHOICES
 def export_int8(source: Source, result: Result, float_model, path, *, rows: int8_loop.Rows,
                 thresholds: quantize_mod.Thresholds, batch: Optional[Batch] = None,
                 calibration_method: str = "auto", equalize: str = "off",
-                bias_correction: str = "off") -> quantize_mod.Int8Report:
+                bias_correction: str = "off", target: str = "auto",
+                min_speedup: Optional[float] = None,
+                speed_runs: int = int8_speed.RUNS) -> quantize_mod.Int8Report:
     """Static int8 of the (checked) float ONNX ``float_model``: every choice measured on the
     selection rows of ``rows``, the one chosen judged on its gate rows against the float
     ORIGINAL in TensorFlow; raises ``Int8Refused`` (with its report) when it misses.
@@ -74,7 +83,12 @@ def export_int8(source: Source, result: Result, float_model, path, *, rows: int8
     it only if it quantizes better; "on" uses it alone (an error when nothing could be
     equalized or it fails its float check); "off" never. ``bias_correction``: "auto" tries
     each attempt with and without bias correction and keeps the best; "on" only with; "off"
-    only without."""
+    only without. ``target``: the CPU the model is for (``int8_target``: "auto" is this
+    machine). The model the gate passes is then timed against ``float_model`` on this machine
+    (``speed_runs`` interleaved runs each, in a process of its own) and refused with
+    ``int8_speed.Int8TooSlow`` below ``min_speedup``: nothing is written."""
+    settings = int8_target.settings(target)                      # bad values: before any work
+    int8_speed.check_min_speedup(min_speedup)
     if bias_correction not in EQUALIZE_CHOICES:
         raise InputError(f"--int8-bias-correction {bias_correction}: choose from "
                          f"{', '.join(EQUALIZE_CHOICES)}")
@@ -101,19 +115,39 @@ def export_int8(source: Source, result: Result, float_model, path, *, rows: int8
             if "equalized" not in candidates:
                 raise ExportError(f"--int8-equalize on: {equalization['why']}")
             del candidates["plain"]
-    progress.say(f"quantizing to int8: {_sizes(rows)}: {path}")
+    progress.say(f"quantizing to int8 for {settings.summary}: {_sizes(rows)}: {path}")
     try:
         report = quantize_mod.quantize(candidates, Path(path), outputs=result.outputs,
                                        rows=rows, expected=float_expected(result, rows),
                                        thresholds=thresholds, batch=batch,
                                        timeout=result.timeout,
                                        calibration_method=calibration_method,
-                                       bias_correction=bias_correction, say=progress.say)
-    except quantize_mod.Int8Refused as refused:
+                                       bias_correction=bias_correction, say=progress.say,
+                                       settings=settings,
+                                       accept=lambda model, report: time_int8(
+                                           float_model, model, report, rows.calibration,
+                                           min_speedup, speed_runs))
+    except (quantize_mod.Int8Refused, int8_speed.Int8TooSlow) as refused:
         refused.report.equalization = equalization
         raise
     report.equalization = equalization
     return report
+
+
+def time_int8(float_model, int8_model, report: int8_loop.Int8Report, calibration,
+              min_speedup: Optional[float], runs: int) -> None:
+    """The int8 model against its float ONNX on this machine, on the first calibration row
+    (batch 1): into ``report.speed``; ``Int8TooSlow`` (carrying the report) below
+    ``min_speedup``."""
+    progress.say(f"timing int8 against float ONNX on this machine ({runs} runs each)")
+    speed = int8_speed.measure(float_model, int8_model, calibration.row(0), runs=runs,
+                               min_speedup=min_speedup)
+    report.speed = dict(speed.as_dict(), line=speed.line())
+    try:
+        int8_speed.require(speed)
+    except int8_speed.Int8TooSlow as slow:
+        slow.report = report
+        raise
 
 
 def _sizes(rows: int8_loop.Rows) -> str:

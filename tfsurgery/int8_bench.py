@@ -8,6 +8,10 @@ and interquartile range), and compared with each other on the same inputs: the i
 max error relative to each float output's magnitude, and top-1 agreement where an output is
 class scores. On random inputs and random weights that agreement says nothing about accuracy
 on real data; with ``--samples`` it is measured on the user's rows.
+
+In onnxruntime a third model joins them, reported as a row of its own against float: **static
+int8** (the quantization ``--quantize int8`` makes: QDQ with this machine's ``int8_target``
+settings, calibrated on the same rows; no accuracy search), timed in the same process.
 """
 from __future__ import annotations
 
@@ -17,9 +21,11 @@ from typing import Dict, List, Mapping, Sequence
 
 import numpy as np
 
-from tfsurgery import artefacts, latency, onnx_export, savedmodel_export, tflite_export, verify
+from tfsurgery import (artefacts, int8_target, latency, onnx_export, quantize,
+                       savedmodel_export, tflite_export, verify)
 from tfsurgery.errors import ExportError
 from tfsurgery.ops import tensor_name
+from tfsurgery.samples import Samples
 
 RUNTIMES = ("tensorflow", "onnxruntime", "tflite")
 VARIANTS = ("float", "int8")
@@ -66,15 +72,44 @@ def bench(graphs: Mapping[str, object], inputs: Sequence[str], outputs: Sequence
             continue
         side.bytes = {v: artefacts.size_of(p) + _data_size(p) for v, p in paths.items()}
         side.max_error, side.agreement = _agreement(values["float"], values["int8"])
+        static = None
+        if runtime == "onnxruntime":
+            static, paths["static"] = _static_int8(paths["float"], work,
+                                                   list(compare_on) or [feeds], outputs,
+                                                   values["float"], timeout)
         npz = work / f"feeds_{runtime}.npz"
         np.savez(npz, **(artefacts.feeds_by_key(feeds, signature.inputs) if runtime == "tflite"
                          else {k: np.asarray(v) for k, v in feeds.items()}))
-        rows = latency.measure_in_subprocess(runtime, {v: (paths[v], npz) for v in VARIANTS},
+        rows = latency.measure_in_subprocess(runtime, {v: (paths[v], npz) for v in paths},
                                              list(outputs), runs=runs, work=work,
                                              timeout=max(timeout, 600))
-        side.timings = {row.variant: row for row in rows}
+        side.timings = {row.variant: row for row in rows if row.variant in VARIANTS}
         sides.append(side)
+        if static is not None:
+            static.bytes = {"float": side.bytes["float"],
+                            "int8": artefacts.size_of(paths["static"])}
+            static.timings = {"float": side.timings["float"],
+                              "int8": next(r for r in rows if r.variant == "static")}
+            sides.append(static)
     return sides
+
+
+def _static_int8(float_model: Path, work: Path, batches, outputs, reference,
+                 timeout: float):
+    """(its side, its path): the float ONNX as static QDQ int8 for this machine, calibrated on
+    ``batches`` (the user's samples, else the bench inputs), and its agreement with float
+    there; the caller fills in sizes and timings."""
+    settings = int8_target.settings()
+    side = Side(f"onnxruntime static int8 ({settings.target})")
+    names = list(batches[0])
+    rows = Samples({name: np.concatenate([np.asarray(b[name]) for b in batches])
+                    for name in names}, {name: False for name in names}, "bench rows")
+    path = work / "static.onnx"
+    quantize._quantize_static(float_model, path, rows, [], cache=work / "static.json",
+                              settings=settings)
+    values = _run("onnxruntime", path, None, outputs, None, batches, timeout)
+    side.max_error, side.agreement = _agreement(reference, values)
+    return side, path
 
 
 def _write(runtime, graphs, inputs, outputs, signature, feeds, tolerances, min_elements,

@@ -314,6 +314,7 @@ class Int8Report:
     equalization: dict = dataclasses.field(default_factory=dict)     # set by the caller
     notes: List[str] = dataclasses.field(default_factory=list)
     speed: dict = dataclasses.field(default_factory=dict)            # set by the caller
+    target: dict = dataclasses.field(default_factory=dict)           # int8_target (ONNX)
 
     @property
     def passed(self) -> bool:       # nothing measured is never a pass (review H5)
@@ -428,6 +429,8 @@ class Backend:
     - ``build(choice, kept_float)``: a quantized model (any handle) with ``kept_float`` float.
     - ``run(model, rows)``: each row's outputs, [row][output], in the loop's output order.
     - ``size(model)``: bytes the written model takes; ``float_size(choice)``: the float's.
+    - ``accept(model, report)``: the format's last word on the model the gate passed, before
+      it is published (ONNX: its speed on this machine); raising there writes nothing.
     - ``publish(model, path)``: write it (atomically; the caller's batch may hold it).
     - ``details(model)``: extra report fields (e.g. TFLite's int8 I/O), a dict.
     """
@@ -451,6 +454,9 @@ class Backend:
 
     def float_size(self, choice: Choice) -> int:
         return 0
+
+    def accept(self, model, report: "Int8Report") -> None:
+        pass
 
     def publish(self, model, path) -> None:
         raise NotImplementedError
@@ -582,6 +588,7 @@ def run_loop(backend, outputs: Sequence[str], rows: Rows, expected: Dict[str, li
     report = gate(backend, chosen, outputs, rows, expected["gate"], thresholds, path)
     if not report.passed:
         raise Int8Refused(report)
+    backend.accept(chosen.model, report)
     backend.publish(chosen.model, path)
     return report
 

@@ -49,7 +49,7 @@ class Speed:
 
     def line(self) -> str:
         """What the run reports: the speed-up, loudly when int8 is not faster."""
-        timed = (f"float {self.float_ms:.2f} ms, int8 {self.int8_ms:.2f} ms (medians of "
+        timed = (f"float {self.float_ms:.3g} ms, int8 {self.int8_ms:.3g} ms (medians of "
                  f"{self.runs} interleaved runs, {self.threads} threads, {self.cpu})")
         if not self.faster:
             return (f"WARNING: int8 is NOT faster than float on this machine: "
@@ -67,8 +67,9 @@ class Int8TooSlow(ExportError):
     def __init__(self, speed: Speed):
         super().__init__(f"int8 runs {speed.speedup:.2f}× float on this machine, below "
                          f"--int8-min-speedup {speed.min_speedup:g} (float "
-                         f"{speed.float_ms:.2f} ms, int8 {speed.int8_ms:.2f} ms)")
+                         f"{speed.float_ms:.3g} ms, int8 {speed.int8_ms:.3g} ms)")
         self.speed = speed
+        self.report = None          # the int8 report, when the caller has one
 
 
 def check_min_speedup(min_speedup: Optional[float]) -> None:

@@ -56,7 +56,10 @@ class OnnxBackend(Backend):
 
     def __init__(self, candidates: Dict[str, Path], calibration: Samples, stage: Path, *,
                  methods: Sequence[str], corrections: Sequence[bool],
-                 timeout: float = DEFAULT_TIMEOUT, batch: Optional[artefacts.Batch] = None):
+                 timeout: float = DEFAULT_TIMEOUT, batch: Optional[artefacts.Batch] = None,
+                 settings: Optional[int8_target.Int8Settings] = None, accept=None):
+        self.settings = settings or int8_target.settings()
+        self._accept = accept
         self.candidates = {name: Path(p) for name, p in candidates.items()}
         self.calibration = calibration
         self.stage = stage
@@ -78,7 +81,8 @@ class OnnxBackend(Backend):
         float_model = self.candidates[choice.model]
         _quantize_static(float_model, out, self.calibration,
                          list(kept_float) + output_heads(float_model), method=choice.method,
-                         cache=self.stage / f"calibration-{choice.model}-{choice.method}.json")
+                         cache=self.stage / f"calibration-{choice.model}-{choice.method}.json",
+                         settings=self.settings)
         if choice.bias_corrected:
             try:
                 correct_biases(float_model, out, self.calibration, self._means)
@@ -99,6 +103,14 @@ class OnnxBackend(Backend):
     def float_size(self, choice: Choice) -> int:
         return self.candidates[choice.model].stat().st_size
 
+    def details(self, model: Path) -> dict:
+        return {"target": self.settings.as_dict()}
+
+    def accept(self, model: Path, report: Int8Report) -> None:
+        """The caller's check (``accept(model, report)``: its speed) on the model chosen."""
+        if self._accept is not None:
+            self._accept(model, report)
+
     def publish(self, model: Path, path) -> None:
         artefacts.publish(lambda: os.replace(model, path), self.batch, self.stage)
 
@@ -107,7 +119,8 @@ def quantize(float_model, path: Path, *, outputs: Sequence[str], rows: Rows,
              expected: Dict[str, list], thresholds: Thresholds,
              batch: Optional[artefacts.Batch] = None, timeout: float = DEFAULT_TIMEOUT,
              calibration_method: str = "auto", bias_correction: str = "off",
-             say=lambda _: None) -> Int8Report:
+             say=lambda _: None, settings: Optional[int8_target.Int8Settings] = None,
+             accept=None) -> Int8Report:
     """Quantize ``float_model`` to ``path`` through the int8 loop (with ``batch``: written when
     the whole run passed). ``float_model``: a path, or candidates by name ({"plain": p,
     "equalized": q}) of which the one quantizing best is kept. ``rows``: calibration, selection
@@ -115,14 +128,16 @@ def quantize(float_model, path: Path, *, outputs: Sequence[str], rows: Rows,
     ``calibration_method``: "auto" (each method tried, the best kept) or one of
     CALIBRATION_METHODS. ``bias_correction``: "auto" tries every attempt with and without its
     biases corrected (:func:`correct_biases`: cheap, the ranges are cached); "on" only with,
-    "off" only without. Raises ``Int8Refused`` carrying the report when the gate misses."""
+    "off" only without. Raises ``Int8Refused`` carrying the report when the gate misses.
+    ``settings``: the target CPU's (``int8_target``; default this machine's); ``accept(model,
+    report)``: called on the model the gate passed before it is published (its speed)."""
     candidates = {"plain": Path(float_model)} if isinstance(float_model, (str, Path)) else \
         {name: Path(p) for name, p in float_model.items()}
     methods = calibration_methods(calibration_method)
     with artefacts.staging(Path(path), batch) as stage:
         backend = OnnxBackend(candidates, rows.calibration, stage, methods=methods,
                               corrections=CORRECTIONS[bias_correction], timeout=timeout,
-                              batch=batch)
+                              batch=batch, settings=settings, accept=accept)
         return run_loop(backend, outputs, rows, expected, thresholds, path, say)
 
 

@@ -15,6 +15,7 @@ from tfsurgery import (artefacts, int8_loop, io, onnx_export, openvino_export, p
                        tflite_export)
 from tfsurgery.artefacts import Artefact, Batch
 from tfsurgery.errors import ExportError, OnnxCheckFailed, WriteFailed
+from tfsurgery.int8_speed import Int8TooSlow
 from tfsurgery.int8 import (Int8Refused, TfliteInt8Refused, check_int8_request, export_int8,
                             export_tflite_int8, int8_samples)
 from tfsurgery.result import (Result, export_onnx, export_reference, feeds_for_checks,
@@ -127,7 +128,10 @@ class Int8Targets:
     judge, or all of ``check_samples``), the gate judged against the float original with
     ``thresholds``; ``labels`` (an .npy of each row's class) when the samples carry none.
     ``calibration``, ``equalize``, ``bias_correction``: see :func:`export_int8`;
-    ``tflite_io``: the full-integer TFLite model's inputs and outputs, "float32" or "int8"."""
+    ``tflite_io``: the full-integer TFLite model's inputs and outputs, "float32" or "int8".
+    ``target``: the CPU the int8 ONNX is for ("auto": this machine; see ``int8_target``);
+    ``min_speedup``: refuse an int8 ONNX that runs less than this many times as fast as the
+    float ONNX on this machine (None: measured and reported only)."""
 
     samples: object = None
     check_samples: object = None
@@ -139,6 +143,8 @@ class Int8Targets:
     equalize: str = "auto"
     bias_correction: str = "auto"
     tflite_io: str = "float32"
+    target: str = "auto"
+    min_speedup: Optional[float] = None
 
 
 @dataclasses.dataclass
@@ -289,8 +295,9 @@ def _write_int8_onnx(source: Source, result: Result, targets: Targets, path: Pat
             report = export_int8(source, result, Path(scratch) / path.name, path, rows=rows,
                                  thresholds=int8.thresholds, batch=batch,
                                  calibration_method=int8.calibration, equalize=int8.equalize,
-                                 bias_correction=int8.bias_correction)
-        except Int8Refused as refused:
+                                 bias_correction=int8.bias_correction, target=int8.target,
+                                 min_speedup=int8.min_speedup)
+        except (Int8Refused, Int8TooSlow) as refused:
             written.int8 = refused.report
             raise WriteFailed("int8", str(refused), written) from refused
         except ExportError as error:

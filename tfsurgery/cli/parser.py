@@ -13,7 +13,7 @@ EXAMPLES = """examples:
   tfsurgery export frozen.pb --bn-fold       # -> frozen.onnx next to the input (no .pb written)
   tfsurgery optimize frozen.pb --bn-fold --picture diff.svg --picture-scope backend/bn_1
   tfsurgery bench frozen.pb --bn-fold        # latency before/after in TF and onnxruntime
-  tfsurgery bench frozen.pb --int8           # float vs int8 weights: size, latency, agreement
+  tfsurgery bench frozen.pb --int8           # float vs int8 weights and static int8
   tfsurgery optimize saved_model_dir -o lean_saved_model/   # a SavedModel back out, checked
   tfsurgery optimize frozen.pb --tflite lean.tflite --weights float16   # TFLite, float16 weights
   tfsurgery optimize frozen.pb --openvino lean_ir/   # OpenVINO IR, checked at f32
@@ -272,6 +272,15 @@ def _int8_options(parser: argparse.ArgumentParser) -> None:
                        help="correct each layer's bias for the mean shift its int8 weights "
                             "cause on the calibration rows (default auto: every attempt tried "
                             "with and without, the best on the selection rows kept)")
+    group.add_argument("--int8-target", default="auto",
+                       choices=("auto", "x86", "x86-vnni", "arm"),
+                       help="the CPU the int8 ONNX will run on (default auto: this machine): "
+                            "x86 and x86-vnni take uint8 activations × int8 weights, x86 (no "
+                            "VNNI) in 7-bit weights (reduce_range), arm int8 × int8")
+    group.add_argument("--int8-min-speedup", type=float, default=None, metavar="X",
+                       help="refuse an int8 ONNX that runs less than X times as fast as the "
+                            "float ONNX on this machine (timed before writing; default: report "
+                            "only, loudly when int8 is not faster)")
 
 
 def _picture_options(parser: argparse.ArgumentParser) -> None:
@@ -353,7 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-onnx", action="store_true", help="TensorFlow only")
     bench.add_argument("--int8", action="store_true",
                        help="the optimized float model against its --weights int8 twin in "
-                            "TensorFlow, onnxruntime and TFLite: size, latency, agreement")
+                            "TensorFlow, onnxruntime and TFLite, and against static int8 "
+                            "(--quantize int8's QDQ for this CPU) in onnxruntime: size, "
+                            "latency, agreement")
     return parser
 
 
