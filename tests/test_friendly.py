@@ -49,7 +49,7 @@ def test_picture_too_big_to_draw_writes_nothing(article_pb, tmp_path, monkeypatc
 def test_bench_subcommand_reports_both_runtimes(article_pb, tmp_path, capsys):
     report = tmp_path / "bench.json"
     assert main(["bench", str(article_pb), "--bn-fold", "--runs", "3",
-                 "--report-json", str(report)]) == 0
+                 "--runtimes", "tensorflow,onnxruntime", "--report-json", str(report)]) == 0
     text = capsys.readouterr().out
     assert "tensorflow" in text and "onnxruntime" in text and "speed-up" in text
     assert "each runtime in its own process" in text and "intra-op threads" in text

@@ -224,7 +224,7 @@ def test_nodes_pruned_before_fold_batch_norm_are_booked_to_prune(tf1_rnn_files):
 def test_bench_on_an_lstm_times_tensorflow_and_onnxruntime(tf_keras_files, tmp_path, capsys):
     report = tmp_path / "bench.json"
     code = main(["bench", str(tf_keras_files["LSTM"]["h5"]), "--runs", "3",
-                 "--report-json", str(report)])
+                 "--runtimes", "tensorflow,onnxruntime", "--report-json", str(report)])
     out = capsys.readouterr().out
     assert code == 0
     timings = json.loads(report.read_text())["timings"]

@@ -1,6 +1,8 @@
 """``bench`` across every installed runtime (issue 33, item 3): what the table holds — each
 runtime's artefacts, each with its check, the fastest *checked* one named, the CPU named — not
 how fast anything is (timings are the benchmark's business, never a test's)."""
+import json
+import re
 import xml.etree.ElementTree as ElementTree
 
 import numpy as np
@@ -37,9 +39,9 @@ def test_every_installed_runtime_has_its_rows_each_checked(demo_bench):
     assert {r for r in expected if r[0] in installed} <= rows
     for entry in demo_bench.entries:
         assert entry.timing is not None and entry.timing.median_ms > 0, entry.as_dict()
-        if entry.model == "original":
+        if (entry.runtime, entry.model) == ("tensorflow", "original"):
             assert entry.check is None          # the reference itself
-        else:      # the demo's artefacts all pass, each at its own tolerance
+        else:      # the demo's artefacts (and tf2onnx's) all pass, each at its own tolerance
             assert entry.check.passed and entry.check.max_error <= entry.check.tolerance
     if "openvino" in installed:
         from tfsurgery import openvino_export
@@ -90,3 +92,51 @@ def test_a_runtime_not_installed_is_listed_as_missing(tmp_path, monkeypatch):
     assert bench.missing == ["onnxruntime", "tflite", "openvino"]
     assert {e.runtime for e in bench.entries} == {"tensorflow"}
     assert np.isfinite(bench.fastest().timing.median_ms)
+
+
+def test_cli_bench_names_the_cpu_and_the_fastest_checked(tmp_path, capsys):
+    """``tfsurgery bench`` on the demo: every requested runtime's rows with their checks, the
+    CPU, the fastest checked one; the same in --report-json and as a bar chart."""
+    from tfsurgery import openvino_export
+    from tfsurgery.cli import main
+    runtimes = ["tensorflow"] + (["openvino"] if openvino_export.installed() else [])
+    code = main(["bench", "--runs", "2", "--runtimes", ",".join(runtimes),
+                 "--plot", str(tmp_path / "bench.svg"), "--report-json", str(tmp_path / "b.json")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "CPU: " in out and "fastest checked on this machine: " in out
+    for runtime in runtimes:
+        assert f"| {runtime} " in out
+    report = json.loads((tmp_path / "b.json").read_text())
+    assert {e["runtime"] for e in report["entries"]} == set(runtimes)
+    assert report["fastest"]["checked"] and report["cpu"]["name"]
+    assert f"fastest checked on this machine: {report['fastest']['runtime']} " in out
+    if "openvino" in runtimes:
+        assert re.search(r"\| openvino +\| optimized +\| f32 +\| passed ", out)
+    picture = ElementTree.parse(tmp_path / "bench.svg").getroot()
+    assert len([e for e in picture.iter() if e.tag.endswith("rect")]) == \
+        sum(1 for e in report["entries"] if e["timing"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--runtimes", "tensorflow,tensorrt"], "choose from tensorflow, onnxruntime"),
+    (["--plot", "bench.png"], "give a path ending in .svg"),
+    (["--runs", "0"], "at least 1")])
+def test_cli_bench_bad_requests_are_one_line_exit_2(argv, message, tmp_path, capsys,
+                                                    monkeypatch):
+    from tfsurgery.cli import main
+    monkeypatch.chdir(tmp_path)
+    code = main(["bench"] + argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and len(err.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_bench_of_openvino_without_it_says_how_to_get_it(capsys, monkeypatch):
+    import sys
+    from tfsurgery import openvino_export
+    from tfsurgery.cli import main
+    monkeypatch.setitem(sys.modules, "openvino", None)
+    code = main(["bench", "--runtimes", "openvino"])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == f"tfsurgery: error: {openvino_export.INSTALL_HINT}"

@@ -58,7 +58,8 @@ from tfsurgery.writer import (OPENVINO_PRECISIONS, Int8Targets, Targets,  # noqa
                               check_saved_model_target, draw, export_openvino,
                               export_saved_model, export_tflite, pb_artefact, wants_directory,
                               write)
-from tfsurgery.bench import bench, bench_int8, check_runs  # noqa: F401
+from tfsurgery.bench import (RUNTIMES, bench, bench_int8, bench_runtimes,  # noqa: F401
+                             check_plot, check_runs, check_runtimes, write_bench_plot)
 
 log = logging.getLogger("tfsurgery")
 

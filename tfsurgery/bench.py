@@ -1,11 +1,15 @@
-"""``bench``: latency of the original and the optimized graph, and of the float result
-against its int8-weight twin, each runtime in its own process (latency.py, int8_bench.py)."""
+"""``bench``: the model in every installed runtime, each artefact checked, the fastest checked one
+named (runtime_bench.py); latency of the original and the optimized graph, and of the float
+result against its int8-weight twin, each runtime in its own process (latency.py,
+int8_bench.py)."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence
 
-from tfsurgery import int8_bench, latency, progress, verify as verify_mod
+from tfsurgery import (int8_bench, io, latency, openvino_export, progress, runtime_bench,
+                       verify as verify_mod)
 from tfsurgery.errors import InputError, Unverified
 from tfsurgery.result import (Result, check_batches, feeds_for_checks, int8_min_elements,
                               require_verified)
@@ -26,6 +30,63 @@ def bench(source: Source, result: Result, *, runs: int = 50, onnx: bool = True) 
                          result.original_extra_feeds, feeds=feeds, runs=runs, onnx=onnx,
                          original_feeds=(result.preprocess.model_feeds(feeds)
                                          if result.preprocess else None))
+
+
+RUNTIMES = runtime_bench.RUNTIMES
+
+
+def check_runtimes(names: Optional[Sequence[str]] = None) -> List[str]:
+    """The runtimes to time: those named (each known; OpenVINO installed, else one line saying
+    how to get it), or None: all — those not installed are then listed as missing."""
+    if not names:
+        return list(RUNTIMES)
+    unknown = [n for n in names if n not in RUNTIMES]
+    if unknown:
+        raise InputError(f"--runtimes {','.join(unknown)}: choose from {', '.join(RUNTIMES)}")
+    if "openvino" in names:
+        openvino_export.require()
+    return list(dict.fromkeys(names))
+
+
+def check_plot(path) -> None:
+    """``--plot``: an .svg path that can be written (before minutes of work)."""
+    if path is None:
+        return
+    if Path(path).suffix.lower() != ".svg":
+        raise InputError(f"{path}: --plot writes an SVG picture: give a path ending in .svg")
+    io.check_writable(Path(path))
+
+
+def bench_runtimes(source: Source, result: Result, *, runs: int = 50,
+                   runtimes: Optional[Sequence[str]] = None) -> runtime_bench.Bench:
+    """The optimized model in every installed runtime (or ``runtimes``): TensorFlow and
+    onnxruntime time the original too; TFLite and OpenVINO (f32, and its own default precision
+    where that differs) the optimized one. Each artefact is checked at its own tolerance (the
+    .pb by the run's verification) before it is timed, each runtime in its own process;
+    ``Bench.fastest()`` is the fastest whose check passed. An optimized graph onnxruntime
+    cannot take raises ``ExportError``; another runtime's failure is a row saying why."""
+    check_runs(runs)
+    wanted = check_runtimes(runtimes)
+    require_verified(result)
+    v = result.verification
+    feeds = feeds_for_checks(result)
+    progress.say(f"benchmarking in {', '.join(wanted)}: each artefact checked, then timed")
+    with tempfile.TemporaryDirectory() as work:
+        return runtime_bench.bench(
+            result.original, result.graph_def, result.inputs, result.outputs,
+            signature_for(source, result), feeds=feeds,
+            verification=runtime_bench.Check(v.passed, v.max_error, v.allowed, "verification"),
+            tolerance=result.tolerance, settings=result.original_extra_feeds,
+            original_feeds=result.preprocess.model_feeds(feeds) if result.preprocess else None,
+            runs=runs, runtimes=wanted, work=Path(work), timeout=result.timeout)
+
+
+def write_bench_plot(bench_result: runtime_bench.Bench, path, *, input_path=None) -> Path:
+    """The bench as a bar chart (SVG), written atomically."""
+    path = Path(path)
+    io.refuse_input(path, input_path)
+    io.write_atomically(path, runtime_bench.svg(bench_result).encode())
+    return path
 
 
 def bench_int8(source: Source, result: Result, int8: Result, *, runs: int = 50,

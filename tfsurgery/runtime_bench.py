@@ -1,7 +1,7 @@
 """``tfsurgery bench``: the model in every runtime that is installed, side by side, each checked.
 
 TensorFlow times the original and the optimized graph; onnxruntime both too (the original where
-tf2onnx converts it); the TFLite interpreter the optimized model; OpenVINO its IR at f32 and at
+tf2onnx converts it: the peer, checked like ours); the TFLite interpreter the optimized model; OpenVINO its IR at f32 and at
 OpenVINO's own default precision (bf16 on CPUs with native bf16) when that differs. Every
 deployment artefact is written and checked as an export is (ONNX, TFLite and OpenVINO against
 the optimized graph in TensorFlow, each at its own tolerance; the optimized .pb by the run's
@@ -49,8 +49,8 @@ class Check:
 
 @dataclasses.dataclass
 class Entry:
-    """One model in one runtime: what it is, its check (None: the original, the reference), its
-    timing (None with ``skipped``: why it was not timed)."""
+    """One model in one runtime: what it is, its check (None: the original in TensorFlow, the
+    reference itself), its timing (None with ``skipped``: why it was not timed)."""
     runtime: str
     model: str                 # "original" or "optimized"
     precision: str             # "float32", or OpenVINO's inference precision
@@ -164,22 +164,24 @@ def _tensorflow(original, optimized, inputs, outputs, signature, given, verifica
 
 def _onnxruntime(original, optimized, inputs, outputs, signature, given, verification,
                  tolerance, work, timeout):
-    """Both graphs through tf2onnx: the original only if it converts (a TF1 training cond may
-    not), unchecked (it is the reference's own conversion); the optimized one checked."""
+    """Both graphs through tf2onnx, each checked against itself in TensorFlow: the original
+    (tf2onnx alone, the peer) only if it converts — a TF1 training cond may not —, the
+    optimized one (an optimized graph onnxruntime cannot take raises ``ExportError``)."""
     models = []
-    try:
-        onnx_export.export(original, inputs, outputs, work / "original.onnx",
-                           feeds=given["original"], tolerance=np.inf, timeout=timeout)
-        models.append((Entry("onnxruntime", "original", "float32"), work / "original.onnx",
-                       work / "original.npz"))
-    except ExportError as error:
-        models.append((Entry("onnxruntime", "original", "float32", skipped=str(error)), None,
-                       None))
-    exported = onnx_export.export(optimized, inputs, outputs, work / "optimized.onnx",
-                                  feeds=given["optimized"], tolerance=tolerance, timeout=timeout)
-    check = Check(exported.passed, exported.max_error, exported.tolerance, "onnxruntime")
-    models.append((Entry("onnxruntime", "optimized", "float32", check),
-                   work / "optimized.onnx" if exported.passed else None, work / "optimized.npz"))
+    for name, graph_def in (("original", original), ("optimized", optimized)):
+        path = work / f"{name}.onnx"
+        try:
+            exported = onnx_export.export(graph_def, inputs, outputs, path, feeds=given[name],
+                                          tolerance=tolerance, timeout=timeout)
+        except ExportError as error:
+            if name == "optimized":
+                raise
+            models.append((Entry("onnxruntime", name, "float32", skipped=str(error)), None,
+                           None))
+            continue
+        check = Check(exported.passed, exported.max_error, exported.tolerance, "onnxruntime")
+        models.append((Entry("onnxruntime", name, "float32", check),
+                       path if exported.passed else None, work / f"{name}.npz"))
     return models
 
 
@@ -276,8 +278,8 @@ def svg(result: Bench) -> str:
         y = top + i * (bar + gap)
         t = entry.timing
         colour = "#2e7d32" if entry is fastest else "#5b8fd6" if entry.checked else "#bbbbbb"
-        low, high = left + scale * (t.median_ms - t.spread_ms / 2), \
-            left + scale * (t.median_ms + t.spread_ms / 2)
+        low = left + scale * max(t.median_ms - t.spread_ms / 2, 0.0)
+        high = left + scale * (t.median_ms + t.spread_ms / 2)
         parts += [f'<text x="{left - 8}" y="{y + 13}" text-anchor="end">'
                   f'{_escape(entry.label)}</text>',
                   f'<rect x="{left}" y="{y}" width="{scale * t.median_ms:.1f}" height="{bar}" '

@@ -389,32 +389,72 @@ def _inspect(args, source, transforms) -> int:
 
 
 def _bench(args, source, transforms) -> int:
+    """``bench``: every installed runtime (or --runtimes), each artefact checked then timed in
+    a process of its own; the fastest checked one named, with the CPU."""
     from tfsurgery import api
     api.check_runs(args.runs)                   # before the optimization runs
+    api.check_plot(args.plot)
     if args.int8:
+        if args.plot:
+            raise api.InputError("--plot draws the runtimes' bench; bench --int8 has no plot")
         return _bench_int8(args, source, transforms)
+    runtimes = api.check_runtimes(_split(args.runtimes))
+    if args.no_onnx:
+        runtimes = [r for r in runtimes if r != "onnxruntime"]
     result = _optimized(api, source, transforms, args)
     code = _check_verification(args, result)
     if code:
         return code
-    from tfsurgery.api import ExportError, VerificationError
     try:
-        timings = api.bench(source, result, runs=args.runs, onnx=not args.no_onnx)
-    except (ExportError, VerificationError) as error:   # e.g. an op tf2onnx cannot convert
+        bench = api.bench_runtimes(source, result, runs=args.runs, runtimes=runtimes)
+    except (api.ExportError, api.VerificationError) as error:   # e.g. an op tf2onnx cannot convert
         print(f"tfsurgery: bench FAILED: {error}", file=sys.stderr)
         return 1
-    by_runtime = {}
-    for t in timings:
-        by_runtime.setdefault(t.runtime, {})[t.variant] = t
-    rows = [(runtime, _timing_cell(v["original"]), _timing_cell(v["optimized"]),
-             _speedup(v["original"], v["optimized"])) for runtime, v in by_runtime.items()]
+    if args.plot:
+        api.write_bench_plot(bench, args.plot, input_path=source.path)
+    return _say_bench(args, source, result, bench)
+
+
+def _say_bench(args, source, result, bench) -> int:
+    """The bench's header, CPU, table, what it could not time, the fastest checked artefact,
+    and its JSON (``--report-json``)."""
+    from tfsurgery import api
+    timed = [e.timing for e in bench.entries if e.timing]
+    threads = f", {timed[0].threads} intra-op threads" if timed else ""
     _say(args, f"{source.label}: {len(source.graph_def.node)} → {len(result.graph_def.node)} "
                f"nodes; median ± interquartile range over {args.runs} interleaved runs, ms; "
-               f"each runtime in its own process, {timings[0].threads} intra-op threads")
-    return _bench_table(args, source, api.format_table(
-        rows, headers=("runtime", "original", "optimized", "speed-up")),
-        [f"{t.runtime}, {t.variant} graph not timed: {t.skipped}" for t in timings if t.skipped],
-        {"timings": [t.as_dict() for t in timings]})
+               f"each runtime in its own process{threads}")
+    _say(args, f"CPU: {bench.cpu['name']} ({' '.join(bench.cpu['flags']) or 'no listed flags'})")
+    baseline = next((e.timing for e in bench.entries
+                     if (e.runtime, e.model) == ("tensorflow", "original") and e.timing), None)
+    rows = [(e.runtime, e.model, e.precision, e.check.line() if e.check else "the reference",
+             _timing_cell(e.timing) if e.timing else
+             ("check missed" if e.check and not e.check.passed else "not convertible"),
+             _speedup(baseline, e.timing) if baseline and e.timing else "-")
+            for e in bench.entries]
+    table = api.format_table(rows, headers=("runtime", "model", "precision",
+                                            "check (max error vs tolerance)", "ms", "speed-up"))
+    notes = [f"{e.runtime}, {e.model} graph not timed: {e.skipped}"
+             for e in bench.entries if e.skipped]
+    notes += [f"{runtime}: not installed" + (" (pip install 'tfsurgery[openvino]')"
+                                             if runtime == "openvino" else "")
+              for runtime in bench.missing]
+    fastest = bench.fastest()
+    if fastest is not None:
+        ratio = f", {baseline.median_ms / fastest.timing.median_ms:.2f}x TensorFlow's " \
+                "original" if baseline else ""
+        notes.append(f"fastest checked on this machine: {fastest.runtime} {fastest.model} "
+                     f"{fastest.precision} ({fastest.timing.median_ms:.3g} ms{ratio})")
+    if args.plot:
+        notes.append(f"wrote {args.plot}")
+    report = {**bench.as_dict(), "timings": [e.timing.as_dict() if e.timing else
+                                             _skipped_timing(e) for e in bench.entries]}
+    return _bench_table(args, source, table, notes, report)
+
+
+def _skipped_timing(entry) -> dict:
+    return {"runtime": entry.runtime, "variant": entry.variant, "median_ms": None,
+            "spread_ms": None, "threads": 0, "skipped": entry.skipped}
 
 
 def _bench_int8(args, source, transforms) -> int:

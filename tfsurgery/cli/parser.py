@@ -12,7 +12,7 @@ EXAMPLES = """examples:
   tfsurgery optimize frozen.pb --bn-fold --onnx lean.onnx   # also export to ONNX, checked
   tfsurgery export frozen.pb --bn-fold       # -> frozen.onnx next to the input (no .pb written)
   tfsurgery optimize frozen.pb --bn-fold --picture diff.svg --picture-scope backend/bn_1
-  tfsurgery bench frozen.pb --bn-fold        # latency before/after in TF and onnxruntime
+  tfsurgery bench frozen.pb --bn-fold        # every installed runtime; the fastest checked one
   tfsurgery bench frozen.pb --int8           # float vs int8 weights and static int8
   tfsurgery optimize saved_model_dir -o lean_saved_model/   # a SavedModel back out, checked
   tfsurgery optimize frozen.pb --tflite lean.tflite --weights float16   # TFLite, float16 weights
@@ -355,11 +355,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     _batch_command(sub)
 
-    bench = command("bench", help="latency before and after, in TensorFlow and "
-                    "onnxruntime (interleaved runs, median and spread)")
+    bench = command("bench", help="latency in every installed runtime (TensorFlow, "
+                    "onnxruntime, TFLite, OpenVINO), each artefact checked; names the fastest "
+                    "checked one (interleaved runs, median and spread)")
     _common(bench)
     bench.add_argument("--runs", type=int, default=50, help="timed runs per variant (default 50)")
-    bench.add_argument("--no-onnx", action="store_true", help="TensorFlow only")
+    bench.add_argument("--runtimes", metavar="A,B",
+                       help="time only these: tensorflow, onnxruntime, tflite, openvino "
+                            "(default: every one installed)")
+    bench.add_argument("--no-onnx", action="store_true", help="leave onnxruntime out")
+    bench.add_argument("--plot", metavar="OUT.svg",
+                       help="also draw the timings as a bar chart (SVG)")
     bench.add_argument("--int8", action="store_true",
                        help="the optimized float model against its --weights int8 twin in "
                             "TensorFlow, onnxruntime and TFLite, and against static int8 "
