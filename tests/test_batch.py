@@ -133,8 +133,10 @@ def test_a_folder_of_five_models_two_at_a_time(model_dir, tmp_path, capsys):
     assert "skipped" in row and f"150 → {records['article.pb']['nodes_after']}" in row
     assert "4 skipped" in printed and "1 error" in printed
     assert _by_model(summary)["article.pb"]["nodes_after"] == records["article.pb"]["nodes_after"]
-    print(f"first run (5 models, --jobs 2): {first_seconds:.1f} s; second: "
-          f"{summary['seconds']:.1f} s")
+    with capsys.disabled():              # the cost, for `pytest -s` (docs/batch.md)
+        print(f"\nfirst run (5 models, --jobs 2): {first_seconds:.1f} s (" + ", ".join(
+            f"{name} {r['seconds']:.1f} s" for name, r in records.items()) +
+            f"); second: {summary['seconds']:.1f} s")
 
 
 def test_up_to_date_needs_the_same_options_and_newer_outputs(model_dir, tmp_path):

@@ -22,7 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
@@ -127,7 +127,7 @@ def format_summary(summary: dict) -> str:
                  if r.get("nodes_before") is not None and r.get("nodes_after") is not None
                  else "-")
         error = "-" if r.get("max_error") is None else f"{r['max_error']:.3g}"
-        note = r["error"] if r.get("error") else ", ".join(
+        note = r["error"].replace("tfsurgery: ", "", 1) if r.get("error") else ", ".join(
             Path(a["path"]).name for a in r.get("artefacts", []))
         rows.append((r["model"], r["status"], nodes, error, f"{r['seconds']:.1f}",
                      note[:100]))
@@ -411,10 +411,16 @@ def _read_json(path: Path) -> Optional[dict]:
 
 
 def _write_json_atomically(path: Path, data) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, default=str)
-    os.replace(tmp, path)
+    """A private name in the same folder, then a rename; created with open() so the file gets
+    the user's umask like every other output (mkstemp would make it 0600)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "x") as f:
+            json.dump(data, f, indent=2, default=str)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def _version() -> str:
