@@ -95,26 +95,18 @@ def export_int8(source: Source, result: Result, float_model, path, *, rows: int8
     if equalize not in EQUALIZE_CHOICES:
         raise InputError(f"--int8-equalize {equalize}: choose from {', '.join(EQUALIZE_CHOICES)}")
     quantize_mod.calibration_methods(calibration_method)          # a bad name: before any work
-    candidates = {"plain": Path(float_model)}
-    equalization: dict = {"asked": equalize}
-    if equalize != "off":
-        progress.say("cross-layer equalization before int8")
-        equalized, equalization = equalized_result(result, rows.calibration, rows.selection)
-        equalization["asked"] = equalize
-        if equalized is not None:
-            twin = Path(float_model).with_name("equalized." + Path(float_model).name)
-            try:
-                exported = export_onnx(equalized, twin)
-                candidates["equalized"] = twin
-            except OnnxCheckFailed as failed:
-                exported = failed.export
-                equalization["why"] = (f"its ONNX differs from TensorFlow by "
-                                       f"{exported.max_error:.3g}")
-            equalization["onnx_max_error"] = float(exported.max_error)
-        if equalize == "on":
-            if "equalized" not in candidates:
-                raise ExportError(f"--int8-equalize on: {equalization['why']}")
-            del candidates["plain"]
+    twin = Path(float_model).with_name("equalized." + Path(float_model).name)
+
+    def as_onnx(equalized: Result, equalization: dict) -> Optional[Path]:
+        """The equalized graph's checked float ONNX beside ``float_model`` (None: it failed)."""
+        try:
+            exported, model = export_onnx(equalized, twin), twin
+        except OnnxCheckFailed as failed:
+            exported, model = failed.export, None
+            equalization["why"] = f"its ONNX differs from TensorFlow by {exported.max_error:.3g}"
+        equalization["onnx_max_error"] = float(exported.max_error)
+        return model
+    candidates, equalization = _candidates(result, rows, equalize, Path(float_model), as_onnx)
     progress.say(f"quantizing to int8 for {settings.summary}: {_sizes(rows)}: {path}")
     try:
         report = quantize_mod.quantize(candidates, Path(path), outputs=result.outputs,
@@ -148,6 +140,28 @@ def time_int8(float_model, int8_model, report: int8_loop.Int8Report, calibration
     except int8_speed.Int8TooSlow as slow:
         slow.report = report
         raise
+
+
+def _candidates(result: Result, rows: int8_loop.Rows, equalize: str, plain, as_model
+                ) -> Tuple[dict, dict]:
+    """The float models int8 starts from — {"plain": ``plain``} and, unless ``equalize`` is
+    "off", {"equalized": ``as_model(equalized result, info)``} where equalization worked and
+    that gave a model; "on": the equalized one alone (an ``ExportError`` without it) — and
+    what equalization did (the report's ``equalization``)."""
+    candidates = {"plain": plain}
+    equalization: dict = {"asked": equalize}
+    if equalize != "off":
+        progress.say("cross-layer equalization before int8")
+        equalized, equalization = equalized_result(result, rows.calibration, rows.selection)
+        equalization["asked"] = equalize
+        model = as_model(equalized, equalization) if equalized is not None else None
+        if model is not None:
+            candidates["equalized"] = model
+        if equalize == "on":
+            if "equalized" not in candidates:
+                raise ExportError(f"--int8-equalize on: {equalization['why']}")
+            del candidates["plain"]
+    return candidates, equalization
 
 
 def _sizes(rows: int8_loop.Rows) -> str:
@@ -196,18 +210,8 @@ def export_tflite_int8(source: Source, result: Result, path, *, rows: int8_loop.
     require_verified(result)
     if equalize not in EQUALIZE_CHOICES:
         raise InputError(f"--int8-equalize {equalize}: choose from {', '.join(EQUALIZE_CHOICES)}")
-    candidates = {"plain": result.graph_def}
-    equalization: dict = {"asked": equalize}
-    if equalize != "off":
-        progress.say("cross-layer equalization before int8")
-        equalized, equalization = equalized_result(result, rows.calibration, rows.selection)
-        equalization["asked"] = equalize
-        if equalized is not None:
-            candidates["equalized"] = equalized.graph_def
-        elif equalize == "on":
-            raise ExportError(f"--int8-equalize on: {equalization['why']}")
-        if equalize == "on":
-            del candidates["plain"]
+    candidates, equalization = _candidates(result, rows, equalize, result.graph_def,
+                                           lambda equalized, _: equalized.graph_def)
     progress.say(f"converting to full-integer TensorFlow Lite: {_sizes(rows)}: {path}")
     try:
         report = quantize_tflite.export(candidates, signature_for(source, result), path,

@@ -291,23 +291,30 @@ def _write_int8_onnx(source: Source, result: Result, targets: Targets, path: Pat
     int8 = targets.int8
     with tempfile.TemporaryDirectory(prefix=f".{path.name}.float.", dir=path.parent) as scratch:
         _write_onnx(source, result, targets, Path(scratch) / path.name, written, None)
-        try:
-            report = export_int8(source, result, Path(scratch) / path.name, path, rows=rows,
-                                 thresholds=int8.thresholds, batch=batch,
-                                 calibration_method=int8.calibration, equalize=int8.equalize,
-                                 bias_correction=int8.bias_correction, target=int8.target,
-                                 min_speedup=int8.min_speedup)
-        except (Int8Refused, Int8TooSlow) as refused:
-            written.int8 = refused.report
-            raise WriteFailed("int8", str(refused), written) from refused
-        except ExportError as error:
-            raise WriteFailed("int8", str(error), written) from error
-    written.int8 = report
+        report = _int8_export("int8", written, "int8", lambda: export_int8(
+            source, result, Path(scratch) / path.name, path, rows=rows,
+            thresholds=int8.thresholds, batch=batch, calibration_method=int8.calibration,
+            equalize=int8.equalize, bias_correction=int8.bias_correction, target=int8.target,
+            min_speedup=int8.min_speedup))
     measures = ", ".join(f"{o.measure} {o.value:.4g}" for o in report.outputs)
     written.onnx_record.update(path=str(path), as_int8={      # what the artefact record says
         "weights": "int8", "max_error": float("nan"), "reference": "the float original",
         "checked_by": f"onnxruntime int8 on {report.gate_rows} gate rows against the "
                       f"float original: {measures}"})
+
+
+def _int8_export(stage: str, written: Written, record: str, export):
+    """One int8 export, its report (a refused one too) kept as ``written.<record>``; a refusal
+    or a failure raises ``WriteFailed`` at ``stage``."""
+    try:
+        report = export()
+    except (Int8Refused, Int8TooSlow, TfliteInt8Refused) as refused:
+        setattr(written, record, refused.report)
+        raise WriteFailed(stage, str(refused), written) from refused
+    except ExportError as error:
+        raise WriteFailed(stage, str(error), written) from error
+    setattr(written, record, report)
+    return report
 
 
 def _onnx_artefact(written: Written, path: Path, weights: str) -> Artefact:
@@ -349,17 +356,9 @@ def _write_tflite_int8(source: Source, result: Result, targets: Targets, rows,
     """Full-integer TFLite, chosen on the selection rows and judged on the gate rows against
     the float original."""
     int8 = targets.int8
-    try:
-        report = export_tflite_int8(source, result, targets.tflite, rows=rows,
-                                    thresholds=int8.thresholds,
-                                    int8_io=int8.tflite_io == "int8", batch=batch,
-                                    equalize=int8.equalize)
-    except TfliteInt8Refused as refused:
-        written.tflite_int8 = refused.report
-        raise WriteFailed("TFLite int8", str(refused), written) from refused
-    except ExportError as error:
-        raise WriteFailed("TFLite int8", str(error), written) from error
-    written.tflite_int8 = report
+    report = _int8_export("TFLite int8", written, "tflite_int8", lambda: export_tflite_int8(
+        source, result, targets.tflite, rows=rows, thresholds=int8.thresholds,
+        int8_io=int8.tflite_io == "int8", batch=batch, equalize=int8.equalize))
     written.artefacts.append(Artefact(
         "tflite", Path(targets.tflite), report.bytes, float("nan"), float("nan"), True,
         f"LiteRT int8 on {report.gate_rows} gate rows against the float original",

@@ -229,6 +229,19 @@ def _onnx_options(parser: argparse.ArgumentParser) -> None:
                              "optimizations, e.g. MatMul+Add -> Gemm)")
 
 
+# the int8 gate's thresholds (None: quantize.Thresholds' defaults): flag, type, metavar, help
+INT8_THRESHOLDS = (
+    ("--int8-min-agreement", float, "A", "min top-1 agreement with the float original for "
+     "class-score outputs, judged by its 95%% lower confidence bound on the gate rows (default "
+     "0.99: at least 299 gate rows; 0: no agreement gate)"),
+    ("--int8-min-sqnr", float, "DB", "min SQNR in dB for other outputs (default 20)"),
+    ("--int8-max-accuracy-drop", float, "D", "with labels: most the int8 accuracy may fall "
+     "below float's on the gate rows (default 0.01)"),
+    ("--int8-max-float-layers", int, "N", "most layers kept float when a threshold fails "
+     "(default 10%% of the layers, at least 1)"),
+)
+
+
 def _int8_options(parser: argparse.ArgumentParser) -> None:
     """--quantize int8: static int8 ONNX/TFLite; --samples cut into calibration, selection and
     gate rows (docs/int8.md)."""
@@ -247,18 +260,8 @@ def _int8_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tflite-io", choices=("float32", "int8"), default="float32",
                        help="with --tflite: the full-integer model's inputs and outputs "
                             "(default float32; int8: scale and zero point in the report)")
-    group.add_argument("--int8-min-agreement", type=float, default=None, metavar="A",
-                       help="min top-1 agreement with the float original for class-score "
-                            "outputs, judged by its 95%% lower confidence bound on the gate "
-                            "rows (default 0.99: at least 299 gate rows; 0: no agreement gate)")
-    group.add_argument("--int8-min-sqnr", type=float, default=None, metavar="DB",
-                       help="min SQNR in dB for other outputs (default 20)")
-    group.add_argument("--int8-max-accuracy-drop", type=float, default=None, metavar="D",
-                       help="with labels: most the int8 accuracy may fall below float's on the "
-                            "gate rows (default 0.01)")
-    group.add_argument("--int8-max-float-layers", type=int, default=None, metavar="N",
-                       help="most layers kept float when a threshold fails (default 10%% of "
-                            "the layers, at least 1)")
+    for flag, kind, metavar, text in INT8_THRESHOLDS:
+        group.add_argument(flag, type=kind, default=None, metavar=metavar, help=text)
     group.add_argument("--int8-calibration", default="auto",
                        choices=("auto", "minmax", "percentile", "entropy"),
                        help="ONNX calibration method (default auto: minmax and percentile "
