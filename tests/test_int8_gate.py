@@ -331,7 +331,7 @@ def photo_crops(count, seed, size=128):
 
 
 @pytest.mark.slow
-def test_retrained_mobilenet_is_refused_with_its_layers_named(tmp_path):
+def test_retrained_mobilenet_is_refused_with_its_layers_named(tmp_path, capsys):
     """The retrained MobileNet v1 0.25 of the corpus on 150 photo crops (calibration and
     selection) and 320 other crops as gate rows — enough to show 0.99 (299 would do, all
     agreeing). Its plain int8 agrees with float on ~85-93% of crops (the error is spread over
@@ -361,5 +361,9 @@ def test_retrained_mobilenet_is_refused_with_its_layers_named(tmp_path):
     assert gate["lower_bound"] < 0.99
     ranked = sorted(int8["sensitivities"], key=int8["sensitivities"].get, reverse=True)
     assert len(ranked) == int8["layers"] == 29                # 27 convs, the logits, the head
-    assert int8["kept_float"] == ranked[:int8["max_float_layers"]] == ranked[:2]
+    assert int8["max_float_layers"] == 2
+    assert int8["kept_float"] in (ranked[:1], ranked[:2], [])   # the best fallback step
+    named = int8["kept_float"] or ranked[:5]
+    message = capsys.readouterr().err
+    assert "int8 FAILED" in message and all(layer in message for layer in named)
     assert int8["tried"] and all(a["method"] == "MinMax" for a in int8["tried"])

@@ -485,7 +485,8 @@ def choose(backend, outputs: Sequence[str], selection: Samples,
     """Every choice of ``backend`` measured on the ``selection`` rows (``expected``: the float
     reference there), the best kept; when it misses, each layer's sensitivity (the error with
     only that layer float) and the most sensitive kept float, one more at a time, up to the cap,
-    until the selection rows pass. Gate rows are not an argument: nothing here can see them."""
+    until the selection rows pass — else the best of those steps (none kept float when no step
+    beats the plain attempt). Gate rows are not an argument: nothing here can see them."""
 
     def measured(choice: Choice, kept_float: Sequence[str]) -> Tuple[object, Attempt]:
         started = time.perf_counter()
@@ -516,9 +517,10 @@ def choose(backend, outputs: Sequence[str], selection: Samples,
             sensitivities[layer] = base - measured(choice, [layer])[1].score
         ranked = sorted(sensitivities, key=sensitivities.get, reverse=True)
         for count in range(1, min(cap, len(ranked)) + 1):
-            kept = ranked[:count]
-            model, final = measured(choice, kept)
-            if selection_passes(final):
+            step_model, step = measured(choice, ranked[:count])
+            if selection_passes(step) or rank(step) < rank(final):
+                model, final, kept = step_model, step, ranked[:count]   # the best step so far
+            if selection_passes(step):
                 break
     return Chosen(choice, list(kept), model, len(layers), tried, best, final, sensitivities, cap)
 

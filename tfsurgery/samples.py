@@ -15,8 +15,8 @@ rows — for int8's accuracy (``--int8-max-accuracy-drop``); ``--labels PATH`` (
 from a file of their own. Inputs the file does not cover get the seeded random values as before; names that are not inputs, shapes or dtypes that do not fit, NaN/Inf,
 and an empty file are refused in one line naming the file, the input and what is wrong.
 
-Used by verification (every row checked), ``bench`` and int8 calibration (split into a
-calibration part and a held-back check part with :meth:`Samples.split`).
+Used by verification (every row checked), ``bench`` and int8 (cut into calibration, selection
+and gate rows by ``int8_loop.split_rows``).
 """
 from __future__ import annotations
 
