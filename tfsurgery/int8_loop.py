@@ -313,6 +313,7 @@ class Int8Report:
     io_quantization: Dict[str, dict] = dataclasses.field(default_factory=dict)
     equalization: dict = dataclasses.field(default_factory=dict)     # set by the caller
     notes: List[str] = dataclasses.field(default_factory=list)
+    layer_labels: Dict[str, str] = dataclasses.field(default_factory=dict)  # made-up names
     speed: dict = dataclasses.field(default_factory=dict)            # set by the caller
     target: dict = dataclasses.field(default_factory=dict)           # int8_target (ONNX)
 
@@ -328,6 +329,11 @@ class Int8Report:
     @property
     def bytes(self) -> int:         # the older name (TFLite)
         return self.int8_bytes
+
+    def named(self, layer: str) -> str:
+        """A layer as the user can find it: its name, and what it feeds when made up."""
+        label = self.layer_labels.get(layer)
+        return f"{layer} ({label})" if label else layer
 
     def failures(self) -> List[str]:
         """What missed on the gate rows, one phrase each."""
@@ -365,10 +371,10 @@ class Int8Refused(ExportError):
 
     def __init__(self, report: Int8Report):
         kept = (f" with {len(report.kept_float)} layer(s) kept float "
-                f"({', '.join(report.kept_float)}; cap {report.max_float_layers})"
-                if report.kept_float else "")
+                f"({', '.join(map(report.named, report.kept_float))}; cap "
+                f"{report.max_float_layers})" if report.kept_float else "")
         ranked = sorted(report.sensitivities, key=report.sensitivities.get, reverse=True)
-        sensitive = (f"; most sensitive layers: {', '.join(ranked[:5])}"
+        sensitive = (f"; most sensitive layers: {', '.join(map(report.named, ranked[:5]))}"
                      if ranked and not report.kept_float else "")
         few = "".join(f"; {note}" for note in report.notes if "too few" in note)
         super().__init__(f"{report.format} int8 misses its thresholds on {report.gate_rows} "
@@ -433,6 +439,8 @@ class Backend:
       it is published (ONNX: its speed on this machine); raising there writes nothing.
     - ``publish(model, path)``: write it (atomically; the caller's batch may hold it).
     - ``details(model)``: extra report fields (e.g. TFLite's int8 I/O), a dict.
+    - ``labels(layers)``: what the user's graph calls layers whose names the converter made
+      up (ONNX ``Conv__348``), by layer name.
     """
 
     name = "int8"
@@ -462,6 +470,9 @@ class Backend:
         raise NotImplementedError
 
     def details(self, model) -> dict:
+        return {}
+
+    def labels(self, layers: Sequence[str]) -> Dict[str, str]:
         return {}
 
 
@@ -556,6 +567,7 @@ def gate(backend, chosen: Chosen, outputs: Sequence[str], rows: Rows,
         float_bytes=backend.float_size(chosen.choice), int8_bytes=backend.size(chosen.model),
         **backend.details(chosen.model))
     report.notes = notes(report)
+    report.layer_labels = backend.labels(list(chosen.sensitivities) or chosen.kept_float)
     return report
 
 

@@ -114,6 +114,9 @@ class OnnxBackend(Backend):
     def publish(self, model: Path, path) -> None:
         artefacts.publish(lambda: os.replace(model, path), self.batch, self.stage)
 
+    def labels(self, layers: Sequence[str]) -> Dict[str, str]:
+        return made_up_names(next(iter(self.candidates.values())), layers)
+
 
 def quantize(float_model, path: Path, *, outputs: Sequence[str], rows: Rows,
              expected: Dict[str, list], thresholds: Thresholds,
@@ -171,6 +174,21 @@ def output_heads(float_model: Path) -> List[str]:
     outputs = {o.name for o in model.graph.output}
     return [node.name for node in model.graph.node
             if node.op_type in OUTPUT_HEADS and any(o in outputs for o in node.output)]
+
+
+def made_up_names(float_model: Path, layers: Sequence[str]) -> Dict[str, str]:
+    """For layers tf2onnx named itself (``Conv__348``: a depthwise conv it rewrote), what they
+    feed in the user's graph: "before <first reader>"."""
+    import re
+    import onnx
+    model = onnx.load(str(float_model), load_external_data=False)
+    wanted = {name for name in layers if re.search(r"__\d+$", name)}
+    readers: Dict[str, List[str]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node.name)
+    return {node.name: f"before {readers[node.output[0]][0]}" for node in model.graph.node
+            if node.name in wanted and readers.get(node.output[0])}
 
 
 def keep_float(model_path: Path, kept_float: Sequence[str]) -> int:

@@ -317,10 +317,11 @@ def _say_int8(args, report) -> None:
     if report.sensitivities:
         ranked = sorted(report.sensitivities.items(), key=lambda kv: -kv[1])
         _say(args, "  layer sensitivity on the selection rows (error drop with only that "
-                   "layer float): " + ", ".join(f"{name} {value:.3g}"
+                   "layer float): " + ", ".join(f"{report.named(name)} {value:.3g}"
                                                 for name, value in ranked[:10]))
     for name in report.kept_float:
-        _say(args, f"  kept float: {name} (sensitivity {report.sensitivities[name]:.3g})")
+        _say(args, f"  kept float: {report.named(name)} (sensitivity "
+                   f"{report.sensitivities[name]:.3g})")
     for selected, final in zip(report.selection_outputs, report.outputs):
         bound = (f" (95% lower bound {final.lower_bound:.4g} on {final.compared} rows)"
                  if final.lower_bound is not None else "")
