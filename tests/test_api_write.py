@@ -182,7 +182,7 @@ def test_int8_onnx_on_digits(tmp_path):
 def test_int8_without_an_int8_target_is_refused_before_any_work(pb, tmp_path):
     source = api.load(pb)
     result = api.optimize(source, api.choose_transforms(bn_fold=True))
-    with pytest.raises(api.InputError, match="needs an ONNX or TFLite output"):
+    with pytest.raises(api.InputError, match="needs an ONNX, TFLite or OpenVINO output"):
         api.write(source, result, api.Targets(pb=tmp_path / "m.pb", int8=api.Int8Targets(
             samples=tmp_path / "rows.npz")))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["article.pb"]

@@ -34,6 +34,7 @@ FLOORS = {
     1: {"transforms"},
     2: {"pipeline", "localize", "compare", "verify", "reference", "report", "io", "artefacts",
         "onnx_export", "savedmodel_export", "tflite_export", "openvino_export", "runtime_bench",
+        "quantize_openvino",
         "quantize", "quantize_tflite",
         "int8_bench", "int8_loop", "int8_speed", "equalize",
         "latency", "picture", "preprocessing",

@@ -1,8 +1,8 @@
-"""Static int8 (``--quantize int8``) orchestration for ONNX and TFLite: the request checked
+"""Static int8 (``--quantize int8``) orchestration for ONNX, TFLite and OpenVINO: the request checked
 before any work, the samples split into calibration, selection and gate rows, the float
 reference taken from the original as verification runs it, cross-layer equalization tried in
 float first, then the int8 loop (:mod:`tfsurgery.int8_loop`) with the format's backend
-(quantize.py, quantize_tflite.py) chooses on the selection rows and judges on the gate rows."""
+(quantize.py, quantize_tflite.py, quantize_openvino.py) chooses on the selection rows and judges on the gate rows."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +11,7 @@ from typing import Optional, Sequence, Tuple
 
 from tfsurgery import equalize as equalize_mod, int8_loop, int8_speed, int8_target, progress
 from tfsurgery import quantize as quantize_mod
-from tfsurgery import quantize_tflite, samples as samples_mod
+from tfsurgery import quantize_openvino, quantize_tflite, samples as samples_mod
 from tfsurgery.artefacts import Batch
 from tfsurgery.errors import ExportError, InputError, OnnxCheckFailed, VerificationError
 from tfsurgery.result import Result, export_onnx, require_verified, verify_result
@@ -220,6 +220,45 @@ def export_tflite_int8(source: Source, result: Result, path, *, rows: int8_loop.
                                         thresholds=thresholds, int8_io=int8_io,
                                         input_path=source.path, batch=batch, say=progress.say)
     except quantize_tflite.TfliteInt8Refused as refused:
+        refused.report.equalization = equalization
+        raise
+    report.equalization = equalization
+    return report
+
+
+def export_openvino_int8(source: Source, result: Result, path, *, rows: int8_loop.Rows,
+                         thresholds: quantize_mod.Thresholds, precision: str = "f32",
+                         force: bool = False, batch: Optional[Batch] = None,
+                         equalize: str = "off"):
+    """NNCF int8 OpenVINO IR (``nncf.quantize`` over the calibration rows) through the int8
+    loop: NNCF's preset, the plain/equalized graph and the layers kept float (NNCF's ignored
+    scope) chosen on the selection rows, judged in OpenVINO (the rest of the model at
+    ``precision``) on the gate rows against the float ORIGINAL; raises ``Int8Refused``.
+    ``equalize`` as for :func:`export_int8`."""
+    require_verified(result)
+    if equalize not in EQUALIZE_CHOICES:
+        raise InputError(f"--int8-equalize {equalize}: choose from {', '.join(EQUALIZE_CHOICES)}")
+    quantize_openvino.require_nncf()
+    candidates = {"plain": result.graph_def}
+    equalization: dict = {"asked": equalize}
+    if equalize != "off":
+        progress.say("cross-layer equalization before int8")
+        equalized, equalization = equalized_result(result, rows.calibration, rows.selection)
+        equalization["asked"] = equalize
+        if equalized is not None:
+            candidates["equalized"] = equalized.graph_def
+        elif equalize == "on":
+            raise ExportError(f"--int8-equalize on: {equalization['why']}")
+        if equalize == "on":
+            del candidates["plain"]
+    progress.say(f"quantizing OpenVINO IR with NNCF: {_sizes(rows)}: {path}")
+    try:
+        report = quantize_openvino.export(candidates, result.inputs, result.outputs, path,
+                                          rows=rows, expected=float_expected(result, rows),
+                                          thresholds=thresholds, precision=precision,
+                                          force=force, input_path=source.path, batch=batch,
+                                          timeout=result.timeout, say=progress.say)
+    except int8_loop.Int8Refused as refused:
         refused.report.equalization = equalization
         raise
     report.equalization = equalization

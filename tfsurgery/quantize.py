@@ -461,8 +461,8 @@ def check_request(samples_path: Optional[str], quantize: Optional[str], onnx: bo
     if not samples_path:
         raise InputError("int8 needs --samples: real inputs to calibrate on and to check with")
     if not onnx:
-        raise InputError("--quantize int8 needs an ONNX or TFLite output (--onnx PATH, "
-                         "`export`, or --tflite PATH)")
+        raise InputError("--quantize int8 needs an ONNX, TFLite or OpenVINO output (--onnx "
+                         "PATH, `export`, --tflite PATH or --openvino DIR)")
     if nchw_inputs:     # the samples are NHWC rows of the graph's inputs
         raise InputError("--quantize int8 does not take --inputs-as-nchw yet")
 

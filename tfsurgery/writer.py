@@ -17,7 +17,7 @@ from tfsurgery.artefacts import Artefact, Batch
 from tfsurgery.errors import ExportError, OnnxCheckFailed, WriteFailed
 from tfsurgery.int8_speed import Int8TooSlow
 from tfsurgery.int8 import (Int8Refused, TfliteInt8Refused, check_int8_request, export_int8,
-                            export_tflite_int8, int8_samples)
+                            export_openvino_int8, export_tflite_int8, int8_samples)
 from tfsurgery.result import (Result, export_onnx, export_reference, feeds_for_checks,
                               require_verified, save)
 from tfsurgery.source import Source, as_source, signature_for
@@ -187,6 +187,7 @@ class Written:
     onnx_record: Optional[dict] = None
     int8: Optional[quantize_mod.Int8Report] = None
     tflite_int8: Optional[quantize_tflite.TfliteInt8Report] = None
+    openvino_int8: Optional[int8_loop.Int8Report] = None
     checks: List[Artefact] = dataclasses.field(default_factory=list)
     picture: Optional[Path] = None
     published: bool = False
@@ -201,6 +202,8 @@ class Written:
             data["int8"] = self.int8.as_dict()
         if self.tflite_int8 is not None:
             data["tflite_int8"] = self.tflite_int8.as_dict()
+        if self.openvino_int8 is not None:
+            data["openvino_int8"] = self.openvino_int8.as_dict()
         return data
 
 
@@ -217,7 +220,8 @@ def write(source, result: Result, targets: Targets) -> Written:
         openvino_export.check_precision(targets.openvino_precision)
     if targets.int8 is not None:              # what the CLI refuses before any work
         check_int8_request(targets.int8.samples, "int8",
-                           targets.onnx is not None or targets.tflite is not None,
+                           targets.onnx is not None or targets.tflite is not None
+                           or targets.openvino is not None,
                            targets.inputs_as_nchw, weights=result.weights)
     written = Written()
     batch = Batch()
@@ -238,7 +242,9 @@ def write(source, result: Result, targets: Targets) -> Written:
             _write_checked("TFLite", written, lambda: export_tflite(
                 source, result, targets.tflite, batch=batch,
                 allow_unverified=targets.allow_unverified))
-        if targets.openvino is not None:
+        if targets.openvino is not None and targets.int8 is not None:
+            _write_openvino_int8(source, result, targets, rows, written, batch)
+        elif targets.openvino is not None:
             _write_checked("OpenVINO", written, lambda: export_openvino(
                 source, result, targets.openvino, precision=targets.openvino_precision,
                 tolerance=targets.openvino_tolerance, force=targets.force, batch=batch,
@@ -363,3 +369,26 @@ def _write_tflite_int8(source: Source, result: Result, targets: Targets, rows,
         "tflite", Path(targets.tflite), report.bytes, float("nan"), float("nan"), True,
         f"LiteRT int8 on {report.gate_rows} gate rows against the float original",
         weights="int8", reference="the float original"))
+
+
+def _write_openvino_int8(source: Source, result: Result, targets: Targets, rows,
+                         written: Written, batch: Batch) -> None:
+    """NNCF int8 OpenVINO IR, chosen on the selection rows and judged on the gate rows against
+    the float original."""
+    int8 = targets.int8
+    try:
+        report = export_openvino_int8(source, result, targets.openvino, rows=rows,
+                                      thresholds=int8.thresholds,
+                                      precision=targets.openvino_precision, force=targets.force,
+                                      batch=batch, equalize=int8.equalize)
+    except Int8Refused as refused:
+        written.openvino_int8 = refused.report
+        raise WriteFailed("OpenVINO int8", str(refused), written) from refused
+    except ExportError as error:
+        raise WriteFailed("OpenVINO int8", str(error), written) from error
+    written.openvino_int8 = report
+    written.artefacts.append(Artefact(
+        "openvino", Path(targets.openvino), report.int8_bytes, float("nan"), float("nan"), True,
+        f"OpenVINO int8 (NNCF; the rest at {targets.openvino_precision}) on {report.gate_rows} "
+        "gate rows against the float original", weights="int8",
+        reference="the float original"))

@@ -51,7 +51,8 @@ def run(args) -> int:
                            picture_path=getattr(args, "picture", None))
     if getattr(args, "quantize", None):
         api.check_int8_request(args.samples, args.quantize, args.command == "export" or
-                               bool(args.onnx) or bool(args.tflite),
+                               bool(args.onnx) or bool(args.tflite)
+                               or bool(getattr(args, "openvino", None)),
                                _split(args.inputs_as_nchw), weights=args.weights)
         api.check_int8_speed_request(args.int8_target, args.int8_min_speedup)
     if saved_model is not None:
@@ -203,6 +204,8 @@ def _say_checks(args, result, written) -> None:
         _say(args, f"{CHECK_NAMES[artefact.format]} check: {api.check_line(artefact)}")
     if written.tflite_int8 is not None:
         _say_int8(args, written.tflite_int8)
+    if written.openvino_int8 is not None:
+        _say_int8(args, written.openvino_int8)
 
 
 CHECK_NAMES = {"saved_model": "SavedModel", "tflite": "TFLite", "openvino": "OpenVINO"}
@@ -289,7 +292,7 @@ def _onnx_path(args, source) -> Optional[Path]:
     return Path(args.output) if args.output else api.default_onnx_path(source)
 
 
-FORMATS = {"onnx": "ONNX", "tflite": "TFLite full-integer"}
+FORMATS = {"onnx": "ONNX", "tflite": "TFLite full-integer", "openvino": "OpenVINO IR (NNCF)"}
 
 
 def _say_int8(args, report) -> None:
