@@ -597,6 +597,9 @@ def run_loop(backend, outputs: Sequence[str], rows: Rows, expected: Dict[str, li
     """:func:`choose` on the selection rows, then :func:`gate` on the gate rows; publishes
     through the backend when the gate passes, else raises :class:`Int8Refused` (nothing
     written). ``expected``: the float reference by set ("selection", "gate")."""
+    if (rows.selection.labels is None) != (rows.gate.labels is None):
+        raise InputError("labels for some rows only: give them for the selection and the gate "
+                         "rows alike")
     thresholds.check_applies(outputs, expected["selection"], rows.selection.labels)
     chosen = choose(backend, outputs, rows.selection, expected["selection"], thresholds, say)
     report = gate(backend, chosen, outputs, rows, expected["gate"], thresholds, path)
