@@ -4,6 +4,7 @@ tests' own oracle (plain TF sessions, the SavedModel loaded by TF itself)."""
 import json
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -319,3 +320,59 @@ def test_each_models_words_are_optimize_options_with_paths_in_its_own_folder(tmp
                  args.openvino, args.picture):
         assert path.startswith(stage + os.sep), path
     assert args.bn_fold and args.output.endswith("m_optimized.pbtxt")
+
+
+def _fake_job(tmp_path, name, main_code):
+    """A job whose `python -m tfsurgery` is a stand-in package in its cwd (first on sys.path)
+    running ``main_code``: the job machinery without starting TensorFlow."""
+    cwd = tmp_path / f"cwd_{name}"
+    (cwd / "tfsurgery").mkdir(parents=True)
+    (cwd / "tfsurgery" / "__init__.py").write_text("")
+    (cwd / "tfsurgery" / "__main__.py").write_text(main_code)
+    out = tmp_path / "out"
+    job = batch._job(tmp_path / f"{name}.pb", name, out, [], [], 120.0, "f")
+    job.update(cwd=str(cwd), env={"PATH": os.environ.get("PATH", "")})
+    return job
+
+
+def test_an_error_of_ours_in_one_job_is_that_models_record(tmp_path):
+    job = _fake_job(tmp_path, "m", "")
+    job["cwd"] = str(tmp_path / "gone")                 # Popen itself fails
+    record = batch.run_job(job)
+    assert record["status"] == "error" and "FileNotFoundError" in record["error"]
+    assert not os.path.exists(job["stage"])
+
+
+def test_an_interrupted_batch_kills_its_model_processes(tmp_path):
+    """Model processes live in sessions of their own (a deadline kills one group), so the
+    terminal's Ctrl-C never reaches them: the batch kills them itself."""
+    import signal
+    import threading
+    sleeper = ("import os, sys, time\n"
+               "open(os.path.join(os.getcwd(), 'pid'), 'w').write(str(os.getpid()))\n"
+               "time.sleep(120)\n")
+    jobs = [_fake_job(tmp_path, name, sleeper) for name in ("a", "b")]
+    pid_files = [Path(job["cwd"]) / "pid" for job in jobs]
+
+    def interrupt_once_both_run():
+        deadline = time.monotonic() + 60
+        while not all(p.exists() and p.read_text() for p in pid_files):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)         # what Ctrl-C sends
+
+    started = time.monotonic()
+    threading.Thread(target=interrupt_once_both_run, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        list(batch._run_locally(jobs, 2))
+    assert time.monotonic() - started < 60           # not the sleepers ending by themselves
+    pids = [int(p.read_text()) for p in pid_files]
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
+
+
+def test_chatter_does_not_change_the_fingerprint():
+    assert batch.options_fingerprint(["--bn-fold", "-q"], []) == \
+        batch.options_fingerprint(["--bn-fold"], []) != batch.options_fingerprint([], [])

@@ -45,6 +45,7 @@ PER_MODEL_OPTIONS = ("-o", "--output", "--report-json", "--onnx", "--tflite", "-
 RAY_MISSING = ("--engine ray needs Ray: pip install ray (or pip install -e '.[ray]'), "
                "or run without --engine ray")
 OK_STATUSES = ("ok", "skipped")
+CHATTER = ("-v", "--verbose", "-q", "--quiet")   # options that change no output
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)   # so children import this code
 
 
@@ -138,9 +139,10 @@ def format_summary(summary: dict) -> str:
 
 
 def options_fingerprint(options: Sequence[str], exports: Sequence[str]) -> str:
-    """What decides a model's outputs besides the model: the options, the exports asked for
-    and this tfsurgery's version."""
-    text = json.dumps({"options": list(options), "exports": sorted(exports),
+    """What decides a model's outputs besides the model: the options (less -v/-q), the
+    exports asked for and this tfsurgery's version."""
+    options = [option for option in options if option not in CHATTER]
+    text = json.dumps({"options": options, "exports": sorted(exports),
                        "tfsurgery": _version()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -168,9 +170,23 @@ def up_to_date(model: Path, folder: Path, fingerprint: str, options: Sequence[st
 # ---------------------------------------------------------------- one model (in a worker)
 def run_job(job: dict) -> dict:
     """Run one model's ``tfsurgery optimize`` in its own process group, killed at the deadline;
-    publish its outputs if it passed. Plain dicts in and out (a Ray or process worker runs
-    this too). Never raises for the model's sake: every outcome is a record."""
+    publish its outputs if it passed. Plain dicts in and out (a Ray worker runs this too).
+    Never raises for the model's sake: every outcome, an error of ours included, is a record."""
     started = time.monotonic()
+    try:
+        record = _run_and_publish(job)
+    except Exception as error:         # e.g. a full disk while publishing: this model only
+        shutil.rmtree(job["stage"], ignore_errors=True)
+        record = {"model": job["label"], "output_dir": job["name"], "status": "error",
+                  "exit_code": None, "nodes_before": None, "nodes_after": None,
+                  "max_error": None, "tolerance": None, "artefacts": [],
+                  "log": os.path.relpath(job["log"], job["out_dir"]),
+                  "error": f"batch: {type(error).__name__}: {error}"}
+    record["seconds"] = round(time.monotonic() - started, 3)
+    return record
+
+
+def _run_and_publish(job: dict) -> dict:
     stage, final = Path(job["stage"]), Path(job["final"])
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(parents=True)
@@ -184,7 +200,6 @@ def run_job(job: dict) -> dict:
     else:
         _remove_outputs(final)               # OUT_DIR holds the models that are ok, only
     shutil.rmtree(stage, ignore_errors=True)
-    record["seconds"] = round(time.monotonic() - started, 3)
     return record
 
 
@@ -194,11 +209,35 @@ def _run_with_deadline(command: List[str], job: dict):
         process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, env=job["env"], cwd=job["cwd"],
                                    start_new_session=True)
+        with _RUNNING_LOCK:
+            _RUNNING.add(process)
         try:
             return process.wait(timeout=job["timeout"]), False
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)   # its own session: only its group goes
+            _kill(process)
             return process.wait(), True
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(process)
+
+
+# The model processes running now: in sessions of their own (so a deadline kills exactly one
+# model's group), they never see the terminal's Ctrl-C — an interrupted batch kills them.
+_RUNNING: set = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def _kill(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)       # its own session: only its group goes
+    except ProcessLookupError:
+        pass                                          # already gone
+
+
+def _kill_running() -> None:
+    with _RUNNING_LOCK:
+        for process in list(_RUNNING):
+            _kill(process)
 
 
 def _record(job: dict, report: Optional[dict], code: int, timed_out: bool) -> dict:
@@ -280,9 +319,15 @@ def _run_locally(jobs: List[dict], n: int, ray_address=None) -> Iterable[dict]:
     """``n`` model processes at once; the threads here only wait on them."""
     if not jobs:
         return
-    with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=n)
+    try:
         for future in concurrent.futures.as_completed([pool.submit(run_job, j) for j in jobs]):
             yield future.result()
+    except BaseException:            # Ctrl-C, or the caller stopped: no model outlives us
+        pool.shutdown(wait=False, cancel_futures=True)
+        _kill_running()
+        raise
+    pool.shutdown()
 
 
 def _run_on_ray(jobs: List[dict], n: int, ray_address: Optional[str]) -> Iterable[dict]:
