@@ -29,8 +29,12 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tfsurgery.errors import ExportError, InputError
+from tfsurgery.cpu_layout import runnable
+from tfsurgery.errors import ExportError, InputError, VerificationError
+from tfsurgery.ops import first_line, node_name, tensor_name
+from tfsurgery.reference import comparable_reference
 from tfsurgery.samples import Samples
+from tfsurgery.tfsession import plain_session_config
 
 MIN_AGREEMENT = 0.99
 MIN_SQNR_DB = 20.0                 # signal 100× the quantization noise in power
@@ -619,11 +623,6 @@ def float_reference(original, optimized, settings: Dict[str, object], outputs: S
     with ``optimized`` as verification makes them. One session for all rows, within
     ``timeout`` seconds per row."""
     import tensorflow as tf
-    from tfsurgery.cpu_layout import runnable
-    from tfsurgery.ops import first_line, node_name, tensor_name
-    from tfsurgery.reference import comparable_reference
-    from tfsurgery.tfsession import plain_session_config
-    from tfsurgery.verify import VerificationError
     extra = {node_name(k): np.asarray(v) for k, v in settings.items()}
     try:
         reference, _, _ = comparable_reference(original, optimized, extra)
