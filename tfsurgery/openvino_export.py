@@ -188,17 +188,24 @@ def compile_ir(xml: Path, precision: Optional[str], threads: Optional[int] = Non
     return compiled
 
 
+def fed_ports(ports, feeds: Mapping[str, np.ndarray], missing: str) -> list:
+    """(port, value) for each input port, its value found in ``feeds`` by the TensorFlow tensor
+    or node name the port carries; a port nothing feeds: ``ExportError(missing.format(name))``."""
+    pairs = []
+    for port in ports:
+        names = port.get_names()
+        key = next((k for k in feeds if tensor_name(k) in names or node_name(k) in names), None)
+        if key is None:
+            raise ExportError(missing.format(port.get_any_name()))
+        pairs.append((port, np.ascontiguousarray(feeds[key])))
+    return pairs
+
+
 def runner(compiled, feeds: Mapping[str, np.ndarray], outputs: Sequence[str]):
     """A no-argument function running one inference on ``feeds``, returning the outputs in
     ``outputs`` order. Ports are found by their TensorFlow tensor names."""
     request = compiled.create_infer_request()
-    given = {}
-    for port in compiled.inputs:
-        names = port.get_names()
-        key = next((k for k in feeds if tensor_name(k) in names or node_name(k) in names), None)
-        if key is None:
-            raise ExportError(f"the OpenVINO model's input {port.get_any_name()} is not fed")
-        given[port] = np.ascontiguousarray(feeds[key])
+    given = dict(fed_ports(compiled.inputs, feeds, "the OpenVINO model's input {} is not fed"))
     ports = [_output_port(compiled, o) for o in outputs]
 
     def run() -> List[np.ndarray]:

@@ -150,15 +150,8 @@ def quantize(model, calibration: Samples, *, preset: str = "performance",
 
 def _by_port(model, feeds) -> Dict[str, np.ndarray]:
     """One row's feeds keyed by the ov.Model's input names (TensorFlow tensor names)."""
-    from tfsurgery.ops import node_name, tensor_name
-    given = {}
-    for port in model.inputs:
-        names = port.get_names()
-        key = next((k for k in feeds if tensor_name(k) in names or node_name(k) in names), None)
-        if key is None:
-            raise ExportError(f"the samples do not feed the OpenVINO input {port.get_any_name()}")
-        given[port.get_any_name()] = np.ascontiguousarray(feeds[key])
-    return given
+    return {port.get_any_name(): value for port, value in openvino_export.fed_ports(
+        model.inputs, feeds, "the samples do not feed the OpenVINO input {}")}
 
 
 def run(model, rows: Samples, outputs: Sequence[str], precision: str
