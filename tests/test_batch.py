@@ -252,7 +252,11 @@ def test_the_same_jobs_on_a_local_ray_instance(model_dir, tmp_path):
     single.mkdir()
     for name in ("article.pb", "broken.pb"):
         (single / name).write_bytes((folder / name).read_bytes())
-    summary = batch.run(single, tmp_path / "out", ["--bn-fold"], jobs=2, engine="ray")
+    code = main(["batch", str(single), "-o", str(tmp_path / "out"), "--jobs", "2",
+                 "--engine", "ray", "--bn-fold", "--model-timeout", "300"])
+    assert code == 1                                  # the broken one
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["engine"] == "ray" and summary["timeout"] == 300
     records = _by_model(summary)
     assert {name: r["status"] for name, r in records.items()} == {"article.pb": "ok",
                                                                   "broken.pb": "error"}
