@@ -316,7 +316,14 @@ def test_bench_reports_float_and_int8_per_runtime(tmp_path, capsys):
     sides = {s["runtime"]: s for s in json.loads(report.read_text())["int8"]}
     (static,) = [sides.pop(name) for name in list(sides)      # its target names this machine
                  if name.startswith("onnxruntime static int8 (")]
+    openvino = sides.pop("openvino (int8: NNCF static)", None)   # where OpenVINO is installed
     assert set(sides) == {"tensorflow", "onnxruntime", "tflite"}
+    if openvino is not None:            # the float IR against its NNCF int8 twin, both at f32
+        assert not openvino["skipped"], openvino["skipped"]
+        assert set(openvino["timings"]) == {"float", "int8"}
+        assert openvino["bytes"]["int8"] < openvino["bytes"]["float"]   # the .xml is a fixed cost
+        assert 0 < openvino["max_error"] < STATIC_TOLERANCE
+        assert [a["rows"] for a in openvino["agreement"].values()] == [12]
     # static int8 (activations too) against float in onnxruntime, timed in the same process
     assert set(static["timings"]) == {"float", "int8"} and not static["skipped"]
     assert static["timings"]["float"] == sides["onnxruntime"]["timings"]["float"]

@@ -92,7 +92,8 @@ def write_bench_plot(bench_result: runtime_bench.Bench, path, *, input_path=None
 def bench_int8(source: Source, result: Result, int8: Result, *, runs: int = 50,
                onnx: bool = True, tflite: bool = True) -> List[int8_bench.Side]:
     """The float result and its int8-weight twin (``weights="int8"``, both verified) side by
-    side in TensorFlow, onnxruntime and TFLite: sizes, latency (each runtime in its own
+    side in TensorFlow, onnxruntime and TFLite (and, where installed, the float OpenVINO IR
+    against its NNCF int8 twin): sizes, latency (each runtime in its own
     process), and the int8 model's error against the float one in the same runtime. The float
     result must have passed its check; the int8 one must have been checked — a miss is timed
     too (nothing is written) and the caller says so."""
@@ -103,7 +104,9 @@ def bench_int8(source: Source, result: Result, int8: Result, *, runs: int = 50,
     require_verified(result)
     if int8.verification is None:          # measured, passed or not: bench writes nothing
         raise Unverified("bench_int8 needs the int8 result's check: optimize it with verify=True")
-    runtimes = [r for r, wanted in zip(int8_bench.RUNTIMES, (True, onnx, tflite)) if wanted]
+    runtimes = [r for r, wanted in zip(int8_bench.RUNTIMES,
+                                       (True, onnx, tflite, openvino_export.installed()))
+                if wanted]
     progress.say(f"benchmarking float against int8 weights in {', '.join(runtimes)}")
     with tempfile.TemporaryDirectory() as work:
         return int8_bench.bench({"float": result.graph_def, "int8": int8.graph_def},

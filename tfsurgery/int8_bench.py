@@ -12,6 +12,10 @@ on real data; with ``--samples`` it is measured on the user's rows.
 In onnxruntime a third model joins them, reported as a row of its own against float: **static
 int8** (the quantization ``--quantize int8`` makes: QDQ with this machine's ``int8_target``
 settings, calibrated on the same rows; no accuracy search), timed in the same process.
+
+In OpenVINO (when installed) the float IR (checked at f32 against its graph in TensorFlow) is
+set against its **NNCF int8** twin (``nncf.quantize`` calibrated on the same rows, no accuracy
+search), both compiled at f32 — what is not int8 runs at f32, not at OpenVINO's bf16 default.
 """
 from __future__ import annotations
 
@@ -21,13 +25,15 @@ from typing import Dict, List, Mapping, Sequence
 
 import numpy as np
 
-from tfsurgery import (artefacts, int8_target, latency, onnx_export, quantize,
-                       savedmodel_export, tflite_export, verify)
+from tfsurgery import (artefacts, int8_target, latency, onnx_export, openvino_export, quantize,
+                       quantize_openvino, savedmodel_export, tflite_export, verify)
+from tfsurgery.errors import InputError
 from tfsurgery.errors import ExportError
 from tfsurgery.ops import tensor_name
 from tfsurgery.samples import Samples
 
-RUNTIMES = ("tensorflow", "onnxruntime", "tflite")
+RUNTIMES = ("tensorflow", "onnxruntime", "tflite", "openvino")
+OPENVINO_SIDE = "openvino (int8: NNCF static)"
 VARIANTS = ("float", "int8")
 
 
@@ -59,6 +65,11 @@ def bench(graphs: Mapping[str, object], inputs: Sequence[str], outputs: Sequence
     export fails is reported as skipped, with why."""
     sides = []
     for runtime in runtimes:
+        if runtime == "openvino":
+            sides.append(_openvino_side(graphs["float"], inputs, outputs, feeds,
+                                        list(compare_on) or [feeds], tolerances["float"], work,
+                                        runs, timeout))
+            continue
         side = Side(runtime)
         try:
             paths = _write(runtime, graphs, inputs, outputs, signature, feeds, tolerances,
@@ -101,15 +112,55 @@ def _static_int8(float_model: Path, work: Path, batches, outputs, reference,
     there; the caller fills in sizes and timings."""
     settings = int8_target.settings()
     side = Side(f"onnxruntime static int8 ({settings.target})")
-    names = list(batches[0])
-    rows = Samples({name: np.concatenate([np.asarray(b[name]) for b in batches])
-                    for name in names}, {name: False for name in names}, "bench rows")
+    rows = _samples(batches)
     path = work / "static.onnx"
     quantize._quantize_static(float_model, path, rows, [], cache=work / "static.json",
                               settings=settings)
     values = _run("onnxruntime", path, None, outputs, None, batches, timeout)
     side.max_error, side.agreement = _agreement(reference, values)
     return side, path
+
+
+def _samples(batches) -> Samples:
+    """The batches' rows as one set of samples (what static int8 calibrates on)."""
+    names = list(batches[0])
+    return Samples({name: np.concatenate([np.asarray(b[name]) for b in batches])
+                    for name in names}, {name: False for name in names}, "bench rows")
+
+
+def _openvino_side(graph_def, inputs, outputs, feeds, batches, tolerance: float, work: Path,
+                   runs: int, timeout: float) -> Side:
+    """The float IR and its NNCF int8 twin (calibrated on ``batches``), both compiled at f32:
+    sizes, agreement on ``batches``, and timings in one OpenVINO process of their own."""
+    side = Side(OPENVINO_SIDE)
+    paths = {"float": work / "float_openvino", "int8": work / "int8_openvino"}
+    try:
+        done = openvino_export.export(graph_def, inputs, outputs, paths["float"],
+                                      feeds=dict(feeds), precision="f32", timeout=timeout,
+                                      tolerance=openvino_export.tolerance_for("f32", tolerance))
+        if not done.passed:
+            raise ExportError(f"the float OpenVINO IR differs from its graph in TensorFlow by "
+                              f"{done.max_error:.3g}")
+        quantize_openvino.require_nncf()
+        int8 = quantize_openvino.quantize(openvino_export.convert(graph_def, inputs, outputs),
+                                          _samples(batches))
+        openvino_export.save(int8, paths["int8"], "f32")
+        values = {variant: [openvino_export.run(path / openvino_export.XML, batch, outputs,
+                                                "f32") for batch in batches]
+                  for variant, path in paths.items()}
+    except (ExportError, InputError) as error:
+        side.skipped = str(error)
+        return side
+    side.bytes = {variant: artefacts.size_of(path) for variant, path in paths.items()}
+    side.max_error, side.agreement = _agreement(values["float"], values["int8"])
+    npz = work / "feeds_openvino.npz"
+    np.savez(npz, **{k: np.asarray(v) for k, v in feeds.items()})
+    rows = latency.measure_in_subprocess("openvino", {v: (p, npz) for v, p in paths.items()},
+                                         list(outputs), runs=runs, work=work,
+                                         timeout=max(timeout, 600),
+                                         precisions={"float": "f32", "int8": "f32"})
+    side.timings = {row.variant: row for row in rows}
+    return side
 
 
 def _write(runtime, graphs, inputs, outputs, signature, feeds, tolerances, min_elements,
