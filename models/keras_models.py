@@ -115,13 +115,15 @@ def _keras3_built(model, seed: int) -> BuiltModel:
     return _freeze_keras3(model)
 
 
-def keras_application(name: str, seed: int = 0, input_size=None) -> BuiltModel:
+def keras_application(name: str, seed: int = 0, input_size=None, **options) -> BuiltModel:
     """A `tf.keras.applications.<name>` (MobileNetV2, ResNet50, EfficientNetB0), randomised and
-    frozen. input_size defaults to 32 (the smallest all three accept)."""
+    frozen. input_size defaults to 32 (the smallest all three accept); ``options`` go to the
+    application (MobileNetV2's ``alpha``)."""
     if name not in _APPLICATIONS:
         raise ValueError(f"unknown application {name!r}; expected one of {_APPLICATIONS}")
     size = input_size or 32
-    model = getattr(tf.keras.applications, name)(weights=None, input_shape=(size, size, 3))
+    model = getattr(tf.keras.applications, name)(weights=None, input_shape=(size, size, 3),
+                                                 **options)
     return _keras3_built(model, seed)
 
 

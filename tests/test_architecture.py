@@ -32,7 +32,7 @@ FLOORS = {
         "image_layout", "cpu_layout", "samples", "tensor_list_loops", "onnx_tidy", "progress",
         "_compat", "int8_target"},
     1: {"transforms"},
-    2: {"pipeline", "localize", "compare", "verify", "reference", "report", "io", "artefacts",
+    2: {"pipeline", "localize", "compare", "verify", "sensitivity", "reference", "report", "io", "artefacts",
         "onnx_export", "savedmodel_export", "tflite_export", "openvino_export", "runtime_bench",
         "quantize_openvino",
         "quantize", "quantize_tflite",

@@ -307,7 +307,9 @@ def _verified(result: Result, transforms: Sequence[str], pass_options: Options, 
             f"cannot compare: {error}"
         raise VerificationFailed(message, result=result) from None
     if not result.verification.passed:
-        result.divergence = _localize(result, result.original, transforms, pass_options)
+        # "cannot compare" (outputs all NaN): nothing to localize
+        result.divergence = None if result.verification.uncomparable else \
+            _localize(result, result.original, transforms, pass_options)
         where = f"; {result.divergence.line()}" if result.divergence else ""
         raise VerificationFailed(result.verification.failure() + where,
                                  verification=result.verification, result=result)

@@ -21,6 +21,7 @@ It never passes without comparing real numbers:
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -30,6 +31,7 @@ from tfsurgery.cpu_layout import runnable
 from tfsurgery.errors import InputError, OriginalDoesNotRun, VerificationError
 from tfsurgery.graph import Graph, parse_ref
 from tfsurgery.ops import first_line, node_name, tensor_name
+from tfsurgery import sensitivity as sensitivity_mod
 from tfsurgery.reference import comparable_reference
 from tfsurgery.tfsession import plain_session_config
 
@@ -82,6 +84,14 @@ class Verification:
     # the worst batch as it was made (given values, seed) and fed: what localizing re-runs
     worst: tuple = dataclasses.field(default=(None, 0), repr=False)
     worst_feeds: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
+    # where the outputs alone are blind (tfsurgery.sensitivity): the first batch's decisions,
+    # and the intermediate tensors compared when the comparison was widened (nearest the
+    # inputs first), each with its own noise-floor allowance; those a rewrite changed inside
+    # (their affine readers match) are excused
+    watching: Optional["Watching"] = dataclasses.field(default=None, repr=False)
+    intermediate: List[OutputError] = dataclasses.field(default_factory=list)
+    intermediate_allowed: Dict[str, float] = dataclasses.field(default_factory=dict)
+    excused: List[str] = dataclasses.field(default_factory=list)
 
     @property
     def max_error(self) -> float:
@@ -105,7 +115,24 @@ class Verification:
     @property
     def passed(self) -> bool:
         return compared_real_numbers(self.outputs) and self.max_error <= self.allowed and \
-            not self.flips
+            not self.flips and not self.hidden
+
+    @property
+    def hidden(self) -> List[OutputError]:
+        """Intermediate tensors that differ beyond their allowance although nothing excuses
+        them: a change the outputs hide on these inputs."""
+        return [e for e in self.intermediate
+                if e.max_rel > self.bound(e.name) and e.name not in self.excused]
+
+    def bound(self, name: str) -> float:
+        """The largest error allowed an intermediate tensor: the outputs' bound, or its own
+        noise floor's."""
+        return max(self.allowed, self.intermediate_allowed.get(name, 0.0))
+
+    def notes(self) -> List[str]:
+        """What the check did besides comparing the outputs, and why (saturated heads, the
+        inputs' scale, its sensitivity, a widened comparison)."""
+        return list(self.watching.notes) if self.watching else []
 
     def failure(self) -> str:
         """Why it did not pass, in one line."""
@@ -121,6 +148,13 @@ class Verification:
             return (f"the top-1 class changed on {worst['flips']} of {worst['rows']} rows of "
                     f"'{name}' where the original's margin exceeded the tolerance")
         where = f" (on {self.worst_batch})" if self.batches > 1 and self.worst_batch else ""
+        if self.max_error <= self.allowed and self.hidden:
+            first = self.hidden[0]
+            return (f"intermediate tensor '{first.name}' differs by {first.max_rel:.3g} (beyond "
+                    f"{self.allowed:.3g}) although the outputs match on these random inputs "
+                    f"(max error {self.max_error:.3g}): a change the outputs hide; "
+                    f"{len(self.hidden)} of {len(self.intermediate)} compared intermediate "
+                    "tensors differ")
         return f"max error {self.max_error:.3g} exceeds {self.allowed:.3g}{where}{nonfinite}"
 
     @property
@@ -136,6 +170,17 @@ class Verification:
                 f"reference: {self.reference})")
         for name, a in self.agreement.items():
             text += f"; top-1 agreement on '{name}': {a['agree']}/{a['rows']} rows"
+        for error in self.outputs:
+            if error.name.startswith("logits of "):
+                text += f"\n  {error.name}: max error {error.max_rel:.3g}"
+        if self.intermediate:
+            worst = max(self.intermediate, key=lambda e: e.max_rel)
+            text += (f"\n  {len(self.intermediate)} intermediate tensors: max error "
+                     f"{worst.max_rel:.3g} ('{worst.name}')")
+            if self.excused:
+                text += f", {len(self.excused)} changed only inside a rewrite (readers match)"
+        for note in self.notes():
+            text += f"\n  {note}"
         if self.nonfinite:
             total = sum(int(np.prod(o.shape)) for o in self.outputs)
             text += (f"; {self.nonfinite} of {total} original output values are NaN/Inf: "
@@ -149,7 +194,17 @@ class Verification:
                 "nonfinite_outputs": self.nonfinite, "reference": self.reference,
                 "batches": self.batches, "worst_batch": self.worst_batch,
                 "agreement": self.agreement,
-                "outputs": [o.as_dict() for o in self.outputs]}
+                "outputs": [o.as_dict() for o in self.outputs],
+                "intermediate": {"compared": len(self.intermediate),
+                                 "max_error": max((e.max_rel for e in self.intermediate),
+                                                  default=0.0),
+                                 "differ": [e.as_dict() for e in self.hidden],
+                                 "excused": self.excused},
+                "sensitivity": (self.watching.sensitivity.as_dict()
+                                if self.watching and self.watching.sensitivity else None),
+                "input_scale": self.watching.scale if self.watching else None,
+                "saturated": self.watching.saturated if self.watching else [],
+                "notes": self.notes()}
 
 
 def compared_real_numbers(errors: Sequence["OutputError"]) -> bool:
@@ -197,8 +252,10 @@ def has_free_dims(graph, inputs: Sequence[str]) -> bool:
 def make_feeds(graph, inputs: Sequence[str], seed: int = 0, *,
                given: Optional[Mapping[str, np.ndarray]] = None,
                unknown_dim: int = UNKNOWN_DIMS[0],
-               scalar_if_unknown_rank: bool = False) -> Dict[str, np.ndarray]:
-    """Seeded random values for every input placeholder; ``given`` values win.
+               scalar_if_unknown_rank: bool = False,
+               scale: float = 1.0) -> Dict[str, np.ndarray]:
+    """Seeded random values for every input placeholder (floats standard normal × ``scale``);
+    ``given`` values win.
     ``scalar_if_unknown_rank``: stand-in values for inputs nothing reads any more, where any
     value does (a scalar for an input of unknown rank instead of an error). ``graph``: a
     GraphDef or a Graph."""
@@ -227,7 +284,7 @@ def make_feeds(graph, inputs: Sequence[str], seed: int = 0, *,
         elif dtype.is_integer:
             value = rng.integers(0, 10, size=shape)
         else:
-            value = rng.standard_normal(shape)
+            value = rng.standard_normal(shape) * scale
         feeds[name] = np.asarray(value).astype(dtype.as_numpy_dtype)
     return feeds
 
@@ -263,31 +320,57 @@ def nudge(feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
 def run_graph(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str], *,
               timeout: float = DEFAULT_TIMEOUT, label: str = "the graph") -> List[np.ndarray]:
     """Run a GraphDef once in a TF1 Session, within ``timeout`` seconds."""
-    import tensorflow as tf
-    graph_def = runnable(graph_def, label=label)     # NCHW ops on a CPU without oneDNN
-    with tf.Graph().as_default() as graph:
-        try:
-            tf.compat.v1.import_graph_def(graph_def, name="")
-        except (ValueError, TypeError, tf.errors.OpError) as error:   # e.g. an unknown op
-            raise VerificationError(f"TensorFlow cannot import {label}: "
-                                    f"{first_line(error)}") from None
-        present = {n.name for n in graph_def.node}
-        feed = {tensor_name(k): v for k, v in feeds.items() if node_name(k) in present}
-        options = tf.compat.v1.RunOptions(timeout_in_ms=max(1, int(timeout * 1000)))
-        with tf.compat.v1.Session(graph=graph, config=plain_session_config()) as session:
+    with Runner(graph_def, timeout=timeout, label=label) as runner:
+        return runner.run(feeds, outputs)
+
+
+class Runner:
+    """A GraphDef imported once into an open TF1 Session, run as often as needed (the reference
+    of a check: its outputs, the sensitivity probes, the noise floor), each run within
+    ``timeout`` seconds. ``graph``: the imported tf.Graph (dtypes, shapes, consumers)."""
+
+    def __init__(self, graph_def, *, timeout: float = DEFAULT_TIMEOUT,
+                 label: str = "the graph"):
+        import tensorflow as tf
+        self.label, self.timeout = label, timeout
+        graph_def = runnable(graph_def, label=label)     # NCHW ops on a CPU without oneDNN
+        with tf.Graph().as_default() as graph:
             try:
-                return session.run([tensor_name(o) for o in outputs], feed, options=options)
-            except tf.errors.DeadlineExceededError:
-                raise GraphTimeout(
-                    f"{label} did not finish within {timeout:g} s (an empty input queue, or a "
-                    "loop the test inputs never end?); give real inputs with --feed NAME=VALUE "
-                    "or --input-shape, or a longer --verify-timeout") from None
-            except (ValueError, KeyError, TypeError) as error:   # e.g. a feed of the wrong shape
-                raise VerificationError(f"TensorFlow cannot run {label}: "
+                tf.compat.v1.import_graph_def(graph_def, name="")
+            except (ValueError, TypeError, tf.errors.OpError) as error:   # e.g. an unknown op
+                raise VerificationError(f"TensorFlow cannot import {label}: "
                                         f"{first_line(error)}") from None
-            except tf.errors.OpError as error:
-                raise VerificationError(f"TensorFlow cannot run {label}: "
-                                        f"{first_line(error.message)}") from None
+        self.graph = graph
+        self.present = {n.name for n in graph_def.node}
+        self.session = tf.compat.v1.Session(graph=graph, config=plain_session_config())
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.session.close()
+
+    def run(self, feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -> List[np.ndarray]:
+        import tensorflow as tf
+        feed = {tensor_name(k): v for k, v in feeds.items() if node_name(k) in self.present}
+        options = tf.compat.v1.RunOptions(timeout_in_ms=max(1, int(self.timeout * 1000)))
+        label, timeout = self.label, self.timeout
+        try:
+            return self.session.run([tensor_name(o) for o in outputs], feed, options=options)
+        except tf.errors.DeadlineExceededError:
+            raise GraphTimeout(
+                f"{label} did not finish within {timeout:g} s (an empty input queue, or a "
+                "loop the test inputs never end?); give real inputs with --feed NAME=VALUE "
+                "or --input-shape, or a longer --verify-timeout") from None
+        except (ValueError, KeyError, TypeError) as error:   # e.g. a feed of the wrong shape
+            raise VerificationError(f"TensorFlow cannot run {label}: "
+                                    f"{first_line(error)}") from None
+        except tf.errors.OpError as error:
+            raise VerificationError(f"TensorFlow cannot run {label}: "
+                                    f"{first_line(error.message)}") from None
 
 
 # ---------------------------------------------------------------- comparing
@@ -298,6 +381,14 @@ def output_error(name: str, reference: np.ndarray, result: np.ndarray) -> Output
     if reference.dtype.kind != "f":
         wrong = float(np.count_nonzero(reference != result))
         return OutputError(name, wrong, wrong, tuple(reference.shape))
+    if reference.dtype == result.dtype and reference.dtype.itemsize >= 4:
+        # the common case (all finite: NaN/Inf make these NaN), without float64 copies
+        max_abs = float(np.max(np.abs(reference - result), initial=0.0))
+        magnitude = float(np.max(np.abs(reference), initial=0.0))
+        if np.isfinite(max_abs) and np.isfinite(magnitude):
+            return OutputError(name, max_abs,
+                               max_abs / max(magnitude, np.finfo(np.float32).tiny),
+                               tuple(reference.shape))
     ref64, res64 = reference.astype(np.float64), result.astype(np.float64)
     finite = np.isfinite(ref64)
     nonfinite = int(finite.size - np.count_nonzero(finite))
@@ -315,14 +406,18 @@ def output_error(name: str, reference: np.ndarray, result: np.ndarray) -> Output
 # ---------------------------------------------------------------- the check
 def run_reference(original, inputs: Sequence[str], outputs: Sequence[str],
                   settings: Mapping[str, np.ndarray], *, seed: int, given, timeout: float,
-                  size: Optional[int] = None):
-    """Feeds for which the original runs with non-empty outputs, and its outputs. An original
-    that cannot run at all is the user's input at fault."""
+                  size: Optional[int] = None, scale: float = 1.0, runner=None):
+    """Feeds for which the original runs with non-empty outputs, and its values of ``outputs``
+    (any tensors; ``runner``: the original already open). An original that cannot run at all
+    is the user's input at fault."""
     size = free_dim_size(original, inputs, outputs, given) if size is None else size
-    feeds = make_feeds(original, inputs, seed, given=given, unknown_dim=size)
+    feeds = make_feeds(original, inputs, seed, given=given, unknown_dim=size, scale=scale)
     try:
-        expected = run_graph(original, {**feeds, **settings}, outputs, timeout=timeout,
-                             label="the original graph")
+        if runner is None:
+            expected = run_graph(original, {**feeds, **settings}, outputs, timeout=timeout,
+                                 label="the original graph")
+        else:
+            expected = runner.run({**feeds, **settings}, outputs)
     except GraphTimeout:
         raise                    # a deadline is no proof the input is bad: exit 1, not 2
     except VerificationError as error:
@@ -369,48 +464,211 @@ def _shape_hint(inputs: Sequence[str], given) -> str:
             if free else "; check the --feed values")
 
 
+@dataclasses.dataclass
+class Watching:
+    """What the first batch of a check decided, kept for the others: the random inputs' scale,
+    the sensitivity measured, whether the comparison was widened (tfsurgery.sensitivity)."""
+    scale: Optional[float] = None
+    saturated: List[str] = dataclasses.field(default_factory=list)
+    sensitivity: Optional[sensitivity_mod.Sensitivity] = None
+    notes: List[str] = dataclasses.field(default_factory=list)
+
+
 def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
            settings: Mapping[str, object] = (), *, tolerance: float = DEFAULT_TOLERANCE,
            seed: int = 0, given: Optional[Mapping[str, np.ndarray]] = None,
            timeout: float = DEFAULT_TIMEOUT, reference_note: Optional[str] = None,
-           preprocess=None, comparable=None) -> Verification:
-    """Compare every output of ``optimized`` with ``original`` on the same feeds. ``settings``
-    are values the original is fed besides the inputs: training flags False, dropout knobs at
-    their inference value (a list of names means bool flags set False). ``preprocess`` (see
-    tfsurgery.preprocessing.Preprocessor): the optimized graph takes raw inputs, the original
-    their preprocessed values, computed by the hook in NumPy. ``comparable``: what
-    ``comparable_reference`` made of the two for these settings, when the caller has it."""
+           preprocess=None, comparable=None, watching: Optional[Watching] = None) -> Verification:
+    """Compare every output of ``optimized`` with ``original`` on the same feeds — and what an
+    output-only comparison is blind to (tfsurgery.sensitivity): the logits under saturating
+    heads, argmax and integer outputs; where a 1% change of a layer's weights would not show,
+    every tensor both graphs have. ``settings`` are values the original is fed besides the
+    inputs: training flags False, dropout knobs at their inference value (a list of names means
+    bool flags set False). ``preprocess`` (see tfsurgery.preprocessing.Preprocessor): the
+    optimized graph takes raw inputs, the original their preprocessed values, computed by the
+    hook in NumPy. ``comparable``: what ``comparable_reference`` made of the two for these
+    settings, when the caller has it. ``watching``: the first batch's decisions, for the next."""
     settings = _settings(settings)
+    watching = Watching() if watching is None else watching
     raw = None
     if preprocess is not None:
         raw, given = _preprocessed_feeds(original, optimized, inputs, outputs, preprocess,
                                          seed=seed, given=given)
     reference, optimized, random_note = comparable or comparable_reference(
         original, optimized, {node_name(k): v for k, v in settings.items()})
-    feeds, expected, size = run_reference(reference, inputs, outputs, settings, seed=seed,
-                                          given=given, timeout=timeout)
-    actual = run_graph(optimized, feeds if raw is None else raw, outputs, timeout=timeout,
-                       label="the optimized graph")
-    errors = [output_error(name, e, a) for name, e, a in zip(outputs, expected, actual)]
-    more_feeds = {}
+    started = time.perf_counter()
+    try:
+        ref = Runner(reference, timeout=timeout, label="the original graph")
+    except VerificationError as error:
+        raise OriginalDoesNotRun(f"the input graph does not run on test inputs: {error}") \
+            from None
+    with ref, Runner(optimized, timeout=timeout, label="the optimized graph") as opt:
+        watches, unpaired = sensitivity_mod.watched(ref.graph, opt.graph, outputs)
+        first = watching.sensitivity is None        # the first batch measures, and widens
+        layers = sensitivity_mod.weight_layers(ref.graph) if first else []
+        # the kernels fed at their own values: the probes then reuse the reference's first
+        # run's executor (TensorFlow builds one per set of fed and fetched tensors)
+        fed = {**settings, **sensitivity_mod.kernel_feeds(layers)}
+        fetch_ref = list(outputs) + [w.reference for w in watches]
+        fetch_opt = list(outputs) + [w.optimized for w in watches]
+        names = list(outputs) + [w.label for w in watches]
+        # too many layers to probe them all in the time: widen at once, in the same runs
+        wide_names = sensitivity_mod.comparable_tensors(ref.graph, opt.graph, fetch_opt) \
+            if first and raw is None and len(layers) > sensitivity_mod.PROBE_MAX_LAYERS else []
+        feeds, expected, size = _scaled_reference(ref, reference, inputs, outputs,
+                                                  fetch_ref + wide_names, fed, watching,
+                                                  seed=seed, given=given, timeout=timeout,
+                                                  random=raw is None)
+        actual = opt.run(feeds if raw is None else raw, fetch_opt + wide_names)
+        count = len(fetch_ref)
+        wide = _same_shapes(wide_names, expected[count:], actual[count:])
+        expected, actual = expected[:count], actual[:count]
+        errors = [output_error(n, e, a) for n, e, a in zip(names, expected, actual)]
+        if first:
+            watching.notes += unpaired
+            if wide_names:
+                watching.sensitivity = sensitivity_mod.Sensitivity(layers=len(layers))
+                watching.notes.append(_widened_note(watching, len(wide)))
+            else:
+                budget = max(sensitivity_mod.PROBE_MIN_SECONDS,
+                             sensitivity_mod.PROBE_SHARE * (time.perf_counter() - started))
+                watching.sensitivity = sensitivity_mod.probe(
+                    ref.run, layers, {**feeds, **fed}, fetch_ref, expected, tolerance, budget,
+                    relative_error=lambda e, m: output_error("", e, m).max_rel)
+                if watching.sensitivity.complete:
+                    watching.notes.append(f"sensitivity: {watching.sensitivity.line()}")
+                else:
+                    wide = _widened(ref, opt, feeds, raw, fed, fetch_opt, watching)
+        verification = Verification(errors, tolerance, feeds=feeds if raw is None else raw,
+                                    expected=dict(zip(outputs, expected)),
+                                    actual=dict(zip(outputs, actual)))
+        verification.watching = watching
+        verification.intermediate = [_consumed_error(n, e, a) for n, (e, a) in wide.items()]
+        _excuse(verification, opt.graph)
+        if verification.max_error > tolerance or verification.hidden:
+            _noise_floor(verification, ref, feeds, fed, fetch_ref, names, expected,
+                         {n: wide[n] for n in {e.name for e in verification.hidden}})
+            _excuse(verification, opt.graph)
     if raw is None:
-        more_errors, more_feeds = _second_size(reference, optimized, inputs, outputs, settings,
-                                               size, seed=seed, given=given, timeout=timeout)
-        errors += more_errors
-    verification = Verification(errors, tolerance, feeds=feeds if raw is None else raw,
-                                more_feeds=more_feeds, expected=dict(zip(outputs, expected)),
-                                actual=dict(zip(outputs, actual)))
+        more_errors, verification.more_feeds = _second_size(
+            reference, optimized, inputs, (fetch_ref, fetch_opt, names), settings, size,
+            seed=seed, given=given, timeout=timeout, scale=watching.scale or 1.0)
+        verification.outputs += more_errors
     verification.reference = _reference_text(reference_note, settings, random_note)
-    if verification.max_error > tolerance:      # only then is the floor worth two more runs
-        again = run_graph(reference, {**feeds, **settings}, outputs, timeout=timeout,
-                          label="the original graph")
-        verification.deterministic = all(_identical(a, b) for a, b in zip(expected, again))
-        if verification.deterministic:
-            nudged = run_graph(reference, {**nudge(feeds), **settings}, outputs,
-                               timeout=timeout, label="the original graph")
-            verification.noise_floor = max(output_error(n, e, a).max_rel
-                                           for n, e, a in zip(outputs, expected, nudged))
     return verification
+
+
+def _scaled_reference(ref, reference, inputs, outputs, fetches, settings, watching, *, seed,
+                      given, timeout, random: bool):
+    """The reference's run; on the first batch, with random float inputs scaled down (SCALES)
+    while every saturating head output is saturated on them."""
+    run = dict(seed=seed, given=given, timeout=timeout, runner=ref)
+    if watching.scale is not None:
+        return run_reference(reference, inputs, fetches, settings, scale=watching.scale, **run)
+    found = first = run_reference(reference, inputs, fetches, settings, **run)
+    heads = [n for n in outputs if sensitivity_mod.head_op(ref.graph, n)]
+    fixed = {node_name(k) for k in (given or {})}
+    floats = [n for n in inputs if found[0][n].dtype.kind == "f" and node_name(n) not in fixed]
+    watching.scale = 1.0
+    if not (random and heads and floats):
+        return found
+    saturated = lambda values: [n for n, v in zip(outputs, values)      # noqa: E731
+                                if sensitivity_mod.saturated(ref.graph, n, v)]
+    if len(saturated(found[1])) < len(heads):
+        return found
+    watching.saturated = saturated(found[1])
+    for scale in sensitivity_mod.SCALES[1:]:
+        found = run_reference(reference, inputs, fetches, settings, scale=scale, **run)
+        if len(saturated(found[1])) < len(heads):
+            watching.scale = scale
+            watching.notes.append(
+                f"random inputs scaled by {scale:g}: at scale 1 every output of "
+                f"{', '.join(repr(n) for n in watching.saturated)} was saturated")
+            return found
+    watching.notes.append(
+        f"{', '.join(repr(n) for n in watching.saturated)} saturated on random inputs at every "
+        f"scale tried ({', '.join(f'{s:g}' for s in sensitivity_mod.SCALES)}): the logits "
+        "feeding them were compared instead; give real inputs with --samples")
+    return first
+
+
+def _widened(ref, opt, feeds, raw, settings, exclude, watching) -> Dict[str, tuple]:
+    """Every tensor both graphs have (tfsurgery.sensitivity.comparable_tensors) on the first
+    batch: name → (reference value, optimized value); {} where that cannot be done."""
+    why = watching.sensitivity.line()
+    if raw is not None:
+        watching.notes.append(f"{why}; the comparison was not widened (the inputs are "
+                              "preprocessed); give real inputs with --samples")
+        return {}
+    names = sensitivity_mod.comparable_tensors(ref.graph, opt.graph, exclude)
+    try:
+        expected = ref.run({**feeds, **settings}, names)
+        actual = opt.run(feeds, names)
+    except VerificationError as error:
+        watching.notes.append(f"{why}; the comparison could not be widened ({error})")
+        return {}
+    same = _same_shapes(names, expected, actual)
+    watching.notes.append(_widened_note(watching, len(same)))
+    return same
+
+
+def _consumed_error(name: str, reference: np.ndarray, result: np.ndarray) -> OutputError:
+    """``output_error`` of an intermediate tensor, computed in ``result``'s own memory where it
+    may be (the value is not needed afterwards; large tensors, no temporaries)."""
+    if not (isinstance(result, np.ndarray) and result.flags.writeable and
+            result.dtype == reference.dtype and result.dtype.kind == "f" and
+            result.dtype.itemsize >= 4 and result.shape == reference.shape and result.size):
+        return output_error(name, reference, result)
+    magnitude = float(max(reference.max(), -reference.min()))
+    np.subtract(result, reference, out=result)
+    np.abs(result, out=result)
+    max_abs = float(result.max())
+    if not (np.isfinite(max_abs) and np.isfinite(magnitude)):   # NaN/Inf: compare by position
+        return output_error(name, reference, result + reference)
+    return OutputError(name, max_abs, max_abs / max(magnitude, np.finfo(np.float32).tiny),
+                       tuple(reference.shape))
+
+
+def _same_shapes(names, expected, actual) -> Dict[str, tuple]:
+    return {n: (e, a) for n, e, a in zip(names, expected, actual)
+            if np.shape(e) == np.shape(a) and np.size(e)}
+
+
+def _widened_note(watching: Watching, count: int) -> str:
+    found = watching.sensitivity
+    why = found.line() if found.probed or found.error else (
+        f"{found.layers} weight layers, too many to probe each within the check's time")
+    return (f"{why}: also compared {count} intermediate tensors both graphs have under the "
+            "same name and shape; give real inputs with --samples for a check on the data the "
+            "model is meant for")
+
+
+def _excuse(verification: Verification, graph) -> None:
+    """The intermediate tensors beyond their bound that only a rewrite changed inside
+    (tfsurgery.sensitivity.excused)."""
+    errors = {e.name: e.max_rel for e in verification.intermediate}
+    bounds = {name: verification.bound(name) for name in errors}
+    verification.excused = [name for name, error in errors.items() if error > bounds[name] and
+                            sensitivity_mod.excused(graph, name, errors, bounds)]
+
+
+def _noise_floor(verification, ref, feeds, settings, fetches, names, expected, wide) -> None:
+    """Two more runs of the reference (only when something exceeds the tolerance): are its runs
+    deterministic, and how far do its values move for a one-rounding-step change of the float
+    inputs? The outputs share one floor; each intermediate tensor gets its own."""
+    wide_names = list(wide)
+    values = list(expected) + [wide[n][0] for n in wide_names]
+    again = ref.run({**feeds, **settings}, list(fetches) + wide_names)
+    verification.deterministic = all(_identical(a, b) for a, b in zip(values, again))
+    if not verification.deterministic:
+        return
+    nudged = ref.run({**nudge(feeds), **settings}, list(fetches) + wide_names)
+    floors = [output_error(n, e, a).max_rel
+              for n, e, a in zip(names + wide_names, values, nudged)]
+    verification.noise_floor = max(floors[:len(names)], default=0.0)
+    verification.intermediate_allowed = {
+        n: max(verification.tolerance, min(NOISE_FACTOR * f, NOISE_CAP))
+        for n, f in zip(wide_names, floors[len(names):])}
 
 
 def _reference_text(note: Optional[str], settings: Mapping[str, np.ndarray],
@@ -443,9 +701,11 @@ def verify_batches(original, optimized, inputs: Sequence[str], outputs: Sequence
     actual: Dict[str, list] = {name: [] for name in class_outputs}
     comparable = comparable_reference(                 # the same for every batch: made once
         original, optimized, {node_name(k): v for k, v in _settings(settings).items()})
+    watching = Watching()                              # decided by the first batch
     for label, given, seed in batches:
         one = verify(original, optimized, inputs, outputs, settings, tolerance=tolerance,
-                     seed=seed, given=given, comparable=comparable, **options)
+                     seed=seed, given=given, comparable=comparable, watching=watching,
+                     **options)
         for name in class_outputs:
             expected[name].append(np.asarray(one.expected[name]))
             actual[name].append(np.asarray(one.actual[name]))
@@ -486,23 +746,26 @@ def top1_agreement(expected: np.ndarray, actual: np.ndarray, tolerance: float) -
     return {"rows": int(same.size), "agree": int(np.count_nonzero(same)), "flips": flips}
 
 
-def _second_size(reference, optimized, inputs, outputs, settings, first: int, **run):
+def _second_size(reference, optimized, inputs, fetches, settings, first: int, *,
+                 scale: float = 1.0, **run):
     """Free dimensions are checked at a second, larger size too: a loop whose trip count, or a
     reshape whose size, became a constant cannot pass. Errors are named ``output@size``.
-    Returns (errors, {"@size": the feeds}) — the ONNX check reuses those feeds."""
+    ``fetches``: (the reference's tensors, the optimized graph's, their names). Returns
+    (errors, {"@size": the feeds}) — the ONNX check reuses those feeds."""
     if not has_free_dims(reference, inputs):
         return [], {}
+    fetch_ref, fetch_opt, names = fetches
     larger = [size for size in UNKNOWN_DIMS if size > first] or [first + 1]
     try:
-        more_feeds, expected, _ = run_reference(reference, inputs, outputs, settings,
-                                                size=larger[0], **run)
+        more_feeds, expected, _ = run_reference(reference, inputs, fetch_ref, settings,
+                                                size=larger[0], scale=scale, **run)
     except OriginalDoesNotRun:
         return [], {}        # the original itself needs the first size: nothing more to learn
-    actual = run_graph(optimized, more_feeds, outputs, timeout=run["timeout"],
+    actual = run_graph(optimized, more_feeds, fetch_opt, timeout=run["timeout"],
                        label="the optimized graph")
     label = f"@{larger[0]}"
     return ([output_error(f"{name}{label}", e, a)
-             for name, e, a in zip(outputs, expected, actual)], {label: more_feeds})
+             for name, e, a in zip(names, expected, actual)], {label: more_feeds})
 
 
 def _preprocessed_feeds(original, optimized, inputs, outputs, preprocess, *, seed, given):

@@ -1,0 +1,298 @@
+"""What a comparison of the outputs alone cannot see, and what verification compares besides.
+
+Random inputs can hide a wrong weight from the outputs: a softmax driven into saturation (top
+class 0.99999) squeezes a 5% weight error below any tolerance; an argmax or another integer output
+changes only when a row sits near a tie; a ReLU6 clipped everywhere, or dead units, pass nothing
+of a change on. So verification also:
+
+1. compares the tensor that feeds each output produced by ``Softmax``/``LogSoftmax``/``Sigmoid``/
+   ``Tanh`` ("logits of 'output'"), and for an ``ArgMax``/``TopKV2`` output — or any integer or
+   bool output — the float tensors it is computed from (through such an op to its input). They are
+   found in each graph separately: outputs keep their names, the tensors feeding them may not.
+2. picks the random inputs' scale (1, then 0.1, 0.01) so that the outputs of such heads are not all
+   saturated; when they are at every scale, the report says so (the logits were compared).
+3. measures its own sensitivity: each weight layer (a conv/matmul with a constant kernel) of the
+   reference is run with its kernel 1% larger, on the same inputs, nearest the inputs first
+   (within a time budget): does a compared value move beyond the tolerance? Where one would not,
+   or not every layer could be probed, it widens what it compares: every tensor both graphs
+   have under the same name, dtype and shape (as localization does), and says so, with the advice
+   to give real ``--samples``. A tensor a legitimate rewrite changed (a conv whose weights took a
+   batch norm's scale) is excused where every compared reader of it — the node that took the
+   folded op's name, an affine op — matches.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from tfsurgery.ops import IDENTITY_OPS, tensor_name
+
+HEAD_OPS = frozenset({"Softmax", "LogSoftmax", "Sigmoid", "Tanh"})
+PICK_OPS = frozenset({"ArgMax", "ArgMin", "TopKV2"})
+SHAPE_ONLY_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})    # values do not matter
+WEIGHT_OPS = frozenset({"Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMatMul",
+                        "BatchMatMulV2", "BatchMatMulV3", "Conv2DBackpropInput",
+                        "Conv3DBackpropInputV2"})
+WEIGHT_INPUT = {"Conv2DBackpropInput": 1, "Conv3DBackpropInputV2": 1}   # else input 1
+# A tensor that differs is a rewrite's inside only where the readers that match are linear or
+# affine: they can match only if their own weights took the difference (a batch norm folded
+# forward into the next conv), never because they clip it away (ReLU6, a saturated softmax).
+LINEAR_READERS = WEIGHT_OPS | {"BiasAdd", "Add", "AddV2", "Sub", "Mul", "FusedBatchNorm",
+                               "FusedBatchNormV2", "FusedBatchNormV3", "Pad", "PadV2",
+                               "MirrorPad", "Reshape", "Transpose"}
+LAYOUT_OPS = frozenset({"Conv2D", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput",
+                        "Conv3DBackpropInputV2", "MaxPool", "MaxPoolV2", "AvgPool", "MaxPool3D",
+                        "AvgPool3D", "BiasAdd", "FusedBatchNorm", "FusedBatchNormV2",
+                        "FusedBatchNormV3", "SpaceToDepth", "DepthToSpace"})
+SCALES = (1.0, 0.1, 0.01)            # random float inputs' scale, tried in turn
+SATURATED = 1e-3                     # a head value this close to its bound is saturated
+PROBE_CHANGE = 0.01                  # "would a 1% change in a layer's weights show?"
+PROBE_SHARE = 0.25                   # of the check's own time, spent probing at most
+PROBE_MIN_SECONDS = 0.05            # ...but at least this much
+PROBE_MAX_LAYERS = 16               # more weight layers: widen at once, without probing
+FEED_BYTES = 64 << 20               # kernels fed on every reference run, at most
+MAX_WALK = 64                        # nodes walked back from an integer output
+MAX_WIDE = 5000                      # tensors compared when widened
+
+
+@dataclasses.dataclass
+class Watch:
+    """A tensor compared besides an output: its label and its name in each graph."""
+    label: str
+    reference: str
+    optimized: str
+
+
+def watched(reference_graph, optimized_graph, outputs: Sequence[str]) -> Tuple[List[Watch],
+                                                                               List[str]]:
+    """The logits under each output, paired across the two imported graphs (tf.Graph) by their
+    place under the output. Returns (watches, notes about outputs whose logits could not be
+    paired)."""
+    watches, notes = [], []
+    for output in outputs:
+        mine = _under(reference_graph, output)
+        theirs = dict(_under(optimized_graph, output))
+        paired = [(path, name) for path, name in mine if path in theirs]
+        if len(paired) < len(mine):
+            notes.append(f"the logits of '{output}' have no counterpart in the optimized graph")
+        for path, name in paired:
+            label = f"logits of '{output}'" if len(mine) == 1 else \
+                f"logits of '{output}' ({name})"
+            watches.append(Watch(label, name, theirs[path]))
+    return watches, notes
+
+
+def _under(graph, output: str) -> List[Tuple[tuple, str]]:
+    """(place, tensor name) of the float tensors an output's values are decided by, where an
+    output-only comparison is blind: the input of a saturating head, the float input of an
+    argmax/top-k, the float tensors an integer output is computed from."""
+    start = _through_identity(graph.get_tensor_by_name(tensor_name(output)))
+    if start.dtype.is_floating:
+        if start.op.type in HEAD_OPS:
+            return [((0,), _through_identity(start.op.inputs[0]).name)]
+        return []
+    found, stack, seen = [], [((), start)], set()
+    while stack and len(seen) < MAX_WALK:
+        path, tensor = stack.pop()
+        tensor = _through_identity(tensor)
+        if tensor.name in seen or tensor.op.type in SHAPE_ONLY_OPS:
+            continue
+        seen.add(tensor.name)
+        if tensor.dtype.is_floating:
+            if tensor.op.type in HEAD_OPS:
+                tensor = _through_identity(tensor.op.inputs[0])
+            if tensor.op.type not in ("Const", "Placeholder", "PlaceholderWithDefault"):
+                found.append((path, tensor.name))
+            continue
+        for index, source in enumerate(tensor.op.inputs):
+            stack.append((path + (index,), source))
+    return sorted(found)
+
+
+def _through_identity(tensor):
+    while tensor.op.type in IDENTITY_OPS and tensor.op.inputs:
+        tensor = tensor.op.inputs[0]
+    return tensor
+
+
+# ---------------------------------------------------------------- saturation
+def saturated(graph, output: str, value) -> bool:
+    """Is every value of this head output within SATURATED of its bound (a softmax row's top
+    class at 1, a sigmoid at 0 or 1, a tanh at ±1)? Outputs of other ops: False."""
+    op = _through_identity(graph.get_tensor_by_name(tensor_name(output))).op.type
+    value = np.asarray(value, np.float64)
+    if op not in HEAD_OPS or value.size == 0 or value.dtype.kind != "f":
+        return False
+    finite = value[np.isfinite(value)]
+    if op == "Softmax":
+        top = np.max(value, axis=-1)
+        return bool(np.all(top >= 1 - SATURATED))
+    if op == "LogSoftmax":
+        return bool(np.all(np.max(value, axis=-1) >= -SATURATED))
+    if op == "Sigmoid":
+        return bool(np.all((finite <= SATURATED) | (finite >= 1 - SATURATED)))
+    return bool(np.all(np.abs(finite) >= 1 - SATURATED))              # Tanh
+
+
+# ---------------------------------------------------------------- sensitivity
+@dataclasses.dataclass
+class Layer:
+    name: str            # the conv/matmul
+    kernel: str          # the tensor it reads its weights from (fed, scaled, to probe)
+    value: np.ndarray
+
+
+def weight_layers(graph) -> List[Layer]:
+    """Conv/matmul ops of an imported graph whose kernel is a constant, in graph order."""
+    from tensorflow.python.framework import tensor_util
+    layers = []
+    for op in graph.get_operations():
+        if op.type not in WEIGHT_OPS:
+            continue
+        index = WEIGHT_INPUT.get(op.type, 1)
+        if len(op.inputs) <= index:
+            continue
+        kernel = op.inputs[index]
+        source = _through_identity(kernel)
+        if source.op.type != "Const" or not source.dtype.is_floating or \
+                not graph.is_feedable(kernel):
+            continue
+        value = tensor_util.MakeNdarray(source.op.get_attr("value"))
+        if value.size > 1:
+            layers.append(Layer(op.name, kernel.name, value))
+    return layers
+
+
+def kernel_feeds(layers: Sequence[Layer]) -> Dict[str, np.ndarray]:
+    """Every probed kernel at its own value, to feed the reference on every run (one executor
+    for the base run and the probes); none when that would copy more than FEED_BYTES a run."""
+    if sum(layer.value.nbytes for layer in layers) > FEED_BYTES:
+        return {}
+    return {layer.kernel: layer.value for layer in layers}
+
+
+@dataclasses.dataclass
+class Sensitivity:
+    """What a 1% change in each weight layer does to the compared values, on these inputs."""
+    layers: int = 0
+    probed: int = 0
+    unnoticed: List[str] = dataclasses.field(default_factory=list)   # layers whose 1% hides
+    smallest: float = float("inf")     # the smallest relative move of a noticed layer
+    error: str = ""                    # why probing stopped early (a layer could not be fed)
+
+    @property
+    def complete(self) -> bool:
+        return self.probed == self.layers and not self.unnoticed and not self.error
+
+    def line(self) -> str:
+        if not self.layers:
+            return "no conv/matmul with constant weights to probe"
+        if self.unnoticed:
+            return (f"a 1% change in the weights of '{self.unnoticed[0]}' would not show in "
+                    f"the compared values on these inputs")
+        if self.error:
+            return f"sensitivity not measured ({self.error})"
+        if self.probed < self.layers:
+            return (f"a 1% change in each of the first {self.probed} of {self.layers} weight "
+                    "layers shows in the compared values; the rest were not probed (time)")
+        return (f"a 1% change in any one of the {self.layers} weight layers moves the compared "
+                f"values by at least {self.smallest:.3g}")
+
+    def as_dict(self) -> dict:
+        return {"layers": self.layers, "probed": self.probed, "unnoticed": self.unnoticed,
+                "smallest_move": None if self.smallest == float("inf") else self.smallest,
+                "complete": self.complete, "error": self.error}
+
+
+def probe(run, layers: Sequence[Layer], feeds: Dict[str, np.ndarray], fetches: Sequence[str],
+          expected: Sequence[np.ndarray], tolerance: float, budget: float, *,
+          relative_error) -> Sensitivity:
+    """``run(feeds, fetches)``: the reference's open session; ``relative_error(a, b)``: the
+    check's own measure. Each layer's kernel fed 1% larger; stops at the first layer whose
+    change would not show, or when ``budget`` seconds are spent."""
+    found = Sensitivity(layers=len(layers))
+    start = time.perf_counter()
+    for layer in layers:
+        if time.perf_counter() - start > budget:
+            break
+        try:
+            moved = run({**feeds, layer.kernel: layer.value * (1 + PROBE_CHANGE)}, fetches)
+        except Exception as error:          # noqa: BLE001 - any failure: not measured, widen
+            found.error = f"'{layer.name}' could not be probed: {str(error)[:120]}"
+            break
+        found.probed += 1
+        move = max((relative_error(e, m) for e, m in zip(expected, moved)), default=0.0)
+        if not move > tolerance:
+            found.unnoticed.append(layer.name)
+            break
+        found.smallest = min(found.smallest, move)
+    return found
+
+
+# ---------------------------------------------------------------- widening
+def comparable_tensors(reference_graph, optimized_graph, exclude: Sequence[str]) -> List[str]:
+    """``name:0`` of every op both imported graphs have with a float first output of the same
+    dtype and static shape, fetchable in both, in the optimized graph's order; placeholders and
+    constants left out. Where a node's data_format differs between the graphs (layout-nhwc),
+    4-D and 5-D tensors are left out: same-named tensors there may hold another layout."""
+    skip = {"Const", "Placeholder", "PlaceholderWithDefault", "NoOp"}
+    relaid = False
+    names = []
+    excluded = {tensor_name(n) for n in exclude}
+    for op in optimized_graph.get_operations():
+        try:
+            theirs = reference_graph.get_operation_by_name(op.name)
+        except KeyError:
+            continue
+        if _data_format(op) != _data_format(theirs):
+            relaid = True
+        if not op.outputs or not theirs.outputs or op.type in skip or theirs.type in skip:
+            continue
+        mine, other = op.outputs[0], theirs.outputs[0]
+        if mine.name in excluded or not mine.dtype.is_floating or mine.dtype != other.dtype or \
+                not mine.shape.is_compatible_with(other.shape) or \
+                not optimized_graph.is_fetchable(mine) or not reference_graph.is_fetchable(other):
+            continue
+        names.append((mine.name, mine.shape.rank))
+    return [name for name, rank in names if not (relaid and rank in (None, 4, 5))][:MAX_WIDE]
+
+
+def _data_format(op) -> Optional[bytes]:
+    if op.type not in LAYOUT_OPS:
+        return None
+    try:
+        return op.get_attr("data_format")
+    except ValueError:
+        return None
+
+
+def excused(optimized_graph, name: str, errors: Dict[str, float],
+            bounds: Dict[str, float]) -> bool:
+    """The tensor differs inside a rewrite: the compared tensors it reaches through linear or
+    affine ops only (the node that took a folded batch norm's name, the conv a scale was folded
+    forward into; new nodes in between are passed through) all match, and there is one."""
+    readers = list(optimized_graph.get_tensor_by_name(name).consumers())
+    seen, matched = set(), False
+    while readers:
+        reader = readers.pop()
+        if reader.name in seen:
+            continue
+        seen.add(reader.name)
+        if reader.type not in LINEAR_READERS or len(seen) > MAX_WALK:
+            return False
+        tensor = f"{reader.name}:0"
+        if tensor in errors:
+            if errors[tensor] > bounds[tensor]:
+                return False
+            matched = True
+        else:
+            readers.extend(reader.outputs[0].consumers())
+    return matched
+
+
+def head_op(graph, output: str) -> bool:
+    """Is this output a saturating head's (Softmax, LogSoftmax, Sigmoid, Tanh)?"""
+    return _through_identity(graph.get_tensor_by_name(tensor_name(output))).op.type in HEAD_OPS
