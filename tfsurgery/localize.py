@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import pipeline, verify
+from tfsurgery import pipeline, sensitivity, verify
 from tfsurgery.contract import Options, TransformReport
 from tfsurgery.errors import VerificationError
 from tfsurgery.graph import Graph
@@ -117,7 +117,7 @@ def quick_check(original, outputs: Sequence[str], *, feeds, settings, allowed: f
     against the original's outputs (run once per form of the reference: its random ops seeded
     or at their expected value), the verdict's own bound and top-1 rule — not a full
     verification (no second size, no noise floor), so each step costs one run."""
-    cache: Dict[bytes, list] = {}
+    cache: Dict[bytes, tuple] = {}
 
     def passes(graph_def) -> bool:
         reference, candidate, _ = comparable_reference(original, graph_def, settings)
@@ -125,14 +125,19 @@ def quick_check(original, outputs: Sequence[str], *, feeds, settings, allowed: f
         key = b"" if reference is original else reference.SerializeToString(deterministic=True)
         try:
             if key not in cache:
-                cache[key] = verify.run_graph(reference, {**feeds, **settings}, outputs,
-                                              timeout=timeout, label="the original graph")
-            actual = verify.run_graph(candidate, feeds, outputs, timeout=timeout,
-                                      label="a partly optimized graph")
+                cache[key] = _reference_values(reference, outputs, {**feeds, **settings},
+                                               timeout)
+            graph, values = cache[key]
+            with verify.Runner(candidate, timeout=timeout,
+                               label="a partly optimized graph") as run:
+                # the outputs and the logits under them (tfsurgery.sensitivity), as verified
+                watches, _ = sensitivity.watched(graph, run.graph, outputs)
+                actual = run.run(feeds, list(outputs) + [w.optimized for w in watches])
         except VerificationError:
             return False
-        expected = cache[key]
-        errors = [verify.output_error(n, e, a) for n, e, a in zip(outputs, expected, actual)]
+        expected = [values[o] for o in outputs] + [values[w.reference] for w in watches]
+        names = list(outputs) + [w.label for w in watches]
+        errors = [verify.output_error(n, e, a) for n, e, a in zip(names, expected, actual)]
         if not verify.compared_real_numbers(errors) or verify.worst_error(errors) > allowed:
             return False
         scores = [(e, a) for n, e, a in zip(outputs, expected, actual)
@@ -141,6 +146,15 @@ def quick_check(original, outputs: Sequence[str], *, feeds, settings, allowed: f
         return not any(verify.top1_agreement(np.asarray(e), np.asarray(a), allowed)["flips"]
                        for e, a in scores)
     return passes
+
+
+def _reference_values(reference, outputs, feeds, timeout) -> tuple:
+    """(the imported graph, tensor → value) of the reference's outputs and the logits under
+    them, run once."""
+    with verify.Runner(reference, timeout=timeout, label="the original graph") as run:
+        watches, _ = sensitivity.watched(run.graph, run.graph, outputs)
+        names = list(outputs) + [w.reference for w in watches]
+        return run.graph, dict(zip(names, run.run(feeds, names)))
 
 
 def first_difference(found: Divergence, before, after, report: Optional[TransformReport], *,

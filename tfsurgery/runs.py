@@ -1,0 +1,223 @@
+"""What every check shares: seeded test feeds shaped from the placeholders, graphs run within a
+deadline (once, or imported once and run as often as needed), and the error measure — an
+output's max |optimized − original| / max |original| over its finite values, NaN and ±Inf
+matched by position. ``tfsurgery.verify`` builds the check on these (and re-exports them)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from tfsurgery.cpu_layout import runnable
+from tfsurgery.errors import InputError, VerificationError
+from tfsurgery.graph import Graph
+from tfsurgery.ops import first_line, node_name, tensor_name
+from tfsurgery.tfsession import plain_session_config
+
+UNKNOWN_BATCH = 2
+UNKNOWN_DIMS = (16, 32, 64, 128, 256)   # tried in turn for dims the graph leaves free
+DEFAULT_TIMEOUT = 120.0                 # seconds per graph run
+
+
+class GraphTimeout(VerificationError):
+    """A graph did not finish within its deadline."""
+
+
+@dataclasses.dataclass
+class OutputError:
+    name: str
+    max_abs: float
+    max_rel: float          # max_abs scaled by the output's magnitude (finite values)
+    shape: tuple
+    nonfinite: int = 0      # NaN/Inf values in the reference (matched by position)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "max_abs": float(self.max_abs),
+                "max_rel": float(self.max_rel), "shape": [int(d) for d in self.shape],
+                "nonfinite": int(self.nonfinite)}
+
+
+# ---------------------------------------------------------------- feeds
+def placeholder_shape(node, unknown_dim: int = UNKNOWN_DIMS[0]) -> List[int]:
+    import tensorflow as tf
+    shape = tf.TensorShape(node.attr["shape"].shape) if "shape" in node.attr else \
+        tf.TensorShape(None)
+    if shape.rank is None:       # guessing a rank can crash TF kernels outright (oneDNN aborts)
+        raise InputError(f"input '{node.name}' has unknown rank, so no test input can be made "
+                         f"for it; give it with --input-shape {node.name}=D0,D1,... or a value "
+                         f"with --feed {node.name}=VALUE")
+    return [d if d is not None else (UNKNOWN_BATCH if i == 0 else unknown_dim)
+            for i, d in enumerate(shape.as_list())]
+
+
+def _node_lookup(graph):
+    """name → NodeDef: the run's index when one is handed down (a Graph), else a plain dict of
+    the GraphDef's nodes (the placeholders' attributes are all feeds need; no full index)."""
+    return graph.node if isinstance(graph, Graph) else \
+        {node.name: node for node in graph.node}.__getitem__
+
+
+def has_free_dims(graph, inputs: Sequence[str]) -> bool:
+    """Does any input leave a non-batch dimension free (so a larger test size may help)?
+    ``graph``: a GraphDef or a Graph."""
+    node = _node_lookup(graph)
+    for name in inputs:
+        dims = node(node_name(name)).attr["shape"].shape.dim
+        if any(d.size < 0 for d in list(dims)[1:]):
+            return True
+    return False
+
+
+def make_feeds(graph, inputs: Sequence[str], seed: int = 0, *,
+               given: Optional[Mapping[str, np.ndarray]] = None,
+               unknown_dim: int = UNKNOWN_DIMS[0],
+               scalar_if_unknown_rank: bool = False,
+               scale: float = 1.0) -> Dict[str, np.ndarray]:
+    """Seeded random values for every input placeholder (floats standard normal × ``scale``);
+    ``given`` values win.
+    ``scalar_if_unknown_rank``: stand-in values for inputs nothing reads any more, where any
+    value does (a scalar for an input of unknown rank instead of an error). ``graph``: a
+    GraphDef or a Graph."""
+    import tensorflow as tf
+    given = {node_name(k): v for k, v in (given or {}).items()}
+    rng = np.random.default_rng(seed)
+    lookup = _node_lookup(graph)
+    feeds = {}
+    for name in inputs:
+        node = lookup(node_name(name))
+        dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
+        if node.name in given:
+            feeds[name] = _given_value(node, given[node.name], dtype)
+            continue
+        if dtype == tf.string:
+            raise InputError(
+                f"input '{node.name}' is a string tensor (encoded bytes: a file, a WAV, a JPEG): "
+                f"random values cannot stand in for it; feed a real one with --feed "
+                f"{node.name}=VALUES.npy, or make a decoded tensor the input with --inputs "
+                "NODE:PORT (e.g. the decoder's output)")
+        unknown_rank = "shape" not in node.attr or node.attr["shape"].shape.unknown_rank
+        shape = [] if scalar_if_unknown_rank and unknown_rank else \
+            placeholder_shape(node, unknown_dim)
+        if dtype.is_bool:
+            value = rng.random(shape) < 0.5
+        elif dtype.is_integer:
+            value = rng.integers(0, 10, size=shape)
+        else:
+            value = rng.standard_normal(shape) * scale
+        feeds[name] = np.asarray(value).astype(dtype.as_numpy_dtype)
+    return feeds
+
+
+def _given_value(node, value, dtype) -> np.ndarray:
+    """A --feed value cast to the input's dtype and checked against its declared shape."""
+    import tensorflow as tf
+    value = np.asarray(value)
+    try:
+        cast = value.astype(dtype.as_numpy_dtype)
+    except (TypeError, ValueError):
+        raise InputError(f"--feed {node.name}: {value.dtype} values cannot be fed to a "
+                         f"{dtype.name} input") from None
+    if value.dtype.kind == "f" and dtype.is_integer and not np.array_equal(cast, value):
+        raise InputError(f"--feed {node.name}: {value.ravel()[:3].tolist()}... are not "
+                         f"integers, and the input is {dtype.name}")
+    declared = tf.TensorShape(node.attr["shape"].shape) if "shape" in node.attr else \
+        tf.TensorShape(None)
+    if not declared.is_compatible_with(cast.shape):
+        raise InputError(f"--feed {node.name}: a value of shape {list(cast.shape)} does not fit "
+                         f"the input's shape {declared}")
+    return cast
+
+
+def nudge(feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """Float feeds moved by about one float32 rounding step; others unchanged."""
+    step = np.float32(2.0 ** -23)
+    return {k: (v * (1 + step)).astype(v.dtype) if v.dtype.kind == "f" else v
+            for k, v in feeds.items()}
+
+
+# ---------------------------------------------------------------- running
+def run_graph(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str], *,
+              timeout: float = DEFAULT_TIMEOUT, label: str = "the graph") -> List[np.ndarray]:
+    """Run a GraphDef once in a TF1 Session, within ``timeout`` seconds."""
+    with Runner(graph_def, timeout=timeout, label=label) as runner:
+        return runner.run(feeds, outputs)
+
+
+class Runner:
+    """A GraphDef imported once into an open TF1 Session, run as often as needed (the reference
+    of a check: its outputs, the sensitivity probes, the noise floor), each run within
+    ``timeout`` seconds. ``graph``: the imported tf.Graph (dtypes, shapes, consumers)."""
+
+    def __init__(self, graph_def, *, timeout: float = DEFAULT_TIMEOUT,
+                 label: str = "the graph"):
+        import tensorflow as tf
+        self.label, self.timeout = label, timeout
+        graph_def = runnable(graph_def, label=label)     # NCHW ops on a CPU without oneDNN
+        with tf.Graph().as_default() as graph:
+            try:
+                tf.compat.v1.import_graph_def(graph_def, name="")
+            except (ValueError, TypeError, tf.errors.OpError) as error:   # e.g. an unknown op
+                raise VerificationError(f"TensorFlow cannot import {label}: "
+                                        f"{first_line(error)}") from None
+        self.graph = graph
+        self.present = {n.name for n in graph_def.node}
+        self.session = tf.compat.v1.Session(graph=graph, config=plain_session_config())
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.session.close()
+
+    def run(self, feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -> List[np.ndarray]:
+        import tensorflow as tf
+        feed = {tensor_name(k): v for k, v in feeds.items() if node_name(k) in self.present}
+        options = tf.compat.v1.RunOptions(timeout_in_ms=max(1, int(self.timeout * 1000)))
+        label, timeout = self.label, self.timeout
+        try:
+            return self.session.run([tensor_name(o) for o in outputs], feed, options=options)
+        except tf.errors.DeadlineExceededError:
+            raise GraphTimeout(
+                f"{label} did not finish within {timeout:g} s (an empty input queue, or a "
+                "loop the test inputs never end?); give real inputs with --feed NAME=VALUE "
+                "or --input-shape, or a longer --verify-timeout") from None
+        except (ValueError, KeyError, TypeError) as error:   # e.g. a feed of the wrong shape
+            raise VerificationError(f"TensorFlow cannot run {label}: "
+                                    f"{first_line(error)}") from None
+        except tf.errors.OpError as error:
+            raise VerificationError(f"TensorFlow cannot run {label}: "
+                                    f"{first_line(error.message)}") from None
+
+
+# ---------------------------------------------------------------- comparing
+def output_error(name: str, reference: np.ndarray, result: np.ndarray) -> OutputError:
+    reference, result = np.asarray(reference), np.asarray(result)
+    if reference.shape != result.shape:
+        return OutputError(name, float("inf"), float("inf"), tuple(result.shape))
+    if reference.dtype.kind != "f":
+        wrong = float(np.count_nonzero(reference != result))
+        return OutputError(name, wrong, wrong, tuple(reference.shape))
+    if reference.dtype == result.dtype and reference.dtype.itemsize >= 4:
+        # the common case (all finite: NaN/Inf make these NaN), without float64 copies
+        max_abs = float(np.max(np.abs(reference - result), initial=0.0))
+        magnitude = float(np.max(np.abs(reference), initial=0.0))
+        if np.isfinite(max_abs) and np.isfinite(magnitude):
+            return OutputError(name, max_abs,
+                               max_abs / max(magnitude, np.finfo(np.float32).tiny),
+                               tuple(reference.shape))
+    ref64, res64 = reference.astype(np.float64), result.astype(np.float64)
+    finite = np.isfinite(ref64)
+    nonfinite = int(finite.size - np.count_nonzero(finite))
+    same_specials = all(np.array_equal(kind(ref64), kind(res64))
+                        for kind in (np.isnan, np.isposinf, np.isneginf))
+    if not same_specials:          # NaN/Inf where the original has none, or the reverse
+        return OutputError(name, float("inf"), float("inf"), tuple(reference.shape), nonfinite)
+    diff = np.abs(ref64[finite] - res64[finite])
+    max_abs = float(np.max(diff, initial=0.0))
+    magnitude = float(np.max(np.abs(ref64[finite]), initial=0.0))
+    return OutputError(name, max_abs, float(max_abs / max(magnitude, np.finfo(np.float32).tiny)),
+                       tuple(reference.shape), nonfinite)
