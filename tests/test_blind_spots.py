@@ -373,3 +373,40 @@ def test_cannot_compare_names_no_transform(tmp_path, capsys):
     assert "cannot compare" in err and "diverging" not in err
     assert np.isnan(oracle.run(graph_def, {"input": np.ones((2, 3), np.float32)},
                                ["output"])[0]).all()
+
+
+# ---------------------------------------------------------------- widened, honestly
+def deep_cond_bn_cnn(seed: int = 1, blocks: int = 18):
+    """More conv layers than are probed one by one, each with a cond batch norm and ReLU6: the
+    comparison is widened at once, and the live branch of every cond is compared."""
+    r = np.random.default_rng(seed)
+    with tf1.v1_graph() as graph:
+        x = tf1.image_input(None, 8, 3)
+        training = tf1.training_placeholder()
+        for i in range(blocks):
+            with tf.compat.v1.variable_scope(f"block_{i}"):
+                x = tf1.conv(x, r, 6)
+                with tf.compat.v1.variable_scope("bn"):
+                    x = tf1.bn_under_cond(x, training, tf1.bn_variables(r, 6))
+                x = tf.nn.relu6(x)
+        x = tf.reduce_mean(x, axis=[1, 2])
+        with tf.compat.v1.variable_scope("dense"):
+            x = tf1.dense(x, r, 4)
+        tf.identity(x, name="output")
+    return tf1.freeze(graph, ["output"])
+
+
+def test_a_deep_cond_bn_graph_is_widened_passes_and_catches_a_middle_layer(users):
+    graph = deep_cond_bn_cnn()
+    source = dict(inputs=["input"], outputs=["output"], training_flags=["training"])
+    result = api.optimize(api.Source(graph, "deep", **source))
+    v = result.verification
+    assert v.passed, v.failure()
+    compared = {e.name for e in v.intermediate}
+    assert "block_9/bn/cond/FusedBatchNorm_1:0" in compared        # a live branch, compared
+    assert "widened" not in v.summary() and "also compared" in v.summary()
+    oracle.assert_same_outputs(graph, result.graph_def, ["input"], ["output"],
+                               original_feeds={"training": False}, rtol=1e-4)
+    failed = fails_through_api(graph, ["input"], ["output"], "block_9/Conv2D",
+                               training_flags=["training"])
+    assert failed.verification.hidden or failed.verification.max_error > TOLERANCE

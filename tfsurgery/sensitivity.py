@@ -32,6 +32,8 @@ from tfsurgery.ops import IDENTITY_OPS, tensor_name
 
 HEAD_OPS = frozenset({"Softmax", "LogSoftmax", "Sigmoid", "Tanh"})
 PICK_OPS = frozenset({"ArgMax", "ArgMin", "TopKV2"})
+CONTROL_FLOW_OPS = frozenset({"Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter",
+                              "Exit", "RefExit", "NextIteration", "LoopCond"})
 SHAPE_ONLY_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})    # values do not matter
 WEIGHT_OPS = frozenset({"Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMatMul",
                         "BatchMatMulV2", "BatchMatMulV3", "Conv2DBackpropInput",
@@ -92,24 +94,64 @@ def _under(graph, output: str) -> List[Tuple[tuple, str]]:
     start = _through_identity(graph.get_tensor_by_name(tensor_name(output)))
     if start.dtype.is_floating:
         if start.op.type in HEAD_OPS:
-            return [((0,), _through_identity(start.op.inputs[0]).name)]
+            return _fetchable(graph, [((0,), _through_identity(start.op.inputs[0]))])
         return []
     found, stack, seen = [], [((), start)], set()
     while stack and len(seen) < MAX_WALK:
         path, tensor = stack.pop()
         tensor = _through_identity(tensor)
-        if tensor.name in seen or tensor.op.type in SHAPE_ONLY_OPS:
+        if tensor.name in seen or tensor.op.type in SHAPE_ONLY_OPS | CONTROL_FLOW_OPS:
             continue
         seen.add(tensor.name)
         if tensor.dtype.is_floating:
             if tensor.op.type in HEAD_OPS:
                 tensor = _through_identity(tensor.op.inputs[0])
             if tensor.op.type not in ("Const", "Placeholder", "PlaceholderWithDefault"):
-                found.append((path, tensor.name))
+                found.append((path, tensor))
             continue
         for index, source in enumerate(tensor.op.inputs):
             stack.append((path + (index,), source))
-    return sorted(found)
+    return sorted(_fetchable(graph, found))
+
+
+def _fetchable(graph, found) -> List[Tuple[tuple, str]]:
+    """Tensors outside loops and cond branches (a dead branch's tensor cannot be fetched)."""
+    inside = branches_and_loops(graph)
+    return [(path, tensor.name) for path, tensor in found
+            if graph.is_fetchable(tensor) and tensor.op.name not in inside]
+
+
+def branches_and_loops(graph, settings: Optional[Dict[str, object]] = None) -> set:
+    """Names of the ops of an imported graph whose tensors may have no value: inside a v1 while
+    loop (after an Enter, before an Exit) or a cond branch (after a Switch, before a Merge) —
+    only the dead side where the Switch's predicate is a constant or a fed setting."""
+    settings = {tensor_name(k): v for k, v in (settings or {}).items()}
+    starts = []
+    for op in graph.get_operations():
+        if op.type in ("Enter", "RefEnter"):
+            starts += op.outputs
+        elif op.type in ("Switch", "RefSwitch"):
+            taken = _predicate(op.inputs[1], settings)
+            starts += op.outputs if taken is None else [op.outputs[0 if taken else 1]]
+    inside, stack = set(), [reader for t in starts for reader in t.consumers()]
+    while stack:
+        op = stack.pop()
+        if op.name in inside or op.type in ("Merge", "RefMerge", "Exit", "RefExit"):
+            continue
+        inside.add(op.name)
+        stack += [reader for output in op.outputs for reader in output.consumers()]
+    return inside
+
+
+def _predicate(tensor, settings) -> Optional[bool]:
+    """A Switch predicate's value where it is a constant or a fed setting, else None."""
+    tensor = _through_identity(tensor)
+    if tensor.name in settings:
+        return bool(np.asarray(settings[tensor.name]))
+    if tensor.op.type == "Const":
+        from tensorflow.python.framework import tensor_util
+        return bool(tensor_util.MakeNdarray(tensor.op.get_attr("value")))
+    return None
 
 
 def _through_identity(tensor):
@@ -233,12 +275,15 @@ def probe(run, layers: Sequence[Layer], feeds: Dict[str, np.ndarray], fetches: S
 
 
 # ---------------------------------------------------------------- widening
-def comparable_tensors(reference_graph, optimized_graph, exclude: Sequence[str]) -> List[str]:
+def comparable_tensors(reference_graph, optimized_graph, exclude: Sequence[str],
+                       settings: Optional[Dict[str, object]] = None) -> List[str]:
     """``name:0`` of every op both imported graphs have with a float first output of the same
     dtype and static shape, fetchable in both, in the optimized graph's order; placeholders and
     constants left out. Where a node's data_format differs between the graphs (layout-nhwc),
     4-D and 5-D tensors are left out: same-named tensors there may hold another layout."""
     skip = {"Const", "Placeholder", "PlaceholderWithDefault", "NoOp"}
+    inside = branches_and_loops(reference_graph, settings) | \
+        branches_and_loops(optimized_graph)
     relaid = False
     names = []
     excluded = {tensor_name(n) for n in exclude}
@@ -249,7 +294,8 @@ def comparable_tensors(reference_graph, optimized_graph, exclude: Sequence[str])
             continue
         if _data_format(op) != _data_format(theirs):
             relaid = True
-        if not op.outputs or not theirs.outputs or op.type in skip or theirs.type in skip:
+        if not op.outputs or not theirs.outputs or op.type in skip or theirs.type in skip or \
+                op.name in inside:
             continue
         mine, other = op.outputs[0], theirs.outputs[0]
         if mine.name in excluded or not mine.dtype.is_floating or mine.dtype != other.dtype or \

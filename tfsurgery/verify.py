@@ -311,13 +311,26 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
         fetch_opt = list(outputs) + [w.optimized for w in watches]
         names = list(outputs) + [w.label for w in watches]
         # too many layers to probe them all in the time: widen at once, in the same runs
-        wide_names = sensitivity_mod.comparable_tensors(ref.graph, opt.graph, fetch_opt) \
+        wide_names = sensitivity_mod.comparable_tensors(ref.graph, opt.graph, fetch_opt,
+                                                        settings) \
             if first and raw is None and len(layers) > sensitivity_mod.PROBE_MAX_LAYERS else []
-        feeds, expected, size = _scaled_reference(ref, reference, inputs, outputs,
-                                                  fetch_ref + wide_names, fed, watching,
-                                                  seed=seed, given=given, timeout=timeout,
-                                                  random=raw is None)
-        actual = opt.run(feeds if raw is None else raw, fetch_opt + wide_names)
+        run = dict(seed=seed, given=given, timeout=timeout, random=raw is None)
+        try:
+            feeds, expected, size = _scaled_reference(ref, reference, inputs, outputs,
+                                                      fetch_ref + wide_names, fed, watching,
+                                                      **run)
+            actual = opt.run(feeds if raw is None else raw, fetch_opt + wide_names)
+        except (OriginalDoesNotRun, VerificationError) as error:
+            if isinstance(error, GraphTimeout) or \
+                    len(fetch_ref) + len(wide_names) == len(outputs):
+                raise
+            # a tensor besides the outputs had no value on these inputs: the outputs alone
+            watching.notes.append(f"only the outputs were compared: {error}")
+            fetch_ref, fetch_opt, names, wide_names = list(outputs), list(outputs), \
+                list(outputs), []
+            feeds, expected, size = _scaled_reference(ref, reference, inputs, outputs,
+                                                      fetch_ref, fed, watching, **run)
+            actual = opt.run(feeds if raw is None else raw, fetch_opt)
         count = len(fetch_ref)
         wide = _same_shapes(wide_names, expected[count:], actual[count:])
         expected, actual = expected[:count], actual[:count]
@@ -398,7 +411,7 @@ def _widened(ref, opt, feeds, raw, settings, exclude, watching) -> Dict[str, tup
         watching.notes.append(f"{why}; the comparison was not widened (the inputs are "
                               "preprocessed); give real inputs with --samples")
         return {}
-    names = sensitivity_mod.comparable_tensors(ref.graph, opt.graph, exclude)
+    names = sensitivity_mod.comparable_tensors(ref.graph, opt.graph, exclude, settings)
     try:
         expected = ref.run({**feeds, **settings}, names)
         actual = opt.run(feeds, names)
