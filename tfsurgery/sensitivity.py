@@ -188,11 +188,13 @@ class Layer:
 
 
 def weight_layers(graph) -> List[Layer]:
-    """Conv/matmul ops of an imported graph whose kernel is a constant, in graph order."""
+    """Conv/matmul ops of an imported graph whose kernel is a constant, in graph order; none
+    inside a loop or cond branch."""
     from tensorflow.python.framework import tensor_util
     layers = []
+    inside = branches_and_loops(graph)      # a tensor fed there would leave its frame
     for op in graph.get_operations():
-        if op.type not in WEIGHT_OPS:
+        if op.type not in WEIGHT_OPS or op.name in inside:
             continue
         index = WEIGHT_INPUT.get(op.type, 1)
         if len(op.inputs) <= index:
