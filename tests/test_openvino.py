@@ -47,7 +47,8 @@ def bf16_on_this_cpu() -> bool:
 def models():
     """name → (built model, its optimized result): the article's CNN (TF1, training conds) and
     a small Keras 3 model (decomposed batch norm), both with random weights and statistics."""
-    built = {"article_cnn": tf1.article_cnn(seed=3), "keras3_small": keras_models.keras3_small(seed=5)}
+    built = {"article_cnn": tf1.article_cnn(seed=3),
+             "keras3_small": keras_models.keras3_small(seed=5)}
     return {name: (b, api.optimize(api.Source(b.graph_def, name, inputs=list(b.inputs),
                                               outputs=list(b.outputs)),
                                    api.choose_transforms(bn_fold=True)))

@@ -1,8 +1,9 @@
-"""Static int8 (``--quantize int8``) orchestration for ONNX, TFLite and OpenVINO: the request checked
-before any work, the samples split into calibration, selection and gate rows, the float
+"""Static int8 (``--quantize int8``) orchestration for ONNX, TFLite and OpenVINO: the request
+checked before any work, the samples split into calibration, selection and gate rows, the float
 reference taken from the original as verification runs it, cross-layer equalization tried in
 float first, then the int8 loop (:mod:`tfsurgery.int8_loop`) with the format's backend
-(quantize.py, quantize_tflite.py, quantize_openvino.py) chooses on the selection rows and judges on the gate rows."""
+(quantize.py, quantize_tflite.py, quantize_openvino.py) chooses on the selection rows and
+judges on the gate rows."""
 from __future__ import annotations
 
 import dataclasses

@@ -27,7 +27,8 @@ from tfsurgery.artefacts import Artefact
 from tfsurgery.errors import ExportError, InputError
 from tfsurgery.ops import first_line, node_name, tensor_name
 
-INSTALL_HINT = "OpenVINO is not installed: pip install 'tfsurgery[openvino]' (or pip install openvino)"
+INSTALL_HINT = ("OpenVINO is not installed: pip install 'tfsurgery[openvino]' "
+                "(or pip install openvino)")
 XML = "model.xml"
 PRECISIONS = ("f32", "bf16", "f16")
 # Relative to each output's magnitude, as every check measures it.

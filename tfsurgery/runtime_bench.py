@@ -1,8 +1,9 @@
 """``tfsurgery bench``: the model in every runtime that is installed, side by side, each checked.
 
 TensorFlow times the original and the optimized graph; onnxruntime both too (the original where
-tf2onnx converts it: the peer, checked like ours); the TFLite interpreter the optimized model; OpenVINO its IR at f32 and at
-OpenVINO's own default precision (bf16 on CPUs with native bf16) when that differs. Every
+tf2onnx converts it: the peer, checked like ours); the TFLite interpreter the optimized model;
+OpenVINO its IR at f32 and at OpenVINO's own default precision (bf16 on CPUs with native bf16)
+when that differs. Every
 deployment artefact is written and checked as an export is (ONNX, TFLite and OpenVINO against
 the optimized graph in TensorFlow, each at its own tolerance; the optimized .pb by the run's
 verification); each runtime is timed in a process of its own (``latency.measure_in_subprocess``:
@@ -272,8 +273,8 @@ def svg(result: Bench) -> str:
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'font-family="sans-serif" font-size="12">',
              f'<text x="10" y="18" font-size="14">{_escape(_title(result))}</text>',
-             f'<text x="10" y="36" fill="#555">median ms per call (bar), interquartile range '
-             f'(whisker); grey: its check missed</text>']
+             '<text x="10" y="36" fill="#555">median ms per call (bar), interquartile range '
+             '(whisker); grey: its check missed</text>']
     for i, entry in enumerate(timed):
         y = top + i * (bar + gap)
         t = entry.timing
@@ -294,7 +295,8 @@ def svg(result: Bench) -> str:
 
 def _title(result: Bench) -> str:
     flags = " ".join(result.cpu["flags"]) or "no listed flags"
-    return f"{result.cpu['name']} ({flags}), {result.runs} runs each, each runtime in its own process"
+    return (f"{result.cpu['name']} ({flags}), {result.runs} runs each, each runtime in its "
+            "own process")
 
 
 def _escape(text: str) -> str:
