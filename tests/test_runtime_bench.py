@@ -18,49 +18,64 @@ def timing(runtime, variant, ms):
 
 @pytest.fixture(scope="module")
 def demo_bench(tmp_path_factory):
-    source = api.demo()
-    result = api.optimize(source)
-    v = result.verification
-    return runtime_bench.bench(
-        result.original, result.graph_def, result.inputs, result.outputs,
-        api.signature_for(source, result), feeds=api.feeds_for_checks(result),
-        verification=Check(v.passed, v.max_error, v.allowed, "verification"),
-        tolerance=result.tolerance, settings=result.original_extra_feeds, runs=2,
-        work=tmp_path_factory.mktemp("bench"))
+    """``tfsurgery bench`` on the demo, every installed runtime, once for the module: (its
+    printed table, its --report-json, its --plot)."""
+    import contextlib
+    import io
+    from tfsurgery.cli import main
+    folder = tmp_path_factory.mktemp("bench")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["bench", "--runs", "2", "--plot", str(folder / "bench.svg"),
+                     "--report-json", str(folder / "bench.json")])
+    assert code == 0
+    return printed.getvalue(), json.loads((folder / "bench.json").read_text()), \
+        folder / "bench.svg"
 
 
 def test_every_installed_runtime_has_its_rows_each_checked(demo_bench):
+    _, report, _ = demo_bench
     installed = [r for r in runtime_bench.RUNTIMES if runtime_bench.installed(r)]
-    assert demo_bench.missing == [r for r in runtime_bench.RUNTIMES if r not in installed]
-    rows = {(e.runtime, e.model, e.precision.split()[0]) for e in demo_bench.entries}
+    assert report["missing"] == [r for r in runtime_bench.RUNTIMES if r not in installed]
+    entries = report["entries"]
+    rows = {(e["runtime"], e["model"], e["precision"].split()[0]) for e in entries}
     expected = {("tensorflow", "original", "float32"), ("tensorflow", "optimized", "float32"),
                 ("onnxruntime", "original", "float32"), ("onnxruntime", "optimized", "float32"),
                 ("tflite", "optimized", "float32"), ("openvino", "optimized", "f32")}
     assert {r for r in expected if r[0] in installed} <= rows
-    for entry in demo_bench.entries:
-        assert entry.timing is not None and entry.timing.median_ms > 0, entry.as_dict()
-        if (entry.runtime, entry.model) == ("tensorflow", "original"):
-            assert entry.check is None          # the reference itself
+    for entry in entries:
+        assert entry["timing"] is not None and entry["timing"]["median_ms"] > 0, entry
+        if (entry["runtime"], entry["model"]) == ("tensorflow", "original"):
+            assert entry["check"] is None          # the reference itself
         else:      # the demo's artefacts (and tf2onnx's) all pass, each at its own tolerance
-            assert entry.check.passed and entry.check.max_error <= entry.check.tolerance
+            check = entry["check"]
+            assert check["passed"] and check["max_error"] <= check["tolerance"]
     if "openvino" in installed:
         from tfsurgery import openvino_export
         default = openvino_export.default_precision()
-        openvino = {e.precision.split()[0]: e for e in demo_bench.entries
-                    if e.runtime == "openvino"}
+        openvino = {e["precision"].split()[0]: e for e in entries if e["runtime"] == "openvino"}
         assert set(openvino) == {"f32", default}
-        assert openvino["f32"].check.tolerance == openvino_export.TOLERANCES["f32"]
-        assert openvino[default].check.tolerance == openvino_export.TOLERANCES[default]
-        assert "default" in openvino[default].precision or default == "f32"
+        assert openvino["f32"]["check"]["tolerance"] == openvino_export.TOLERANCES["f32"]
+        assert openvino[default]["check"]["tolerance"] == openvino_export.TOLERANCES[default]
+        assert "default" in openvino[default]["precision"] or default == "f32"
 
 
-def test_the_fastest_checked_one_is_named_with_the_cpu(demo_bench):
-    fastest = demo_bench.fastest()
-    timed = [e for e in demo_bench.entries if e.timing and e.checked]
-    assert fastest.timing.median_ms == min(e.timing.median_ms for e in timed)
-    assert demo_bench.cpu["name"] and isinstance(demo_bench.cpu["flags"], list)
-    data = demo_bench.as_dict()
-    assert data["fastest"]["runtime"] == fastest.runtime and data["runs"] == 2
+def test_the_table_names_the_cpu_and_the_fastest_checked(demo_bench):
+    out, report, svg = demo_bench
+    timed = [e for e in report["entries"] if e["timing"] and e["checked"]]
+    fastest = report["fastest"]
+    assert fastest["checked"]
+    assert fastest["timing"]["median_ms"] == min(e["timing"]["median_ms"] for e in timed)
+    assert report["cpu"]["name"] and isinstance(report["cpu"]["flags"], list)
+    assert f"CPU: {report['cpu']['name']}" in out
+    assert f"fastest checked on this machine: {fastest['runtime']} {fastest['model']} " in out
+    for runtime in {e["runtime"] for e in report["entries"]}:
+        assert f"| {runtime} " in out
+    if runtime_bench.installed("openvino"):
+        assert re.search(r"\| openvino +\| optimized +\| f32 +\| passed ", out)
+    picture = ElementTree.parse(svg).getroot()
+    assert len([e for e in picture.iter() if e.tag.endswith("rect")]) == \
+        len([e for e in report["entries"] if e["timing"]])
 
 
 def test_a_faster_model_that_missed_its_check_is_never_the_fastest():
@@ -92,30 +107,6 @@ def test_a_runtime_not_installed_is_listed_as_missing(tmp_path, monkeypatch):
     assert bench.missing == ["onnxruntime", "tflite", "openvino"]
     assert {e.runtime for e in bench.entries} == {"tensorflow"}
     assert np.isfinite(bench.fastest().timing.median_ms)
-
-
-def test_cli_bench_names_the_cpu_and_the_fastest_checked(tmp_path, capsys):
-    """``tfsurgery bench`` on the demo: every requested runtime's rows with their checks, the
-    CPU, the fastest checked one; the same in --report-json and as a bar chart."""
-    from tfsurgery import openvino_export
-    from tfsurgery.cli import main
-    runtimes = ["tensorflow"] + (["openvino"] if openvino_export.installed() else [])
-    code = main(["bench", "--runs", "2", "--runtimes", ",".join(runtimes),
-                 "--plot", str(tmp_path / "bench.svg"), "--report-json", str(tmp_path / "b.json")])
-    out = capsys.readouterr().out
-    assert code == 0
-    assert "CPU: " in out and "fastest checked on this machine: " in out
-    for runtime in runtimes:
-        assert f"| {runtime} " in out
-    report = json.loads((tmp_path / "b.json").read_text())
-    assert {e["runtime"] for e in report["entries"]} == set(runtimes)
-    assert report["fastest"]["checked"] and report["cpu"]["name"]
-    assert f"fastest checked on this machine: {report['fastest']['runtime']} " in out
-    if "openvino" in runtimes:
-        assert re.search(r"\| openvino +\| optimized +\| f32 +\| passed ", out)
-    picture = ElementTree.parse(tmp_path / "bench.svg").getroot()
-    assert len([e for e in picture.iter() if e.tag.endswith("rect")]) == \
-        sum(1 for e in report["entries"] if e["timing"])
 
 
 @pytest.mark.parametrize("argv, message", [
