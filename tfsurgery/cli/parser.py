@@ -245,10 +245,12 @@ INT8_THRESHOLDS = (
 def _int8_options(parser: argparse.ArgumentParser) -> None:
     """--quantize int8: static int8 ONNX/TFLite; --samples cut into calibration, selection and
     gate rows (docs/int8.md)."""
-    group = parser.add_argument_group("int8 (ONNX/TFLite; --samples calibrate, choose and, on "
-                                      "rows no choice saw, gate against the float original)")
+    group = parser.add_argument_group("int8 (ONNX/TFLite/OpenVINO; --samples calibrate, choose "
+                                      "and, on rows no choice saw, gate against the float "
+                                      "original)")
     group.add_argument("--quantize", choices=("int8",), default=None,
-                       help="write the ONNX model as static QDQ int8 (per-channel weights)")
+                       help="write the ONNX model as static QDQ int8 (per-channel weights), "
+                            "the TFLite model full-integer, the OpenVINO IR through NNCF")
     group.add_argument("--check-fraction", type=float, default=0.4, metavar="F",
                        help="share of the --samples rows kept as gate rows, seen by no choice "
                             "(default 0.4, at least 8; 0.2 more choose, the rest calibrate)")
@@ -372,8 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--int8", action="store_true",
                        help="the optimized float model against its --weights int8 twin in "
                             "TensorFlow, onnxruntime and TFLite, and against static int8 "
-                            "(--quantize int8's QDQ for this CPU) in onnxruntime: size, "
-                            "latency, agreement")
+                            "(--quantize int8's QDQ for this CPU) in onnxruntime and NNCF's "
+                            "in OpenVINO (when installed): size, latency, agreement")
     return parser
 
 
