@@ -125,6 +125,15 @@ def branches_and_loops(graph, settings: Optional[Dict[str, object]] = None) -> s
     """Names of the ops of an imported graph whose tensors may have no value: inside a v1 while
     loop (after an Enter, before an Exit) or a cond branch (after a Switch, before a Merge) —
     only the dead side where the Switch's predicate is a constant or a fed setting."""
+    if not settings and hasattr(graph, "_tfsurgery_inside"):     # asked per output, per layer
+        return graph._tfsurgery_inside
+    found = _branches_and_loops(graph, settings)
+    if not settings:
+        graph._tfsurgery_inside = found
+    return found
+
+
+def _branches_and_loops(graph, settings) -> set:
     settings = {tensor_name(k): v for k, v in (settings or {}).items()}
     starts = []
     for op in graph.get_operations():
@@ -279,11 +288,13 @@ def probe(run, layers: Sequence[Layer], feeds: Dict[str, np.ndarray], fetches: S
 # ---------------------------------------------------------------- widening
 def comparable_tensors(reference_graph, optimized_graph, exclude: Sequence[str],
                        settings: Optional[Dict[str, object]] = None) -> List[str]:
-    """``name:0`` of every op both imported graphs have with a float first output of the same
-    dtype and static shape, fetchable in both, in the optimized graph's order; placeholders and
-    constants left out. Where a node's data_format differs between the graphs (layout-nhwc),
-    4-D and 5-D tensors are left out: same-named tensors there may hold another layout."""
-    skip = {"Const", "Placeholder", "PlaceholderWithDefault", "NoOp"}
+    """``name:0`` of every linear or affine op (conv, matmul, bias, batch norm, add, mul, pad,
+    reshape: where a layer's change shows first, and what excuses a rewrite) both imported
+    graphs have with a float first output of the same dtype and static shape, outside loops and
+    dead branches, in the optimized graph's order. An activation's output is left out: it is a
+    function of one compared here. Where a node's data_format differs between the graphs
+    (layout-nhwc), 4-D and 5-D tensors are left out: same-named tensors may hold another
+    layout."""
     inside = branches_and_loops(reference_graph, settings) | \
         branches_and_loops(optimized_graph)
     relaid = False
@@ -296,7 +307,7 @@ def comparable_tensors(reference_graph, optimized_graph, exclude: Sequence[str],
             continue
         if _data_format(op) != _data_format(theirs):
             relaid = True
-        if not op.outputs or not theirs.outputs or op.type in skip or theirs.type in skip or \
+        if not op.outputs or not theirs.outputs or op.type not in LINEAR_READERS or \
                 op.name in inside:
             continue
         mine, other = op.outputs[0], theirs.outputs[0]
