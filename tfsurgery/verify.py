@@ -393,8 +393,8 @@ def _scaled_reference(ref, reference, inputs, outputs, fetches, settings, watchi
         if len(saturated(found[1])) < len(heads):
             watching.scale = scale
             watching.notes.append(
-                f"random inputs scaled by {scale:g}: at scale 1 every output of "
-                f"{', '.join(repr(n) for n in watching.saturated)} was saturated")
+                f"random inputs scaled by {scale:g}: at scale 1, "
+                f"{', '.join(repr(n) for n in watching.saturated)} saturated in every row")
             return found
     watching.notes.append(
         f"{', '.join(repr(n) for n in watching.saturated)} saturated on random inputs at every "
