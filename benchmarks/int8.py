@@ -10,9 +10,11 @@ three models timed side by side:
   run: ``quantize_static`` QDQ, per-channel, uint8 activations, int8 weights.
 
 Both int8 models are calibrated (MinMax) on the same seeded random rows. Each repeat times the
-three models in one fresh onnxruntime process (``latency.measure_in_subprocess``), interleaved
-(the order rotating between repeats), batch 1; the ratios are taken within a repeat (the machine is shared: absolute times wobble,
-ratios measured together much less), and their median and range over the repeats reported.
+three models one after another, each in a fresh onnxruntime process of its own
+(``int8_speed.time_apart``: two sessions in one process disturb each other through their
+spinning intra-op threads), the order rotating between repeats, batch 1; the ratios are taken
+within a repeat (the machine is shared: absolute times wobble, ratios measured together much
+less), and their median and range over the repeats reported.
 
 Speed only: the models have random weights, so no accuracy is claimed (the tests measure it).
 """
@@ -52,13 +54,12 @@ def int8_section(built, *, runs: int = 20, repeats: int = 3, timeout: float = 12
         medians: Dict[str, List[float]] = {name: [] for name in MODELS}
         for repeat in range(repeats):
             order = MODELS[repeat % 3:] + MODELS[:repeat % 3]     # no model always runs first
-            rows = latency.measure_in_subprocess(
-                "onnxruntime", {name: (paths[name], work / "feeds.npz") for name in order},
-                list(result.outputs), runs=runs, work=work, timeout=timeout)
-            for row in rows:
-                medians[row.variant].append(row.median_ms)
+            timed = int8_speed.time_apart({name: paths[name] for name in order}, feeds, work,
+                                          runs=runs, timeout=timeout)
+            for name, row in timed.items():
+                medians[name].append(row.median_ms)
         section = {"cpu": int8_target.cpu_name(), "settings": settings.as_dict(),
-                   "runs": runs, "repeats": repeats, "threads": rows[0].threads,
+                   "runs": runs, "repeats": repeats, "threads": row.threads,
                    "calibration_rows": CALIBRATION_ROWS, "batch": 1,
                    "bytes": {name: path.stat().st_size for name, path in paths.items()},
                    "same_model": same_model(paths["tfsurgery"], paths["recipe"]),
@@ -146,8 +147,9 @@ def render(sections: dict) -> str:
             f"CPU: {first['cpu']}; tfsurgery's int8 target: {first['settings']['target']} "
             f"(activations {first['settings']['activations']}, weights int8 per-channel"
             f"{', reduce_range' if first['settings']['reduce_range'] else ''}); batch 1, "
-            f"{first['threads']} threads; each repeat times the three models interleaved in one "
-            f"onnxruntime process ({first['runs']} runs each), {first['repeats']} repeats: "
+            f"{first['threads']} threads; each repeat times the three models one after another, each "
+            f"in an onnxruntime process of its own ({first['runs']} runs each), "
+            f"{first['repeats']} repeats: "
             "median speed-up (range over repeats).\n\n"
             + markdown_table(["model", "float ms", "tfsurgery int8 ms", "recipe ms",
                               "tfsurgery vs float", "recipe vs float", "tfsurgery vs recipe",
