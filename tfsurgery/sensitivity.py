@@ -193,13 +193,19 @@ def saturated(graph, output: str, value) -> bool:
 class Layer:
     name: str            # the conv/matmul
     kernel: str          # the tensor it reads its weights from (fed, scaled, to probe)
-    value: np.ndarray
+    const: object        # the Const op holding them (read only when probed)
+
+    @property
+    def value(self) -> np.ndarray:
+        from tensorflow.python.framework import tensor_util
+        if not hasattr(self, "_value"):
+            self._value = tensor_util.MakeNdarray(self.const.get_attr("value"))
+        return self._value
 
 
 def weight_layers(graph) -> List[Layer]:
     """Conv/matmul ops of an imported graph whose kernel is a constant, in graph order; none
     inside a loop or cond branch."""
-    from tensorflow.python.framework import tensor_util
     layers = []
     inside = branches_and_loops(graph)      # a tensor fed there would leave its frame
     for op in graph.get_operations():
@@ -213,16 +219,17 @@ def weight_layers(graph) -> List[Layer]:
         if source.op.type != "Const" or not source.dtype.is_floating or \
                 not graph.is_feedable(kernel):
             continue
-        value = tensor_util.MakeNdarray(source.op.get_attr("value"))
-        if value.size > 1:
-            layers.append(Layer(op.name, kernel.name, value))
+        if source.shape.num_elements() != 1:
+            layers.append(Layer(op.name, kernel.name, source.op))
     return layers
 
 
 def kernel_feeds(layers: Sequence[Layer]) -> Dict[str, np.ndarray]:
     """Every probed kernel at its own value, to feed the reference on every run (one executor
     for the base run and the probes); none when that would copy more than FEED_BYTES a run."""
-    if sum(layer.value.nbytes for layer in layers) > FEED_BYTES:
+    if len(layers) > PROBE_MAX_LAYERS or \
+            sum(layer.const.outputs[0].shape.num_elements() or 0 for layer in layers) * 4 > \
+            FEED_BYTES:     # not probed, or too large to copy on every run
         return {}
     return {layer.kernel: layer.value for layer in layers}
 
