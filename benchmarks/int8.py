@@ -10,9 +10,9 @@ three models timed side by side:
   run: ``quantize_static`` QDQ, per-channel, uint8 activations, int8 weights.
 
 Both int8 models are calibrated (MinMax) on the same seeded random rows. Each repeat times the
-three models one after another, each in a fresh onnxruntime process of its own
-(``int8_speed.time_apart``: two sessions in one process disturb each other through their
-spinning intra-op threads), the order rotating between repeats, batch 1; the ratios are taken
+three models in one fresh onnxruntime process, interleaved, the order rotating between repeats,
+the sessions' intra-op threads not spinning when idle (``int8_speed.time_together``: spinning
+threads of an idle session slow the one being timed), batch 1; the ratios are taken
 within a repeat (the machine is shared: absolute times wobble, ratios measured together much
 less), and their median and range over the repeats reported.
 
@@ -54,8 +54,8 @@ def int8_section(built, *, runs: int = 20, repeats: int = 3, timeout: float = 12
         medians: Dict[str, List[float]] = {name: [] for name in MODELS}
         for repeat in range(repeats):
             order = MODELS[repeat % 3:] + MODELS[:repeat % 3]     # no model always runs first
-            timed = int8_speed.time_apart({name: paths[name] for name in order}, feeds, work,
-                                          runs=runs, timeout=timeout)
+            timed = int8_speed.time_together({name: paths[name] for name in order}, feeds,
+                                             work, runs=runs, timeout=timeout)
             for name, row in timed.items():
                 medians[name].append(row.median_ms)
         section = {"cpu": int8_target.cpu_name(), "settings": settings.as_dict(),
@@ -147,8 +147,8 @@ def render(sections: dict) -> str:
             f"CPU: {first['cpu']}; tfsurgery's int8 target: {first['settings']['target']} "
             f"(activations {first['settings']['activations']}, weights int8 per-channel"
             f"{', reduce_range' if first['settings']['reduce_range'] else ''}); batch 1, "
-            f"{first['threads']} threads; each repeat times the three models one after another, each "
-            f"in an onnxruntime process of its own ({first['runs']} runs each), "
+            f"{first['threads']} threads, intra-op spinning off; each repeat times the three models "
+            f"interleaved in one onnxruntime process ({first['runs']} runs each), "
             f"{first['repeats']} repeats: "
             "median speed-up (range over repeats).\n\n"
             + markdown_table(["model", "float ms", "tfsurgery int8 ms", "recipe ms",

@@ -11,7 +11,9 @@ on real data; with ``--samples`` it is measured on the user's rows.
 
 In onnxruntime a third model joins them, reported as a row of its own against float: **static
 int8** (the quantization ``--quantize int8`` makes: QDQ with this machine's ``int8_target``
-settings, calibrated on the same rows; no accuracy search), timed in the same process.
+settings, calibrated on the same rows; no accuracy search). The onnxruntime sessions are timed
+with their intra-op threads not spinning when idle (otherwise they slow each other:
+``int8_speed``).
 
 In OpenVINO (when installed) the float IR (checked at f32 against its graph in TensorFlow) is
 set against its **NNCF int8** twin (``nncf.quantize`` calibrated on the same rows, no accuracy
@@ -91,9 +93,10 @@ def bench(graphs: Mapping[str, object], inputs: Sequence[str], outputs: Sequence
         npz = work / f"feeds_{runtime}.npz"
         np.savez(npz, **(artefacts.feeds_by_key(feeds, signature.inputs) if runtime == "tflite"
                          else {k: np.asarray(v) for k, v in feeds.items()}))
+        # onnxruntime's idle sessions must not spin: their threads slow the one timed
         rows = latency.measure_in_subprocess(runtime, {v: (paths[v], npz) for v in paths},
                                              list(outputs), runs=runs, work=work,
-                                             timeout=max(timeout, 600))
+                                             timeout=max(timeout, 600), ort_spinning=False)
         side.timings = {row.variant: row for row in rows if row.variant in VARIANTS}
         sides.append(side)
         if static is not None:

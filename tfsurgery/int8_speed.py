@@ -2,12 +2,14 @@
 
 Int8 is worth its accuracy risk only when it runs faster, and whether it does depends on the CPU
 and on how onnxruntime fuses the quantized graph (docs/int8.md). So every int8 ONNX is timed
-against its float ONNX on this machine before it is written: each model in a fresh onnxruntime
-process of its own (``latency.measure_in_subprocess``), one after the other, on the same feeds,
-medians compared. Not two sessions in one process: each onnxruntime session keeps its own
-intra-op threads, which spin after a run, and on a small machine the idle session's spinning
-threads slow the one being timed — byte-identical ResNet50 int8 files timed 62 and 81 ms in
-one process (23 and 23 ms with spinning off). A model that is not faster is said in one loud line; below
+against its float ONNX on this machine before it is written: both in one fresh onnxruntime
+process (``latency.measure_in_subprocess``), runs interleaved on the same feeds, medians
+compared, with the sessions' intra-op threads not spinning when idle: each onnxruntime session
+keeps its own threads, and with spinning on, the idle session's threads slow the one being
+timed — byte-identical ResNet50 int8 files timed 62 and 81 ms in one process, 23 and 23 ms with
+spinning off. (One process per model avoids that too, but then the machine's load drifts
+between the two: on this shared 2-core machine that spread the ratio of two identical models
+over 0.8–3×.) A model that is not faster is said in one loud line; below
 ``--int8-min-speedup`` it is refused and nothing is written.
 """
 from __future__ import annotations
@@ -53,8 +55,7 @@ class Speed:
     def line(self) -> str:
         """What the run reports: the speed-up, loudly when int8 is not faster."""
         timed = (f"float {self.float_ms:.3g} ms, int8 {self.int8_ms:.3g} ms (medians of "
-                 f"{self.runs} runs, each model in its own process, {self.threads} threads, "
-                 f"{self.cpu})")
+                 f"{self.runs} interleaved runs, {self.threads} threads, {self.cpu})")
         if not self.faster:
             return (f"WARNING: int8 is NOT faster than float on this machine: "
                     f"{self.speedup:.2f}× — {timed}")
@@ -86,12 +87,12 @@ def check_min_speedup(min_speedup: Optional[float]) -> None:
 def measure(float_model: Path, int8_model: Path, feeds: Mapping[str, np.ndarray], *,
             runs: int = RUNS, min_speedup: Optional[float] = None,
             timeout: float = TIMEOUT) -> Speed:
-    """Each ONNX model timed in an onnxruntime process of its own on ``feeds`` (keyed by TF
-    tensor names, as the checks feed them). Raises ``ExportError`` when the timing fails."""
+    """Both ONNX models timed in one onnxruntime process on ``feeds`` (keyed by TF tensor
+    names, as the checks feed them). Raises ``ExportError`` when the timing fails."""
     models = {"float": Path(float_model), "int8": Path(int8_model)}
     with tempfile.TemporaryDirectory(prefix="int8-speed.") as scratch:
         try:
-            timing = time_apart(models, feeds, Path(scratch), runs=runs, timeout=timeout)
+            timing = time_together(models, feeds, Path(scratch), runs=runs, timeout=timeout)
         except VerificationError as error:
             raise ExportError(f"cannot time int8 against float: {error}") from None
     return Speed(timing["float"].median_ms, timing["int8"].median_ms,
@@ -99,17 +100,16 @@ def measure(float_model: Path, int8_model: Path, feeds: Mapping[str, np.ndarray]
                  timing["int8"].threads, int8_target.cpu_name(), min_speedup)
 
 
-def time_apart(models: Dict[str, Path], feeds: Mapping[str, np.ndarray], work: Path, *,
-               runs: int = RUNS, timeout: float = TIMEOUT) -> Dict[str, latency.Timing]:
-    """Each model's timing in onnxruntime, each in a fresh process of its own, in the order
-    given. Raises ``VerificationError`` when a timing fails."""
+def time_together(models: Dict[str, Path], feeds: Mapping[str, np.ndarray], work: Path, *,
+                  runs: int = RUNS, timeout: float = TIMEOUT) -> Dict[str, latency.Timing]:
+    """Each model's timing in onnxruntime: all in one fresh process, runs interleaved in the
+    order given, intra-op threads not spinning when idle. Raises ``VerificationError`` when the
+    timing fails."""
     np.savez(work / "feeds.npz", **{k: np.asarray(v) for k, v in feeds.items()})
-    timing = {}
-    for name, model in models.items():
-        (row,) = latency.measure_in_subprocess("onnxruntime", {name: (model, work / "feeds.npz")},
-                                               [], runs=runs, work=work, timeout=timeout)
-        timing[name] = row
-    return timing
+    rows = latency.measure_in_subprocess(
+        "onnxruntime", {name: (model, work / "feeds.npz") for name, model in models.items()},
+        [], runs=runs, work=work, timeout=timeout, ort_spinning=False)
+    return {row.variant: row for row in rows}
 
 
 def require(speed: Speed) -> Speed:

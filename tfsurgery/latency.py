@@ -84,10 +84,15 @@ def tf_runner(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str]):
     return lambda: session.run(fetches, feed)
 
 
-def ort_runner(model_path: Path, feeds: Dict[str, np.ndarray]):
+def ort_runner(model_path: Path, feeds: Dict[str, np.ndarray], spinning: bool = True):
+    """``spinning=False``: the session's intra-op threads sleep when idle instead of spinning
+    (for several sessions timed in one process: an idle one's spinning threads slow the one
+    being timed)."""
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads()
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
     feed = {tensor_name(k): v for k, v in feeds.items()}
@@ -154,17 +159,19 @@ def _measure(runtime: str, work: Path, runs: int, timeout: float) -> List[Timing
 
 def measure_in_subprocess(runtime: str, variants: Dict[str, tuple], outputs: Sequence[str], *,
                           runs: int, work: Path, timeout: float = 600,
-                          precisions: Optional[Dict[str, Optional[str]]] = None) -> List[Timing]:
+                          precisions: Optional[Dict[str, Optional[str]]] = None,
+                          ort_spinning: bool = True) -> List[Timing]:
     """The one timing worker (``tfsurgery bench`` and the benchmarks alike): each variant's model
     (a .pb, .onnx, .tflite path or an OpenVINO IR directory) fed its own .npz, run interleaved
     ``runs`` times in a fresh process for ``runtime`` ("tensorflow", "onnxruntime", "tflite" or
     "openvino"); the timings come back as JSON. ``precisions``: OpenVINO's inference precision
-    per variant (None: OpenVINO's own default)."""
+    per variant (None: OpenVINO's own default). ``ort_spinning``: see :func:`ort_runner`."""
     plan = work / f"plan_{runtime}.json"
     plan.write_text(json.dumps({"runtime": runtime, "runs": runs, "outputs": list(outputs),
                                 "variants": {name: [str(model), str(feeds)]
                                              for name, (model, feeds) in variants.items()},
-                                "precisions": precisions or {}}))
+                                "precisions": precisions or {},
+                                "ort_spinning": ort_spinning}))
     command = [sys.executable, "-m", "tfsurgery.latency", str(plan)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
@@ -196,14 +203,14 @@ def openvino_runner(directory: Path, feeds: Dict[str, np.ndarray], outputs: Sequ
 
 
 def _runner(runtime: str, model: Path, feeds: Dict[str, np.ndarray], outputs: Sequence[str],
-            precision: Optional[str] = None):
+            precision: Optional[str] = None, ort_spinning: bool = True):
     if runtime == "openvino":
         return openvino_runner(model, feeds, outputs, precision)
     if runtime == "tensorflow":
         import tensorflow as tf
         return tf_runner(tf.compat.v1.GraphDef.FromString(model.read_bytes()), feeds, outputs)
     if runtime == "onnxruntime":
-        return ort_runner(model, feeds)
+        return ort_runner(model, feeds, ort_spinning)
     return tflite_runner(model, feeds)
 
 
@@ -211,7 +218,7 @@ def _worker(plan_path: Path) -> List[Timing]:
     plan = json.loads(plan_path.read_text())
     precisions = plan.get("precisions", {})
     runners = {name: _runner(plan["runtime"], Path(model), dict(np.load(feeds)), plan["outputs"],
-                             precisions.get(name))
+                             precisions.get(name), plan.get("ort_spinning", True))
                for name, (model, feeds) in plan["variants"].items()}
     return summarise(plan["runtime"], interleaved(runners, plan["runs"]), threads())
 
