@@ -155,6 +155,9 @@ def _branches_and_loops(graph, settings) -> set:
 def _predicate(tensor, settings) -> Optional[bool]:
     """A Switch predicate's value where it is a constant or a fed setting, else None."""
     tensor = _through_identity(tensor)
+    if tensor.op.type == "LogicalNot":          # a cond on ``not training``
+        negated = _predicate(tensor.op.inputs[0], settings)
+        return None if negated is None else not negated
     if tensor.name in settings:
         return bool(np.asarray(settings[tensor.name]))
     if tensor.op.type == "Const":
@@ -336,10 +339,12 @@ def _data_format(op) -> Optional[bytes]:
 
 
 def excused(optimized_graph, name: str, errors: Dict[str, float],
-            bounds: Dict[str, float]) -> bool:
+            bounds: Dict[str, float], already: frozenset = frozenset()) -> bool:
     """The tensor differs inside a rewrite: the compared tensors it reaches through linear or
     affine ops only (the node that took a folded batch norm's name, the conv a scale was folded
-    forward into; new nodes in between are passed through) all match, and there is one."""
+    forward into; new nodes in between are passed through) all match, and there is one.
+    ``already``: tensors excused so far, which count as matching (a scale folded forward into a
+    conv whose batch norm was folded too: the conv differs, excused by its bias's match)."""
     readers = list(optimized_graph.get_tensor_by_name(name).consumers())
     seen, matched = set(), False
     while readers:
@@ -351,7 +356,7 @@ def excused(optimized_graph, name: str, errors: Dict[str, float],
             return False
         tensor = f"{reader.name}:0"
         if tensor in errors:
-            if errors[tensor] > bounds[tensor]:
+            if errors[tensor] > bounds[tensor] and tensor not in already:
                 return False
             matched = True
         else:

@@ -459,8 +459,15 @@ def _excuse(verification: Verification, graph) -> None:
     (tfsurgery.sensitivity.excused)."""
     errors = {e.name: e.max_rel for e in verification.intermediate}
     bounds = {name: verification.bound(name) for name in errors}
-    verification.excused = [name for name, error in errors.items() if error > bounds[name] and
-                            sensitivity_mod.excused(graph, name, errors, bounds)]
+    differing = [name for name, error in errors.items() if error > bounds[name]]
+    excused: set = set()
+    while True:         # to a fixed point: an excused reader counts as a matching one
+        more = {name for name in differing if name not in excused and
+                sensitivity_mod.excused(graph, name, errors, bounds, frozenset(excused))}
+        if not more:
+            break
+        excused |= more
+    verification.excused = [name for name in differing if name in excused]
 
 
 def _noise_floor(verification, ref, feeds, settings, fetches, names, expected, wide) -> None:
