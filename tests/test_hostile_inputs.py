@@ -599,3 +599,22 @@ def test_pipeline_fuzz_never_crashes(article):
 
 
 _FUZZ_GRAPH = {}
+
+
+def test_a_newline_in_a_node_name_stays_escaped_in_the_one_line_error(tmp_path, capsys):
+    """Names come from the untrusted file: a dangling input whose name holds a newline and an
+    escape character is reported on one line (escaped), exit 2, nothing written."""
+    graph_def = graph_pb2.GraphDef()
+    x = graph_def.node.add(name="x", op="Placeholder")
+    x.attr["dtype"].type = 1
+    out = graph_def.node.add(name="out", op="Identity", input=["\nx\x1b[2J"])
+    out.attr["T"].type = 1
+    path = tmp_path / "newline.pb"
+    path.write_bytes(graph_def.SerializeToString())
+    with pytest.raises(io.InputError) as refused:
+        io.load_model(str(path))
+    assert "\n" not in str(refused.value) and "\\nx\\x1b[2J" in str(refused.value)
+    assert main([str(path), "-o", str(tmp_path / "out.pb")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "\\nx" in err, err
+    assert not (tmp_path / "out.pb").exists()

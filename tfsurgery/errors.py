@@ -6,7 +6,16 @@ from __future__ import annotations
 
 
 class InputError(Exception):
-    """Bad input from the user: reported as one line, exit status 2."""
+    """Bad input from the user: reported as one line, exit status 2. Control characters in the
+    message (a newline inside a model's own node name, say) are escaped, so it stays one line."""
+
+    def __init__(self, message="", *args):
+        super().__init__(_one_line(message) if isinstance(message, str) else message, *args)
+
+
+def _one_line(text: str) -> str:
+    """``text`` with each control character written as its escape (``\\n``, ``\\x1b``)."""
+    return "".join(repr(c)[1:-1] if ord(c) < 32 or ord(c) == 127 else c for c in text)
 
 
 class GraphError(ValueError):
