@@ -239,12 +239,13 @@ def identity_reshapes(model, batches=(1, 3)):
 def test_identity_reshapes_from_tf2onnx_are_removed(tmp_path):
     from tfsurgery import onnx_tidy
     graph_def = squeeze_excite_graph()
-    # tf2onnx's layout pass depends on iteration orders: 2 Reshapes, or 3 and two more
-    # Transposes; either way the two before the 1x1 convs are identities.
+    # tf2onnx's layout pass depends on iteration orders (and, seen once in a full suite run, on
+    # what converted before in the process): 2 Reshapes, or 3 and two more Transposes; one or
+    # both before the 1x1 convs are identities. Whatever the count, tidy removes exactly those.
     model, _ = onnx_export.convert(graph_def, ["x"], ["y"], opset=18)
     reshapes = lambda: sum(n.op_type == "Reshape" for n in model.graph.node)   # noqa: E731
     before, identities = reshapes(), len(identity_reshapes(model))
-    assert identities >= 2
+    assert identities >= 1
     assert onnx_tidy.tidy(model) == {"identity Reshape removed": identities}
     assert reshapes() == before - identities and identity_reshapes(model) == []
     # A second conversion may lay out differently (and ORT may remove one first): whatever
