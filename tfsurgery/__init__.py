@@ -11,8 +11,8 @@ The public names, importable from here (loaded on first use: ``import tfsurgery`
 - ``tfsurgery.transform("name")`` — the decorator that makes a function a transform, and
   ``tfsurgery.TransformReport``, what it returns; ``tfsurgery.Graph``, what it edits;
 - ``tfsurgery.VerificationFailed``, ``tfsurgery.Unverified``, ``tfsurgery.InputError``,
-  ``tfsurgery.ExportError`` and ``tfsurgery.OnnxCheckFailed`` (``export_onnx``'s failed check,
-  with its numbers).
+  ``tfsurgery.ExportError``, ``tfsurgery.OnnxCheckFailed`` (``export_onnx``'s failed check,
+  with its numbers) and ``tfsurgery.UnsafeModel`` (a model that would act outside its graph).
 """
 import os as _os
 
@@ -28,7 +28,8 @@ if _os.path.isfile(_os.path.join(_checkout, "setup.py")) and \
 
 _PUBLIC = {"transform": "contract", "TransformReport": "contract", "Options": "contract",
            "Graph": "graph", "VerificationFailed": "errors", "Unverified": "errors",
-           "InputError": "errors", "ExportError": "errors", "OnnxCheckFailed": "errors"}
+           "InputError": "errors", "ExportError": "errors", "OnnxCheckFailed": "errors",
+           "UnsafeModel": "errors"}
 
 
 _API = ("optimize", "load", "save", "export_onnx", "Interface", "Checks", "RunOptions", "Result",

@@ -105,3 +105,15 @@ class WriteFailed(ExportError):
         super().__init__(message)
         self.stage = stage
         self.written = written
+
+
+class UnsafeModel(InputError):
+    """The model would act outside its graph if run or loaded: ops that read or write files,
+    print to files or call back into Python (``findings``: one line per node, naming its op), or
+    Keras code stored in the file (a ``Lambda`` layer's bytecode). Nothing was run or written.
+    Allow ops by name (``--allow-op``, ``RunOptions(allow_ops=...)``) or trust the file
+    (``--trust-model``, ``load(..., trust=True)``)."""
+
+    def __init__(self, message="", findings=()):
+        super().__init__(message)
+        self.findings = list(findings)
