@@ -30,7 +30,7 @@ FOLDERS = {"tfsurgery": "tfsurgery", "tfsurgery/graph": "tfsurgery.graph",
 FLOORS = {
     0: {"tfsurgery", "errors", "ops", "graph", "tfsession", "constants", "interface", "contract",
         "image_layout", "cpu_layout", "samples", "tensor_list_loops", "onnx_tidy", "progress",
-        "_compat", "int8_target"},
+        "_compat", "int8_target", "outside"},
     1: {"transforms"},
     2: {"pipeline", "localize", "compare", "verify", "runs", "sensitivity", "reference", "report",
         "io", "artefacts",

@@ -23,12 +23,13 @@ from typing import List, Mapping, Optional, Sequence
 import numpy as np
 from tensorflow.core.framework import graph_pb2
 
-from tfsurgery import (io, localize, onnx_export, pipeline, picture, preprocessing,  # noqa: F401
-                       progress, report, samples as samples_mod, verify as verify_mod)
+from tfsurgery import (io, localize, onnx_export, outside, pipeline, picture,  # noqa: F401
+                       preprocessing, progress, report, samples as samples_mod,
+                       verify as verify_mod)
 from tfsurgery import batch, compare as compare_mod  # noqa: F401 - batch: the CLI's, via api
 from tfsurgery.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
 from tfsurgery.errors import (ExportError, InputError, OnnxCheckFailed,  # noqa: F401
-                              OriginalDoesNotRun,
+                              OriginalDoesNotRun, UnsafeModel,
                               StructureError, TransformError, UnknownTransform, Unverified,
                               VerificationError, VerificationFailed, WriteFailed)
 from tfsurgery.graph import Graph
@@ -154,7 +155,9 @@ class RunOptions:
     ``check_n`` (seeded random batches compared); ``transform_params`` (each transform's own,
     ``{"fold-constants": {"max_bytes": 1 << 20}}``); ``exact`` (only rewrites bit-exact in IEEE
     arithmetic: simplify-algebra's reassociations off); ``layout`` ("NHWC": NCHW ops computed
-    channels-last, layout-nhwc)."""
+    channels-last, layout-nhwc); ``allow_ops`` (op names, e.g. ``["ReadFile"]``: the graph may
+    run them although they act outside it; otherwise such a graph is ``UnsafeModel``, see
+    tfsurgery.outside; transforms never evaluate them)."""
 
     keep_asserts: bool = False
     preprocess: Optional[preprocessing.Requested] = None
@@ -164,6 +167,7 @@ class RunOptions:
     transform_params: Optional[Mapping[str, Mapping[str, object]]] = None
     exact: bool = False
     layout: Optional[str] = None
+    allow_ops: Sequence[str] = ()
 
 
 GROUPS = {"interface": Interface, "checks": Checks, "options": RunOptions}
@@ -213,8 +217,9 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
                       "interface=Interface(...), checks=Checks(...), options=RunOptions(...)",
                       DeprecationWarning, stacklevel=2)
     groups = grouped(interface, checks, options, **flat_keywords)
-    return _optimize(as_source(source), transforms, groups["interface"], groups["checks"],
-                     groups["options"])
+    with outside.allowing(groups["options"].allow_ops):
+        return _optimize(as_source(source), transforms, groups["interface"], groups["checks"],
+                         groups["options"])
 
 
 def _planned_transforms(transforms: Sequence, options: RunOptions):
@@ -250,6 +255,10 @@ def _optimize(source: Source, transforms: Sequence, interface: Interface, checks
                                         list(interface.outputs) or source.outputs, flags)
     inputs = [name for name in inputs if name.split(":")[0] not in values]
     check_fed(original, inputs, outputs)
+    # before anything of the graph runs: what verification runs (the outputs, from the inputs
+    # and the values it feeds) may not act outside the graph unless allowed
+    allowed_findings = outside.refuse(original, outputs, [*inputs, *values, *flags],
+                                      where=source.label)
     samples = options.samples
     if samples is not None and not isinstance(samples, samples_mod.Samples):
         samples = samples_mod.load(samples, samples_mod.input_specs(original, inputs))
@@ -287,7 +296,7 @@ def _optimize(source: Source, transforms: Sequence, interface: Interface, checks
                     check_n=options.check_n,
                     params=params, class_outputs=class_outputs,
                     transforms=list(transforms), pass_options=pass_options,
-                    seed=checks.seed)
+                    seed=checks.seed, outside_allowed=allowed_findings)
     if not checks.verify:
         result.verify_skipped = True
         return result

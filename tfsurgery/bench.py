@@ -14,6 +14,7 @@ from tfsurgery.errors import InputError, Unverified
 from tfsurgery.result import (Result, check_batches, feeds_for_checks, int8_min_elements,
                               require_verified)
 from tfsurgery.source import Source, signature_for
+from tfsurgery.outside import with_allowed_ops
 
 
 def check_runs(runs: int) -> None:
@@ -22,6 +23,7 @@ def check_runs(runs: int) -> None:
         raise InputError(f"--runs must be at least 1, not {runs}")
 
 
+@with_allowed_ops
 def bench(source: Source, result: Result, *, runs: int = 50, onnx: bool = True) -> list:
     """Latency of the original and the optimized graph, in TensorFlow and onnxruntime."""
     check_runs(runs)
@@ -57,6 +59,7 @@ def check_plot(path) -> None:
     io.check_writable(Path(path))
 
 
+@with_allowed_ops
 def bench_runtimes(source: Source, result: Result, *, runs: int = 50,
                    runtimes: Optional[Sequence[str]] = None) -> runtime_bench.Bench:
     """The optimized model in every installed runtime (or ``runtimes``): TensorFlow and
@@ -89,6 +92,7 @@ def write_bench_plot(bench_result: runtime_bench.Bench, path, *, input_path=None
     return path
 
 
+@with_allowed_ops
 def bench_int8(source: Source, result: Result, int8: Result, *, runs: int = 50,
                onnx: bool = True, tflite: bool = True) -> List[int8_bench.Side]:
     """The float result and its int8-weight twin (``weights="int8"``, both verified) side by

@@ -1,7 +1,8 @@
 """Which parts of a graph are computed from constants alone, and their values (by TensorFlow).
 
 Shared by the transforms that fold constants, decide cond predicates and drop pointless control
-edges. Stateful and random ops, control flow, placeholders and fake quantization (TFLite reads its ranges) are never constant.
+edges. Stateful and random ops, control flow, placeholders, fake quantization (TFLite reads its ranges)
+and ops acting outside the graph (tfsurgery.outside) are never constant.
 """
 from __future__ import annotations
 
@@ -12,10 +13,14 @@ import numpy as np
 
 from tfsurgery.graph import Graph, op_def
 from tfsurgery.ops import CONTROL_FLOW_V1_OPS, PLACEHOLDER_OPS
+from tfsurgery.outside import CONDITIONAL_OPS, OUTSIDE_OPS
 from tfsurgery.tfsession import run_nodes
 
+# ops acting outside the graph (ReadFile, ...) are never evaluated, even where the user allowed
+# them to run: a file's bytes must never end up as a constant in a result
 NEVER_FOLD = PLACEHOLDER_OPS | CONTROL_FLOW_V1_OPS | {"Const", "NoOp", "Assert", "Print",
-                                                      "PrintV2"}
+                                                      "PrintV2"} | set(OUTSIDE_OPS) | \
+    set(CONDITIONAL_OPS)
 
 
 _FOLDABLE: Dict[str, bool] = {}

@@ -17,6 +17,7 @@ from tfsurgery.artefacts import Batch
 from tfsurgery.errors import ExportError, InputError, OnnxCheckFailed, VerificationError
 from tfsurgery.result import Result, export_onnx, require_verified, verify_result
 from tfsurgery.source import Source, signature_for
+from tfsurgery.outside import with_allowed_ops
 
 Int8Thresholds = quantize_mod.Thresholds
 Int8Refused = quantize_mod.Int8Refused
@@ -40,6 +41,7 @@ def check_int8_speed_request(target: str = "auto", min_speedup: Optional[float] 
 TfliteInt8Refused = quantize_tflite.TfliteInt8Refused
 
 
+@with_allowed_ops
 def int8_samples(source: Source, result: Result, samples_path, *, check_samples=None,
                  check_fraction: float = int8_loop.GATE_FRACTION,
                  labels=None) -> int8_loop.Rows:
@@ -54,6 +56,7 @@ def int8_samples(source: Source, result: Result, samples_path, *, check_samples=
     return int8_loop.split_rows(rows, gate, gate_fraction=check_fraction)
 
 
+@with_allowed_ops
 def float_expected(result: Result, rows: int8_loop.Rows) -> dict:
     """The float reference on the selection and gate rows: ``result.original`` fed what
     verification feeds it besides the inputs (``result.original_extra_feeds``: a keep_prob at
@@ -68,6 +71,7 @@ EQUALIZE_CHOICES = ("auto", "on", "off")
 INT8_CALIBRATION_CHOICES = quantize_mod.CALIBRATION_CHOICES
 
 
+@with_allowed_ops
 def export_int8(source: Source, result: Result, float_model, path, *, rows: int8_loop.Rows,
                 thresholds: quantize_mod.Thresholds, batch: Optional[Batch] = None,
                 calibration_method: str = "auto", equalize: str = "off",
@@ -169,6 +173,7 @@ def _sizes(rows: int8_loop.Rows) -> str:
     return ", ".join(f"{count} {name}" for name, count in rows.sizes().items()) + " rows"
 
 
+@with_allowed_ops
 def equalized_result(result: Result, calibration, check_rows=None
                      ) -> Tuple[Optional[Result], dict]:
     """``result`` after equalize-cross-layer, verified in float against the original like every
@@ -200,6 +205,7 @@ def equalized_result(result: Result, calibration, check_rows=None
     return equalized, info
 
 
+@with_allowed_ops
 def export_tflite_int8(source: Source, result: Result, path, *, rows: int8_loop.Rows,
                        thresholds: quantize_mod.Thresholds, int8_io: bool = False,
                        batch: Optional[Batch] = None, equalize: str = "off"):
@@ -227,6 +233,7 @@ def export_tflite_int8(source: Source, result: Result, path, *, rows: int8_loop.
     return report
 
 
+@with_allowed_ops
 def export_openvino_int8(source: Source, result: Result, path, *, rows: int8_loop.Rows,
                          thresholds: quantize_mod.Thresholds, precision: str = "f32",
                          force: bool = False, batch: Optional[Batch] = None,

@@ -32,6 +32,7 @@ import numpy as np
 from tfsurgery.cpu_layout import runnable
 from tfsurgery.errors import ExportError, InputError, VerificationError
 from tfsurgery.ops import first_line, node_name, tensor_name
+from tfsurgery.outside import refuse
 from tfsurgery.reference import comparable_reference
 from tfsurgery.samples import Samples
 from tfsurgery.tfsession import plain_session_config
@@ -641,6 +642,8 @@ def float_reference(original, optimized, settings: Dict[str, object], outputs: S
                 feed = dict(fixed)
                 feed.update({tensor_name(k): v for k, v in feeds.items()
                              if node_name(k) in present})
+                if not result:
+                    refuse(reference, outputs, list(feed), where="the original graph")
                 try:
                     result.append(session.run(fetches, feed, options=options))
                 except (tf.errors.OpError, ValueError, KeyError, TypeError) as error:

@@ -70,6 +70,8 @@ def threads() -> int:
 def tf_runner(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str]):
     import tensorflow as tf
     from tfsurgery.cpu_layout import runnable
+    from tfsurgery.outside import refuse
+    refuse(graph_def, outputs, list(feeds), where="the graph to time")
     graph_def = runnable(graph_def)           # NCHW ops on a CPU without oneDNN: as verified
     graph = tf.Graph()
     with graph.as_default():

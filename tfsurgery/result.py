@@ -19,6 +19,7 @@ from tfsurgery.errors import (InputError, OnnxUnconvertible, OriginalDoesNotRun,
 from tfsurgery.graph import Graph
 from tfsurgery.interface import indexed, unused_inputs
 from tfsurgery.ops import PLACEHOLDER_OPS
+from tfsurgery.outside import with_allowed_ops
 
 
 @dataclasses.dataclass
@@ -55,6 +56,8 @@ class Result:
     transforms: List[str] = dataclasses.field(default_factory=list)
     pass_options: Optional[Options] = None     # the transforms' Options
     seed: int = 0                       # of the random check batches
+    # nodes acting outside the graph that the user allowed to run (--allow-op): outside.Finding
+    outside_allowed: List[object] = dataclasses.field(default_factory=list)
 
     def save(self, path, *, allow_unverified: bool = False) -> Path:
         """Write the optimized graph (see :func:`save`)."""
@@ -70,6 +73,12 @@ class Result:
     given = property(lambda self: self.user_feeds)
 
     @property
+    def allowed_ops(self) -> List[str]:
+        """The ops acting outside the graph this run was allowed to run (later checks and
+        exports of the result run them too)."""
+        return sorted({finding.op for finding in self.outside_allowed})
+
+    @property
     def verified(self) -> bool:
         """The check ran and passed: only then may the result be saved or exported without
         ``allow_unverified=True``."""
@@ -80,7 +89,8 @@ class Result:
                  "inference_values": {k: float(v) for k, v in self.original_extra_feeds.items()
                                       if k not in self.unused_inputs},
                  "unused_inputs": list(self.unused_inputs), "frozen_form": self.frozen_form,
-                 "declared_inputs": list(self.declared_inputs)}
+                 "declared_inputs": list(self.declared_inputs),
+                 "allowed_outside_ops": [f.as_dict() for f in self.outside_allowed]}
         if self.verification_error:
             extra["verification_error"] = self.verification_error
         if self.verify_skipped:
@@ -115,6 +125,7 @@ def require_verified(result: Result, *, allow_unverified: bool = False) -> None:
                          "(verify=True) or pass allow_unverified=True (the CLI: --no-verify)")
 
 
+@with_allowed_ops
 def verify_result(result: Result, *, feeds: Optional[Mapping[str, object]] = None,
                   seed: int = 0) -> verify_mod.Verification:
     """Verify ``result`` against its original: same inputs (``feeds`` where given), the
@@ -190,6 +201,7 @@ def _reference_note(settings: Mapping[str, object], preprocessed: bool = False) 
     return f"the original graph{fed} with {shown}{more}"
 
 
+@with_allowed_ops
 def save(result: Result, path, *, input_path=None, allow_unverified: bool = False) -> Path:
     """Write the optimized graph (atomically, never over ``input_path``) — only a verified
     result, unless ``allow_unverified`` (see :func:`require_verified`)."""
@@ -200,6 +212,7 @@ def save(result: Result, path, *, input_path=None, allow_unverified: bool = Fals
     return io.save_graph_def(result.graph_def, path, input_path=input_path)
 
 
+@with_allowed_ops
 def export_onnx(result: Result, path, *, opset: Optional[int] = None,
                 inputs_as_nchw: Sequence[str] = (), ort_optimize: bool = True,
                 input_path=None, batch: Optional[Batch] = None,

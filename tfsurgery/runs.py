@@ -13,6 +13,7 @@ from tfsurgery.cpu_layout import runnable
 from tfsurgery.errors import InputError, VerificationError
 from tfsurgery.graph import Graph
 from tfsurgery.ops import first_line, node_name, tensor_name
+from tfsurgery.outside import refuse
 from tfsurgery.tfsession import plain_session_config
 
 UNKNOWN_BATCH = 2
@@ -153,6 +154,7 @@ class Runner:
                  label: str = "the graph"):
         import tensorflow as tf
         self.label, self.timeout = label, timeout
+        self._given, self._scanned = graph_def, set()      # what each run may reach: scanned
         graph_def = runnable(graph_def, label=label)     # NCHW ops on a CPU without oneDNN
         with tf.Graph().as_default() as graph:
             try:
@@ -173,9 +175,18 @@ class Runner:
     def close(self) -> None:
         self.session.close()
 
+    def _refuse_outside(self, outputs: Sequence[str], feed) -> None:
+        """Before a run: what it would run acts outside the graph only where allowed
+        (``outside.allowing``), else ``UnsafeModel`` — every path that runs a graph comes here."""
+        key = (tuple(sorted(outputs)), tuple(sorted(feed)))
+        if key not in self._scanned:
+            refuse(self._given, outputs, list(feed), where=self.label)
+            self._scanned.add(key)
+
     def run(self, feeds: Dict[str, np.ndarray], outputs: Sequence[str]) -> List[np.ndarray]:
         import tensorflow as tf
         feed = {tensor_name(k): v for k, v in feeds.items() if node_name(k) in self.present}
+        self._refuse_outside(outputs, feed)
         options = tf.compat.v1.RunOptions(timeout_in_ms=max(1, int(self.timeout * 1000)))
         label, timeout = self.label, self.timeout
         try:

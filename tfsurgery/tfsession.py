@@ -9,6 +9,7 @@ import numpy as np
 from tfsurgery.cpu_layout import runnable
 from tfsurgery.graph import Graph, gc_paused
 from tfsurgery.ops import tensor_name
+from tfsurgery.outside import refuse
 
 
 def tf():
@@ -32,6 +33,9 @@ def run_nodes(nodes, fetches: Sequence[str], feeds: Dict[str, np.ndarray] = None
     graph_def.node.extend(nodes)
     if library is not None:
         graph_def.library.CopyFrom(library)
+    # never an op acting outside the graph, allowed or not (fold-constants excludes them; this
+    # is the backstop)
+    refuse(graph_def, fetches, list(feeds or {}), where="a constant subgraph", strict=True)
     graph_def = runnable(graph_def, label="a constant subgraph")
     with tf().Graph().as_default() as graph:
         with gc_paused():               # a Python object per op, all alive: nothing to collect

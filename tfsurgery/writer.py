@@ -21,6 +21,7 @@ from tfsurgery.int8 import (Int8Refused, TfliteInt8Refused, check_int8_request, 
 from tfsurgery.result import (Result, export_onnx, export_reference, feeds_for_checks,
                               require_verified, save)
 from tfsurgery.source import Source, as_source, signature_for
+from tfsurgery.outside import with_allowed_ops
 
 
 def draw(source: Source, result: Result, path, *, scope: Optional[str] = None,
@@ -61,6 +62,7 @@ def pb_artefact(result: Result, path) -> Artefact:
                                else "the original graph"))
 
 
+@with_allowed_ops
 def export_saved_model(source: Source, result: Result, path, *, force: bool = False,
                        batch: Optional[Batch] = None, allow_unverified: bool = False) -> Artefact:
     """Write the optimized graph as a SavedModel; loaded back and its signature called on the
@@ -75,6 +77,7 @@ def export_saved_model(source: Source, result: Result, path, *, force: bool = Fa
                                     batch=batch)
 
 
+@with_allowed_ops
 def export_tflite(source: Source, result: Result, path, batch: Optional[Batch] = None, *,
                   allow_unverified: bool = False) -> Artefact:
     """Convert with tf.lite.TFLiteConverter (float16 weights with --weights float16, dynamic-range
@@ -102,6 +105,7 @@ def check_openvino_target(path, *, precision: str = "f32", force: bool = False,
     openvino_export.check_target(Path(path), force, input_path)
 
 
+@with_allowed_ops
 def export_openvino(source: Source, result: Result, path, *, precision: str = "f32",
                     tolerance: Optional[float] = None, force: bool = False,
                     batch: Optional[Batch] = None, allow_unverified: bool = False) -> Artefact:
@@ -207,6 +211,7 @@ class Written:
         return data
 
 
+@with_allowed_ops
 def write(source, result: Result, targets: Targets) -> Written:
     """Write every target of ``targets`` together or not at all: each export is converted and
     checked in turn (ONNX — float, or int8 from the checked float model — then SavedModel, then

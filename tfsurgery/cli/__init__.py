@@ -34,7 +34,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     from tfsurgery.api import InputError, StructureError
     api.progress.start()
     try:
-        return run(args)
+        with api.outside.allowing(getattr(args, "allow_op", None) or ()):
+            return run(args)
     except InputError as error:
         print(f"tfsurgery: error: {error}", file=sys.stderr)
         return 2

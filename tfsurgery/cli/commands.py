@@ -231,6 +231,9 @@ def _interface_notes(args, result) -> None:
     """How the source was frozen, and the inputs that no longer matter."""
     if result.frozen_form:
         _say(args, f"frozen form: {result.frozen_form}")
+    for finding in result.outside_allowed:
+        _say(args, f"allowed to act outside the graph (--allow-op {finding.op}): "
+                   f"{finding.line()}; never evaluated by a transform")
     for note in result.declared_inputs:
         _say(args, note)
     for name in result.unused_inputs:

@@ -35,6 +35,7 @@ def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
     parser.add_argument("--outputs", help="comma-separated output node names (default: detected)")
     parser.add_argument("--transforms", help="comma-separated transform names to run, in order; "
                         "'default' stands for the default pipeline (default,my-fix)")
+    _allow_op(parser)
     _repeatable(parser, "--enable", "NAME", "add a transform to the default pipeline")
     _repeatable(parser, "--disable", "NAME", "leave a transform out")
     _repeatable(parser, "--plugin", "PATH.py|MODULE", "load users' transforms "
@@ -78,6 +79,12 @@ def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
                              "back (about half the file; verified with tolerance 1e-2); int8: "
                              "conv/matmul weights of 1024+ values as int8 with per-channel "
                              "scales, float compute (about a quarter; tolerance 5e-2)")
+
+
+def _allow_op(parser: argparse.ArgumentParser) -> None:
+    _repeatable(parser, "--allow-op", "OP", "let the model run this op although it acts outside "
+                "the graph (ReadFile, WriteFile, PyFunc, ...: refused by default, nothing run); "
+                "transforms still never evaluate it")
 
 
 def _repeatable(parser: argparse.ArgumentParser, flag: str, metavar: str, text: str,
@@ -355,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--tolerance", type=_positive, default=None,
                          help="relative to each tensor's magnitude (default 1e-4)")
     compare.add_argument("--verify-timeout", type=_positive, default=None, metavar="SECONDS")
+    _allow_op(compare)
     compare.add_argument("-v", "--verbose", action="store_true", help="more detail")
     compare.add_argument("-q", "--quiet", action="store_true", help="errors only")
 
