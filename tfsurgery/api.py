@@ -87,10 +87,17 @@ def compare(a, b, *, inputs: Sequence[str] = (), outputs: Sequence[str] = (),
             feeds: Optional[Mapping[str, object]] = None,
             input_shapes: Optional[Mapping[str, Sequence[Optional[int]]]] = None, samples=None,
             tolerance: Optional[float] = None, timeout: Optional[float] = None,
-            seed: int = 0) -> compare_mod.Comparison:
+            seed: int = 0, allow_ops: Sequence[str] = ()) -> compare_mod.Comparison:
     """Two graphs or artefacts on the same inputs: every tensor both have (TensorFlow B), or
-    the outputs (ONNX / TFLite B); see tfsurgery.compare."""
+    the outputs (ONNX / TFLite B); see tfsurgery.compare. A graph whose run would act outside
+    it (tfsurgery.outside) is ``UnsafeModel`` unless its ops are in ``allow_ops``."""
     progress.say(f"comparing {b} with {a}")
+    with outside.allowing(allow_ops):
+        return _compare(a, b, inputs, outputs, feeds, input_shapes, samples, tolerance,
+                        timeout, seed)
+
+
+def _compare(a, b, inputs, outputs, feeds, input_shapes, samples, tolerance, timeout, seed):
     return compare_mod.compare(
         a, b, inputs=inputs, outputs=outputs, feeds=feeds, input_shapes=input_shapes,
         samples=samples, tolerance=verify_mod.DEFAULT_TOLERANCE if tolerance is None
@@ -237,10 +244,25 @@ def _planned_transforms(transforms: Sequence, options: RunOptions):
     return transforms, default_tolerance
 
 
-def _optimize(source: Source, transforms: Sequence, interface: Interface, checks: Checks,
-              options: RunOptions) -> Result:
-    transforms, default_tolerance = _planned_transforms(transforms, options)
-    inputs, feeds = list(interface.inputs), interface.feeds
+@dataclasses.dataclass
+class _Resolved:
+    """The interface a run uses, decided before anything runs."""
+    original: graph_pb2.GraphDef        # with the declared inputs applied
+    declared: List[str]                 # what declaring them did
+    graph: Graph
+    inputs: List[str]
+    outputs: List[str]
+    flags: List[str]
+    values: dict                        # inference values of dropout knobs
+
+    @property
+    def fed(self) -> List[str]:
+        """What verification feeds: the inputs, the knobs' values, the training flags."""
+        return [*self.inputs, *self.values, *self.flags]
+
+
+def _resolved_interface(source: Source, interface: Interface) -> _Resolved:
+    inputs = list(interface.inputs)
     flags = list(dict.fromkeys(list(interface.training_flags) + source.training_flags))
     original, declared = source.graph_def, []
     if interface.input_shapes or needs_declaring(original, inputs):
@@ -255,10 +277,28 @@ def _optimize(source: Source, transforms: Sequence, interface: Interface, checks
                                         list(interface.outputs) or source.outputs, flags)
     inputs = [name for name in inputs if name.split(":")[0] not in values]
     check_fed(original, inputs, outputs)
+    return _Resolved(original, declared, graph, inputs, outputs, flags, values)
+
+
+def outside_ops(source, interface: Optional[Interface] = None) -> List[outside.Finding]:
+    """The nodes of ``source`` that would act outside the graph when its outputs are computed
+    from its inputs (tfsurgery.outside), found without running anything; allowed or not."""
+    source = as_source(source)
+    resolved = _resolved_interface(source, interface or Interface())
+    return outside.find(resolved.original, resolved.outputs, resolved.fed)
+
+
+def _optimize(source: Source, transforms: Sequence, interface: Interface, checks: Checks,
+              options: RunOptions) -> Result:
+    transforms, default_tolerance = _planned_transforms(transforms, options)
+    feeds = interface.feeds
+    resolved = _resolved_interface(source, interface)
+    original, declared, graph = resolved.original, resolved.declared, resolved.graph
+    inputs, outputs, flags, values = (resolved.inputs, resolved.outputs, resolved.flags,
+                                      resolved.values)
     # before anything of the graph runs: what verification runs (the outputs, from the inputs
     # and the values it feeds) may not act outside the graph unless allowed
-    allowed_findings = outside.refuse(original, outputs, [*inputs, *values, *flags],
-                                      where=source.label)
+    allowed_findings = outside.refuse(original, outputs, resolved.fed, where=source.label)
     samples = options.samples
     if samples is not None and not isinstance(samples, samples_mod.Samples):
         samples = samples_mod.load(samples, samples_mod.input_specs(original, inputs))

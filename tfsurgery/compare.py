@@ -16,7 +16,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import io, localize, onnx_export, samples as samples_mod, verify
+from tfsurgery import io, localize, onnx_export, outside, samples as samples_mod, verify
 from tfsurgery.errors import InputError
 from tfsurgery.graph import Graph
 from tfsurgery.interface import (find_dropout_knobs, find_training_flags, resolve_interface,
@@ -92,6 +92,7 @@ def compare(a, b, *, inputs: Sequence[str] = (), outputs: Sequence[str] = (),
     inputs = [name for name in inputs if node_name(name) not in knobs]
     settings = {**{name: np.bool_(False) for name in flags},
                 **{name: np.asarray(value, np.float32) for name, value in knobs.items()}}
+    outside.refuse(reference, outputs, [*inputs, *settings], where=str(a))   # before any run
     given = dict(feeds or {})
     if samples is not None:
         rows = samples_mod.load(samples, samples_mod.input_specs(reference, inputs))

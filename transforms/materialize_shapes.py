@@ -8,7 +8,8 @@ is preserved, so the unknown one is equal too; fully known shapes are simplify-a
 28]))``, Keras' way of keeping the batch. Exact: the values are what the ops would compute for
 every input the graph accepts (a placeholder's declared shape is enforced when fed).
 
-Refused: a tensor whose shape is not fully known (an unknown batch), an output port other than
+Refused: an op acting outside the graph (ReadFile, ...: opaque, as fold-constants leaves it), a
+tensor whose shape is not fully known (an unknown batch), an output port other than
 the first of a multi-output producer (shape inference is read for first outputs), nodes with
 control inputs (the constant would lose the ordering).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from tfsurgery.graph import Graph, Ref
+from tfsurgery.outside import reaches_outside
 from tfsurgery.tfsession import StaticShapes
 from tfsurgery.contract import Options, TransformReport, transform
 
@@ -63,6 +65,10 @@ def _value(op: str, dims, out_type: int):
 
 def _shape_of(graph: Graph, name: str, shapes, options: Options, report) -> None:
     op, x = graph.op(name), graph.inputs(name)[0]
+    if reaches_outside(graph.node(x.node)):
+        report.skip(name, f"{op} of {x}: {graph.op(x.node)} acts outside the graph (left "
+                          "opaque, never evaluated)")
+        return
     found = _value(op, _known(shapes, x), graph.node(name).attr["out_type"].type
                    if op != "Rank" else None)
     if found is None:

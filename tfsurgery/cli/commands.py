@@ -373,6 +373,8 @@ def _side_by_side(tf_summary: dict, exported) -> List[tuple]:
 
 def _inspect(args, source, transforms) -> int:
     from tfsurgery import api
+    if not _outside_listed(args, source):
+        return 0
     result = api.optimize(source, transforms, interface=_interface(args),
                           checks=_checks(args, verify=False), options=_options(args))
     hist = api.op_histogram(source.graph_def)
@@ -393,6 +395,27 @@ def _inspect(args, source, transforms) -> int:
         api.draw(source, result, args.picture, scope=args.picture_scope)
         _say(args, f"wrote {args.picture}")
     return 0
+
+
+def _outside_listed(args, source) -> bool:
+    """inspect: the ops that would act outside the graph, found without running anything.
+    False (no dry run: it would run the graph's constant parts) when some are not allowed."""
+    from tfsurgery import api
+    findings = api.outside_ops(source, _interface(args))
+    if not findings:
+        _say(args, "acts outside the graph: nothing (no file, network or Python-callback ops)")
+        return True
+    allowed = api.outside.allowed()
+    for finding in findings:
+        verdict = "allowed (--allow-op)" if finding.op in allowed else "refused"
+        _say(args, f"acts outside the graph: {finding.line()} — {verdict}")
+    refused = sorted({f.op for f in findings if f.op not in allowed})
+    if refused:
+        _say(args, f"{source.label}: {len(findings)} node(s) act outside the graph; nothing was "
+                   "run (no dry run); optimizing it is refused unless you allow them: "
+                   + " ".join(f"--allow-op {op}" for op in refused))
+        return False
+    return True
 
 
 def _bench(args, source, transforms) -> int:
@@ -541,7 +564,8 @@ def _compare(args) -> int:
     compared = api.compare(args.a, args.b, inputs=_split(args.inputs),
                            outputs=_split(args.outputs), feeds=dict(args.feed),
                            input_shapes=dict(args.input_shape), samples=args.samples,
-                           tolerance=args.tolerance, timeout=args.verify_timeout)
+                           tolerance=args.tolerance, timeout=args.verify_timeout,
+                           allow_ops=args.allow_op)
     for line in compared.lines():
         _say(args, line)
     if args.report_json:
