@@ -17,6 +17,7 @@ from typing import List
 from google.protobuf import message, text_format
 from tensorflow.core.framework import graph_pb2
 
+from tfsurgery import outside
 from tfsurgery.errors import GraphError, InputError
 from tfsurgery.graph import check_structure
 from tfsurgery.ops import (CONTROL_FLOW_V1_OPS, FUNCTIONAL_CONTROL_FLOW_OPS, VARIABLE_OPS,
@@ -62,6 +63,7 @@ def load_model(path, signature: str = "serving_default") -> Loaded:
 def load_saved_model(path: Path, signature: str = "serving_default") -> Loaded:
     import tensorflow as tf
     log.info("loading and freezing the SavedModel %s", path)
+    check_saved_model(path)
     try:
         loaded = tf.saved_model.load(str(path))
     except Exception as error:  # noqa: BLE001 - TF raises many types for a broken SavedModel
@@ -74,6 +76,23 @@ def load_saved_model(path: Path, signature: str = "serving_default") -> Loaded:
     loaded_model = freeze_concrete_function(signatures[signature], str(path))
     loaded_model.signature = signature_names(signatures[signature], signature, loaded_model)
     return loaded_model
+
+
+def check_saved_model(path: Path) -> None:
+    """Before TensorFlow loads it (loading runs its table initializers and restores its
+    variables): nothing in the SavedModel acts outside its graph unless allowed (its own saver
+    and tables filled from its own assets excepted) — ``UnsafeModel`` otherwise."""
+    from tensorflow.core.protobuf import saved_model_pb2
+    saved_model = saved_model_pb2.SavedModel()
+    binary = path / "saved_model.pb"
+    try:
+        if binary.exists():
+            saved_model.ParseFromString(binary.read_bytes())
+        else:
+            text_format.Parse((path / "saved_model.pbtxt").read_text(), saved_model)
+    except (OSError, message.DecodeError, text_format.ParseError, UnicodeDecodeError) as error:
+        raise InputError(f"{path}: not a valid SavedModel ({first_line(error)})") from None
+    outside.refuse_findings(outside.find_in_saved_model(saved_model, path), str(path))
 
 
 def signature_names(function, key: str, loaded: Loaded) -> dict:

@@ -152,19 +152,29 @@ def _called_functions(node) -> Iterator[str]:
 
 
 def find(graph_def, outputs: Optional[Sequence[str]] = None, cut: Iterable[str] = (), *,
-         own_assets: Optional[Path] = None) -> List[Finding]:
+         own_assets: Optional[Path] = None, skip: Iterable[str] = (),
+         functions_too: bool = False, asset_nodes: Iterable[str] = ()) -> List[Finding]:
     """Every node that would act outside the graph when ``outputs`` are fetched with the ``cut``
     tensors fed (their producers do not run), and every such node in the library functions those
-    nodes call, at any depth. ``outputs`` None: the whole graph. ``own_assets``: a SavedModel's
-    assets directory — a table filled from a file there reads the model's own asset (allowed)."""
+    nodes call, at any depth. ``outputs`` None: the whole graph but the ``skip`` nodes (and, with
+    ``functions_too``, every library function they alone call: a SavedModel's). ``own_assets``: a
+    SavedModel's assets directory — a table filled from a file there (or from an argument the
+    loader binds to an asset) reads the model's own asset: allowed."""
     nodes = {node.name: node for node in graph_def.node}
-    reached = list(nodes) if outputs is None else _needed(nodes, outputs, cut)
+    skip = set(skip)
+    reached = [n for n in nodes if n not in skip] if outputs is None else \
+        _needed(nodes, outputs, cut)
     functions = {f.signature.name: f for f in graph_def.library.function}
     findings: List[Finding] = []
+    asset_nodes = frozenset(asset_nodes)
     called: deque = deque()
     for name in reached:
-        _check(nodes[name], name, nodes, own_assets, findings)
+        _check(nodes[name], name, nodes, own_assets, findings, asset_nodes)
         called.extend(_called_functions(nodes[name]))
+    if functions_too:
+        only_skipped = _calls(functions, [nodes[n] for n in skip if n in nodes]) - \
+            _calls(functions, [nodes[n] for n in reached])
+        called.extend(sorted(set(functions) - only_skipped))
     seen = set()
     while called:
         function = called.popleft()
@@ -176,6 +186,47 @@ def find(graph_def, outputs: Optional[Sequence[str]] = None, cut: Iterable[str] 
             _check(node, f"{function}/{node.name}", body, own_assets, findings)
             called.extend(_called_functions(node))
     return findings
+
+
+def _calls(functions: dict, roots) -> set:
+    """The library functions ``roots`` (NodeDefs) call, at any depth."""
+    found, stack = set(), [name for node in roots for name in _called_functions(node)]
+    while stack:
+        name = stack.pop()
+        if name in found or name not in functions:
+            continue
+        found.add(name)
+        stack.extend(n for node in functions[name].node_def for n in _called_functions(node))
+    return found
+
+
+def find_in_saved_model(saved_model, directory: Path) -> List[Finding]:
+    """What loading and calling a SavedModel (a ``SavedModel`` proto) could run: every node and
+    function of its graphs except its own saver's (the loader restores the variables from the
+    model's own directory), tables filled from its own assets allowed. An asset whose path
+    leaves the model's assets directory is itself a finding."""
+    findings: List[Finding] = []
+    assets = directory / "assets"
+    for meta_graph in saved_model.meta_graphs:
+        for asset in meta_graph.asset_file_def:
+            if not is_inside(assets / asset.filename, assets):
+                findings.append(Finding(asset.tensor_info.name or asset.filename,
+                                        "asset file", f"reads {asset.filename!r}, outside "
+                                        "the model's assets directory"))
+        fed_paths = {node_name(a.tensor_info.name) for a in meta_graph.asset_file_def}
+        findings += find(meta_graph.graph_def, None, skip=_saver_nodes(meta_graph),
+                         functions_too=True, own_assets=assets, asset_nodes=fed_paths)
+    return findings
+
+
+def _saver_nodes(meta_graph) -> set:
+    """The nodes of the SavedModel's own saver: what its save tensor and restore op need."""
+    saver = meta_graph.saver_def
+    roots = [name for name in (saver.save_tensor_name, saver.restore_op_name) if name]
+    if not roots:
+        return set()
+    nodes = {node.name: node for node in meta_graph.graph_def.node}
+    return set(_needed(nodes, roots, ()))
 
 
 def _needed(nodes: dict, outputs: Sequence[str], cut: Iterable[str]) -> List[str]:
@@ -195,17 +246,17 @@ def _needed(nodes: dict, outputs: Sequence[str], cut: Iterable[str]) -> List[str
 
 
 def _check(node, where: str, scope: dict, own_assets: Optional[Path],
-           findings: List[Finding]) -> None:
+           findings: List[Finding], asset_nodes: frozenset = frozenset()) -> None:
     reach = reaches_outside(node)
     if reach is None:
         return
     if node.op in TABLE_FROM_FILE_OPS and own_assets is not None and \
-            _reads_own_asset(node, scope, own_assets):
+            _reads_own_asset(node, scope, own_assets, asset_nodes):
         return
     findings.append(Finding(where, node.op, reach))
 
 
-def _reads_own_asset(node, scope: dict, assets: Path) -> bool:
+def _reads_own_asset(node, scope: dict, assets: Path, asset_nodes: frozenset) -> bool:
     """A table initializer whose file name is a function argument (the SavedModel loader binds
     it to an asset) or a constant path inside the model's own assets directory."""
     if len(node.input) < 2:
@@ -215,6 +266,8 @@ def _reads_own_asset(node, scope: dict, assets: Path) -> bool:
         return True                       # a function argument: bound by the loader to an asset
     if source.op != "Const":
         return False
+    if source.name in asset_nodes:
+        return True                       # TF1: the loader feeds it the asset's own path
     from tensorflow.python.framework import tensor_util
     try:
         path = tensor_util.MakeNdarray(source.attr["value"].tensor).item()
@@ -270,11 +323,18 @@ def refuse(graph_def, outputs: Optional[Sequence[str]] = None, cut: Iterable[str
     allowed (``allow`` plus ``allowing``'s; ``strict``: none at all); otherwise the allowed
     findings (for the report)."""
     findings = find(graph_def, outputs, cut, own_assets=own_assets)
-    permitted = frozenset() if strict else allowed() | frozenset(allow or ())
+    return refuse_findings(findings, where, frozenset() if strict else
+                           allowed() | frozenset(allow or ()))
+
+
+def refuse_findings(findings: Sequence[Finding], where: str,
+                    permitted: Optional[frozenset] = None) -> List[Finding]:
+    """``UnsafeModel`` for the findings not ``permitted`` (default: ``allowed()``); else them."""
+    permitted = allowed() if permitted is None else permitted
     refused = [f for f in findings if f.op not in permitted]
     if refused:
         raise UnsafeModel(refusal(where, refused), findings=refused)
-    return findings
+    return list(findings)
 
 
 MOST_LISTED = 4
