@@ -350,3 +350,13 @@ def test_every_listed_op_is_one_tensorflow_registers():
     assert {"ReadFile", "WriteFile", "PrintV2", "PyFunc", "EagerPyFunc", "MatchingFiles",
             "SaveV2", "RestoreV2", "MergeV2Checkpoints", "ImmutableConst",
             "InitializeTableFromTextFileV2", "WriteSummary", "TFRecordDataset"} <= listed
+
+
+def test_the_docs_name_every_refused_op_and_the_readme_points_there():
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "untrusted_models.md").read_text()
+    listed = set(outside.OUTSIDE_OPS) | set(outside.CONDITIONAL_OPS)
+    assert sorted(op for op in listed if f"`{op}`" not in page) == []
+    readme = (root / "README.md").read_text()
+    assert "docs/untrusted_models.md" in readme and "--allow-op" in readme
