@@ -33,6 +33,7 @@ from tfsurgery.errors import (ExportError, InputError, OnnxCheckFailed,  # noqa:
                               StructureError, TransformError, UnknownTransform, Unverified,
                               VerificationError, VerificationFailed, WriteFailed)
 from tfsurgery.graph import Graph
+from tfsurgery.keras_trust import import_modules  # noqa: F401 - the CLI's, via api
 from tfsurgery.interface import (check_fed, find_dropout_knobs, find_training_flags,
                                  needs_declaring, resolve_interface, unused_inputs,
                                  with_declared_inputs)
@@ -87,22 +88,26 @@ def compare(a, b, *, inputs: Sequence[str] = (), outputs: Sequence[str] = (),
             feeds: Optional[Mapping[str, object]] = None,
             input_shapes: Optional[Mapping[str, Sequence[Optional[int]]]] = None, samples=None,
             tolerance: Optional[float] = None, timeout: Optional[float] = None,
-            seed: int = 0, allow_ops: Sequence[str] = ()) -> compare_mod.Comparison:
+            seed: int = 0, allow_ops: Sequence[str] = (), trust: bool = False,
+            imports: Sequence[str] = ()) -> compare_mod.Comparison:
     """Two graphs or artefacts on the same inputs: every tensor both have (TensorFlow B), or
     the outputs (ONNX / TFLite B); see tfsurgery.compare. A graph whose run would act outside
-    it (tfsurgery.outside) is ``UnsafeModel`` unless its ops are in ``allow_ops``."""
+    it (tfsurgery.outside) is ``UnsafeModel`` unless its ops are in ``allow_ops``;
+    ``trust``/``imports``: as :func:`load` (a Keras file's stored code, the modules defining its
+    custom layers)."""
     progress.say(f"comparing {b} with {a}")
     with outside.allowing(allow_ops):
         return _compare(a, b, inputs, outputs, feeds, input_shapes, samples, tolerance,
-                        timeout, seed)
+                        timeout, seed, trust, imports)
 
 
-def _compare(a, b, inputs, outputs, feeds, input_shapes, samples, tolerance, timeout, seed):
+def _compare(a, b, inputs, outputs, feeds, input_shapes, samples, tolerance, timeout, seed,
+             trust, imports):
     return compare_mod.compare(
         a, b, inputs=inputs, outputs=outputs, feeds=feeds, input_shapes=input_shapes,
         samples=samples, tolerance=verify_mod.DEFAULT_TOLERANCE if tolerance is None
         else tolerance, timeout=verify_mod.DEFAULT_TIMEOUT if timeout is None else timeout,
-        seed=seed)
+        seed=seed, trust=trust, imports=imports)
 
 
 def check_output_paths(paths: Sequence, *, opset: Optional[int] = None,
@@ -332,7 +337,8 @@ def _optimize(source: Source, transforms: Sequence, interface: Interface, checks
                              else checks.timeout),
                     user_feeds=dict(feeds or {}), preprocess=preprocess_hook,
                     weights=options.weights, unused_inputs=unused,
-                    frozen_form=source.frozen_form, samples=samples, declared_inputs=declared,
+                    frozen_form=source.frozen_form, trust_notes=list(source.trust_notes),
+                    samples=samples, declared_inputs=declared,
                     check_n=options.check_n,
                     params=params, class_outputs=class_outputs,
                     transforms=list(transforms), pass_options=pass_options,

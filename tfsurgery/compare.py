@@ -75,12 +75,13 @@ def compare(a, b, *, inputs: Sequence[str] = (), outputs: Sequence[str] = (),
             feeds: Optional[Mapping[str, object]] = None,
             input_shapes: Optional[Mapping[str, Sequence[Optional[int]]]] = None,
             samples=None, tolerance: float = verify.DEFAULT_TOLERANCE,
-            timeout: float = verify.DEFAULT_TIMEOUT, seed: int = 0) -> Comparison:
+            timeout: float = verify.DEFAULT_TIMEOUT, seed: int = 0, trust: bool = False,
+            imports: Sequence[str] = ()) -> Comparison:
     a, b = Path(a), Path(b)
     if a.suffix.lower() in (".onnx", ".tflite"):
         raise InputError(f"{a}: the first model is the reference and must be a TensorFlow "
                          "graph (.pb/.pbtxt, SavedModel, .keras/.h5)")
-    loaded = io.load_model(a)
+    loaded = io.load_model(a, trust=trust, imports=imports)
     reference = loaded.graph_def
     if input_shapes:
         reference = with_declared_inputs(reference, list(inputs) or loaded.inputs,
@@ -106,7 +107,7 @@ def compare(a, b, *, inputs: Sequence[str] = (), outputs: Sequence[str] = (),
     if b.suffix.lower() == ".tflite":
         return _against_outputs(reference, values, outputs, tolerance, timeout, a, b,
                                 _run_tflite(b, values, outputs))
-    other = io.load_model(b).graph_def
+    other = io.load_model(b, trust=trust, imports=imports).graph_def
     reference, other, _ = comparable_reference(reference, other, settings)   # seeds, dropout
     names = localize.common_tensors(reference, other)
     names += [tensor_name(o) for o in outputs if tensor_name(o) not in names]

@@ -12,12 +12,12 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import List
+from typing import List, Sequence
 
 from google.protobuf import message, text_format
 from tensorflow.core.framework import graph_pb2
 
-from tfsurgery import outside
+from tfsurgery import keras_trust, outside
 from tfsurgery.errors import GraphError, InputError
 from tfsurgery.graph import check_structure
 from tfsurgery.ops import (CONTROL_FLOW_V1_OPS, FUNCTIONAL_CONTROL_FLOW_OPS, VARIABLE_OPS,
@@ -42,19 +42,33 @@ class Loaded:
     frozen_form: str = ""          # how a SavedModel/Keras model was frozen (for the report)
     # a SavedModel's signature: {"key": ..., "inputs"/"outputs": {signature name: graph tensor}}
     signature: dict = dataclasses.field(default_factory=dict)
+    # what the user trusted (--trust-model) and whose code was imported (--import), for the report
+    trust_notes: List[str] = dataclasses.field(default_factory=list)
 
 
-def load_model(path, signature: str = "serving_default") -> Loaded:
-    """Any supported input: a frozen .pb/.pbtxt, a SavedModel directory, a .keras/.h5 file."""
+def load_model(path, signature: str = "serving_default", *, trust: bool = False,
+               imports: Sequence[str] = ()) -> Loaded:
+    """Any supported input: a frozen .pb/.pbtxt, a SavedModel directory, a .keras/.h5 file.
+    ``imports``: modules (names or .py paths) imported first, the user's own code a Keras
+    model needs; ``trust``: load a Keras file that holds Python code (a Lambda's bytecode)."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
+    modules = keras_trust.import_modules(imports)
+    notes = [keras_trust.import_note(spec, module, len(keras_trust.custom_objects([module])))
+             for spec, module in zip(imports, modules)]
+    loaded = _load_model(path, signature, trust, keras_trust.custom_objects(modules))
+    loaded.trust_notes = notes + loaded.trust_notes
+    return loaded
+
+
+def _load_model(path: Path, signature: str, trust: bool, custom_objects: dict) -> Loaded:
     if path.is_dir():
         if not (path / "saved_model.pb").exists() and not (path / "saved_model.pbtxt").exists():
             raise InputError(f"{path}: is a directory but not a SavedModel (no saved_model.pb)")
         return load_saved_model(path, signature)
     if path.suffix.lower() in KERAS_SUFFIXES:
-        return load_keras(path)
+        return load_keras(path, trust=trust, custom_objects=custom_objects)
     graph_def = load_graph_def(path)
     return Loaded(graph_def, frozen_form=f"as given (a frozen GraphDef; "
                                          f"{control_flow_form(graph_def)})")
@@ -108,22 +122,41 @@ def signature_names(function, key: str, loaded: Loaded) -> dict:
             "outputs": dict(zip(sorted(outputs), loaded.outputs))}
 
 
-def load_keras(path: Path) -> Loaded:
-    """A Keras 3 ``.keras``/``.h5`` file (legacy Keras 2 ``.h5`` through tf_keras)."""
+def load_keras(path: Path, *, trust: bool = False, custom_objects=None) -> Loaded:
+    """A Keras 3 ``.keras``/``.h5`` file (legacy Keras 2 ``.h5`` through tf_keras). Its config
+    is read first, without deserializing anything: stored Python code is refused unless
+    ``trust``, and classes nothing provides are named (``--import``) before either loader runs —
+    tf_keras, the fallback, would run a Lambda's bytecode and import any module a config names."""
     import tensorflow as tf
+    custom_objects = dict(custom_objects or {})
+    config = keras_trust.read_config(path)
+    notes = []
+    if trust:
+        findings = keras_trust.unsafe_findings(config) if config is not None else []
+        notes.append(f"--trust-model: {path.name} loaded without Keras' safe mode" + (
+            f" ({'; '.join(f.line() for f in findings)})" if findings else
+            " (it held no stored Python code)"))
+    else:
+        keras_trust.refuse_unsafe(path, config)
+        keras_trust.refuse_missing(path, config, custom_objects)
     log.info("loading and freezing the Keras model %s", path)
     try:
-        model = tf.keras.models.load_model(str(path), compile=False)
+        model = tf.keras.models.load_model(str(path), compile=False, safe_mode=not trust,
+                                           custom_objects=custom_objects or None)
     except Exception as keras3_error:  # noqa: BLE001
         try:
             import tf_keras
-            model = tf_keras.models.load_model(str(path), compile=False)
+            model = tf_keras.models.load_model(str(path), compile=False, safe_mode=not trust,
+                                               custom_objects=custom_objects or None)
         except Exception:  # noqa: BLE001 - report the Keras 3 error, the primary loader's
+            keras_trust.refuse_missing(path, config, custom_objects, legacy_layers=True)
             raise InputError(f"{path}: cannot load the Keras model "
                              f"({first_line(keras3_error)})") from None
     specs = [tf.TensorSpec(t.shape, t.dtype, name=_plain_name(t)) for t in model.inputs]
     function = tf.function(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=False))
-    return freeze_concrete_function(function.get_concrete_function(*specs), str(path))
+    loaded = freeze_concrete_function(function.get_concrete_function(*specs), str(path))
+    loaded.trust_notes = notes
+    return loaded
 
 
 def freeze_concrete_function(function, where: str) -> Loaded:

@@ -44,6 +44,8 @@ class Result:
     # inputs no output reads after optimization → the stand-in value the original was fed
     unused_inputs: Dict[str, object] = dataclasses.field(default_factory=dict)
     frozen_form: str = ""               # how the source was frozen (io.Loaded.frozen_form)
+    # what loading trusted (--trust-model) and imported (--import): io.Loaded.trust_notes
+    trust_notes: List[str] = dataclasses.field(default_factory=list)
     # what declaring the inputs did (a PlaceholderWithDefault or a dequeue made a Placeholder)
     declared_inputs: List[str] = dataclasses.field(default_factory=list)
     divergence: Optional[localize.Divergence] = None  # where a failed check went wrong
@@ -90,7 +92,8 @@ class Result:
                                       if k not in self.unused_inputs},
                  "unused_inputs": list(self.unused_inputs), "frozen_form": self.frozen_form,
                  "declared_inputs": list(self.declared_inputs),
-                 "allowed_outside_ops": [f.as_dict() for f in self.outside_allowed]}
+                 "allowed_outside_ops": [f.as_dict() for f in self.outside_allowed],
+                 "trust": list(self.trust_notes)}
         if self.verification_error:
             extra["verification_error"] = self.verification_error
         if self.verify_skipped:

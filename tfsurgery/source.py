@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from tensorflow.core.framework import graph_pb2
 
@@ -29,16 +29,21 @@ class Source:
     training_flags: List[str] = dataclasses.field(default_factory=list)
     signature: dict = dataclasses.field(default_factory=dict)   # a SavedModel's (io.Loaded)
     frozen_form: str = ""          # how a SavedModel/Keras model was frozen (io.Loaded)
+    trust_notes: List[str] = dataclasses.field(default_factory=list)   # io.Loaded's
 
 
-def load(path, signature: str = "serving_default") -> Source:
-    """A frozen .pb/.pbtxt, a SavedModel directory (``signature``) or a .keras/.h5 file."""
+def load(path, signature: str = "serving_default", *, trust: bool = False,
+         imports: Sequence[str] = ()) -> Source:
+    """A frozen .pb/.pbtxt, a SavedModel directory (``signature``) or a .keras/.h5 file.
+    ``imports``: the modules (names or .py paths) defining a Keras model's custom layers,
+    imported first; ``trust``: load a Keras file holding Python code (a Lambda's), which is
+    otherwise refused with ``UnsafeModel``. Both are recorded in the report."""
     path = Path(path)
     progress.say(f"loading {path}")
-    loaded = io.load_model(path, signature)
+    loaded = io.load_model(path, signature, trust=trust, imports=list(imports))
     return Source(loaded.graph_def, label=path.name, path=path, inputs=loaded.inputs,
                   outputs=loaded.outputs, signature=loaded.signature,
-                  frozen_form=loaded.frozen_form)
+                  frozen_form=loaded.frozen_form, trust_notes=loaded.trust_notes)
 
 
 def as_source(model) -> Source:

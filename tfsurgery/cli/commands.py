@@ -58,7 +58,8 @@ def run(args) -> int:
     if saved_model is not None:
         api.check_saved_model_target(saved_model, force=args.force, input_path=args.input)
     _check_openvino_request(api, args)
-    source = api.load(args.input, args.signature) if args.input else api.demo()
+    source = api.load(args.input, args.signature, trust=args.trust_model,
+                      imports=args.imports) if args.input else api.demo()
     if getattr(args, "picture", None):
         api.check_drawable(source, args.picture_scope)
     if args.command == "inspect":
@@ -234,6 +235,8 @@ def _interface_notes(args, result) -> None:
     for finding in result.outside_allowed:
         _say(args, f"allowed to act outside the graph (--allow-op {finding.op}): "
                    f"{finding.line()}; never evaluated by a transform")
+    for note in result.trust_notes:
+        _say(args, f"trusted: {note}")
     for note in result.declared_inputs:
         _say(args, note)
     for name in result.unused_inputs:
@@ -565,7 +568,8 @@ def _compare(args) -> int:
                            outputs=_split(args.outputs), feeds=dict(args.feed),
                            input_shapes=dict(args.input_shape), samples=args.samples,
                            tolerance=args.tolerance, timeout=args.verify_timeout,
-                           allow_ops=args.allow_op)
+                           allow_ops=args.allow_op, trust=args.trust_model,
+                           imports=args.imports)
     for line in compared.lines():
         _say(args, line)
     if args.report_json:
@@ -595,6 +599,7 @@ def _batch(args) -> int:
     if not args.openvino:            # --openvino-precision alone: one line
         _check_openvino_request(api, options)
     api.load_plugins(options.plugin)
+    api.import_modules(options.imports)          # one that cannot be imported: exit 2 here
     api.choose_transforms(_split(options.transforms), bn_fold=options.bn_fold,
                           enable=options.enable, disable=options.disable)
     _preprocess(options)

@@ -31,6 +31,7 @@ def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
                         help="SavedModel signature to optimize (default: serving_default)")
     parser.add_argument("--bn-fold", action="store_true",
                         help="fold batch norm into the preceding conv/matmul")
+    _model_code_options(parser)
     parser.add_argument("--inputs", help="comma-separated input node names (default: detected)")
     parser.add_argument("--outputs", help="comma-separated output node names (default: detected)")
     parser.add_argument("--transforms", help="comma-separated transform names to run, in order; "
@@ -85,6 +86,18 @@ def _allow_op(parser: argparse.ArgumentParser) -> None:
     _repeatable(parser, "--allow-op", "OP", "let the model run this op although it acts outside "
                 "the graph (ReadFile, WriteFile, PyFunc, ...: refused by default, nothing run); "
                 "transforms still never evaluate it")
+
+
+def _model_code_options(parser: argparse.ArgumentParser) -> None:
+    """The code loading a Keras model may run: only what the user trusts or names."""
+    parser.add_argument("--trust-model", action="store_true",
+                        help="load a Keras file holding Python code (a Lambda layer's, which "
+                             "loading runs); refused otherwise")
+    parser.add_argument("--import", dest="imports", action="append", default=[],
+                        metavar="MODULE|PATH.py",
+                        help="import the module defining a Keras model's custom layers first "
+                             "(registered classes resolve; its classes are the loaders' "
+                             "custom_objects) (repeatable)")
 
 
 def _repeatable(parser: argparse.ArgumentParser, flag: str, metavar: str, text: str,
@@ -363,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="relative to each tensor's magnitude (default 1e-4)")
     compare.add_argument("--verify-timeout", type=_positive, default=None, metavar="SECONDS")
     _allow_op(compare)
+    _model_code_options(compare)
     compare.add_argument("-v", "--verbose", action="store_true", help="more detail")
     compare.add_argument("-q", "--quiet", action="store_true", help="errors only")
 
