@@ -20,6 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from tfsurgery import outside
 from tfsurgery.errors import VerificationError
 from tfsurgery.ops import first_line, tensor_name
 
@@ -70,8 +71,7 @@ def threads() -> int:
 def tf_runner(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str]):
     import tensorflow as tf
     from tfsurgery.cpu_layout import runnable
-    from tfsurgery.outside import refuse
-    refuse(graph_def, outputs, list(feeds), where="the graph to time")
+    outside.refuse(graph_def, outputs, list(feeds), where="the graph to time")
     graph_def = runnable(graph_def)           # NCHW ops on a CPU without oneDNN: as verified
     graph = tf.Graph()
     with graph.as_default():
@@ -173,7 +173,9 @@ def measure_in_subprocess(runtime: str, variants: Dict[str, tuple], outputs: Seq
                                 "variants": {name: [str(model), str(feeds)]
                                              for name, (model, feeds) in variants.items()},
                                 "precisions": precisions or {},
-                                "ort_spinning": ort_spinning}))
+                                "ort_spinning": ort_spinning,
+                                # the ops acting outside the graph the user allowed (--allow-op)
+                                "allowed_ops": sorted(outside.allowed())}))
     command = [sys.executable, "-m", "tfsurgery.latency", str(plan)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
@@ -219,9 +221,11 @@ def _runner(runtime: str, model: Path, feeds: Dict[str, np.ndarray], outputs: Se
 def _worker(plan_path: Path) -> List[Timing]:
     plan = json.loads(plan_path.read_text())
     precisions = plan.get("precisions", {})
-    runners = {name: _runner(plan["runtime"], Path(model), dict(np.load(feeds)), plan["outputs"],
-                             precisions.get(name), plan.get("ort_spinning", True))
-               for name, (model, feeds) in plan["variants"].items()}
+    with outside.allowing(plan.get("allowed_ops", ())):
+        runners = {name: _runner(plan["runtime"], Path(model), dict(np.load(feeds)),
+                                 plan["outputs"], precisions.get(name),
+                                 plan.get("ort_spinning", True))
+                   for name, (model, feeds) in plan["variants"].items()}
     return summarise(plan["runtime"], interleaved(runners, plan["runs"]), threads())
 
 
