@@ -360,3 +360,23 @@ def test_the_docs_name_every_refused_op_and_the_readme_points_there():
     assert sorted(op for op in listed if f"`{op}`" not in page) == []
     readme = (root / "README.md").read_text()
     assert "docs/untrusted_models.md" in readme and "--allow-op" in readme
+
+
+def test_an_allowed_read_is_never_handed_to_a_converter(tmp_path, capsys):
+    """tf2onnx and the TFLite converter fold constant subgraphs with TensorFlow: a graph still
+    holding an allowed ReadFile is not converted (one line, exit 2, nothing written)."""
+    secret = tmp_path / "weights.bin"
+    secret.write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [4], name="x")
+        raw = tf.io.decode_raw(tf.io.read_file(tf.constant(str(secret)), name="ReadFile"),
+                               tf.float32)
+        tf.add(x, tf.reshape(raw, [4]), name="y")
+    path = tmp_path / "reads.pb"
+    path.write_bytes(graph.as_graph_def().SerializeToString())
+    for flag, target in (("--onnx", "out.onnx"), ("--tflite", "out.tflite")):
+        code, _, err = run_cli(capsys, path, "-o", tmp_path / "out.pb", flag, tmp_path / target,
+                               "--allow-op", "ReadFile")
+        assert code == 2 and "ReadFile 'ReadFile'" in err and "not converted" in err, err
+        assert not (tmp_path / target).exists() and not (tmp_path / "out.pb").exists()

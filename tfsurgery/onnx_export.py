@@ -30,7 +30,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-from tfsurgery import _compat, artefacts, io, onnx_tidy, verify
+from tfsurgery import _compat, artefacts, io, onnx_tidy, outside, verify
 from tfsurgery.constants import evaluate
 from tfsurgery.errors import ExportError, InputError, OnnxCheckFailed, OnnxUnconvertible
 from tfsurgery.graph import Graph
@@ -269,6 +269,7 @@ def _convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset:
              inputs_as_nchw: Sequence[str], large_model: bool):
     import onnx
     import tf2onnx
+    outside.refuse_conversion(graph_def, "ONNX export (tf2onnx)")
     try:
         _compat.tf2onnx_on_numpy2()
         model, storage = tf2onnx.convert.from_graph_def(

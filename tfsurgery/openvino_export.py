@@ -22,7 +22,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import artefacts, verify
+from tfsurgery import artefacts, outside, verify
 from tfsurgery.artefacts import Artefact
 from tfsurgery.errors import ExportError, InputError
 from tfsurgery.ops import first_line, node_name, tensor_name
@@ -154,6 +154,7 @@ def reference(graph_def, outputs: Sequence[str], feeds, timeout: float,
 def convert(graph_def, inputs: Sequence[str], outputs: Sequence[str]):
     """The ov.Model of a frozen GraphDef (OpenVINO's TensorFlow frontend)."""
     import openvino as ov
+    outside.refuse_conversion(graph_def, "OpenVINO export")
     try:
         return ov.convert_model(graph_def, input=[tensor_name(i) for i in inputs],
                                 output=[tensor_name(o) for o in outputs])

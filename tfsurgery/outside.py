@@ -361,3 +361,17 @@ def with_allowed_ops(function):
         with allowing(ops):
             return function(*args, **kwargs)
     return run
+
+
+def refuse_conversion(graph_def, converter: str) -> None:
+    """Converters (tf2onnx, the TFLite converter, OpenVINO) fold constant subgraphs with
+    TensorFlow or drop what they cannot express: a graph still holding ops that act outside it
+    (the user allowed them to run) is not handed to one — a file's bytes could end up in the
+    artefact. ``UnsafeModel`` naming them."""
+    findings = find(graph_def)
+    if findings:
+        listed = ", ".join(f.line() for f in findings[:MOST_LISTED])
+        raise UnsafeModel(f"{converter}: the graph still holds {listed}, which act outside it; "
+                          "converters evaluate constant subgraphs, so it is not converted "
+                          "(the frozen graph or a SavedModel keeps them as they are)",
+                          findings=findings)

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import artefacts, io, savedmodel_export, tflite_export
+from tfsurgery import artefacts, io, outside, savedmodel_export, tflite_export
 from tfsurgery.errors import ExportError
 from tfsurgery.int8_loop import (Backend, Choice, Int8Refused, Int8Report, Rows,  # noqa: F401
                                  Thresholds, run_loop)
@@ -95,6 +95,8 @@ def export(graph_def, signature: savedmodel_export.Signature, path, *, outputs: 
     io.check_writable(path)
     io.refuse_input(path, input_path)
     candidates = graph_def if isinstance(graph_def, dict) else {"plain": graph_def}
+    for candidate in candidates.values():
+        outside.refuse_conversion(candidate, "TFLite int8 export")
     with artefacts.staging(path) as stage:
         backend = TfliteBackend(candidates, signature, outputs, rows.calibration, stage,
                                 int8_io=int8_io, batch=batch)

@@ -24,7 +24,7 @@ from typing import Dict, Mapping, Optional
 
 import numpy as np
 
-from tfsurgery import artefacts, io, savedmodel_export, verify
+from tfsurgery import artefacts, io, outside, savedmodel_export, verify
 from tfsurgery.artefacts import Artefact
 from tfsurgery.errors import ExportError
 from tfsurgery.ops import first_line
@@ -52,6 +52,7 @@ def export(graph_def, signature: savedmodel_export.Signature, path, *,
     path = Path(path)
     io.check_writable(path)
     io.refuse_input(path, input_path)
+    outside.refuse_conversion(graph_def, "TFLite export")
     reference_note = artefacts.OPTIMIZED_REFERENCE if expected is None else \
         artefacts.ORIGINAL_REFERENCE
     expected = savedmodel_export.reference(graph_def, signature, feeds, timeout, expected)
