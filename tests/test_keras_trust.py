@@ -263,3 +263,30 @@ def test_batch_hands_the_flags_to_each_model(tmp_path):
     assert args.optimize.trust_model and args.optimize.imports == ["my_layers", "more.py"]
     assert args.optimize_argv == ["--trust-model", "--import", "my_layers", "--import",
                                   "more.py"]
+
+
+def test_a_module_the_file_names_is_never_imported(tmp_path, capsys, monkeypatch):
+    """Keras 3's safe mode imports a config's classes from Keras' packages only; tf_keras, the
+    fallback, imports whatever module a config names. A tf_keras .keras naming a module that
+    exists where the user runs (its import writes a file) is refused before either loader."""
+    import zipfile
+    import tf_keras
+    marker = tmp_path / "imported.txt"
+    (tmp_path / "side_effects.py").write_text(
+        f"open({str(marker)!r}, 'w').write('imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))        # as `python -m` puts the cwd there
+    inputs = tf_keras.Input((3,))
+    tf_keras.Model(inputs, tf_keras.layers.Dense(2, name="d")(inputs)).save(tmp_path / "t.keras")
+    with zipfile.ZipFile(tmp_path / "t.keras") as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    config = json.loads(files["config.json"])
+    config.update(module="side_effects", registered_name=None)    # the model's own class
+    files["config.json"] = json.dumps(config).encode()
+    path = tmp_path / "named.keras"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    code, _, err = run_cli(capsys, "optimize", path, "-o", tmp_path / "out.pb")
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "(Functional) needs the class 'Functional'" in err and "--import" in err
+    assert not marker.exists() and "side_effects" not in sys.modules
