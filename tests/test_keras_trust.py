@@ -255,6 +255,14 @@ def test_a_module_that_cannot_be_imported_is_one_line(keras2_files, tmp_path, ca
     assert code == 2 and err.count("\n") == 0 and "boom" in err
 
 
+@pytest.mark.parametrize("command", ["optimize", "export", "inspect", "bench"])
+def test_every_command_loading_a_model_takes_the_flags(command):
+    from tfsurgery.cli import parse_args
+    args = parse_args([command, "m.h5", "--trust-model", "--import", "a", "--import", "b.py"])
+    assert args.trust_model and args.imports == ["a", "b.py"]
+    assert not parse_args([command, "m.h5"]).trust_model
+
+
 def test_batch_hands_the_flags_to_each_model(tmp_path):
     """batch runs ``tfsurgery optimize`` per model with the optimize words it was given."""
     from tfsurgery.cli import parse_args
