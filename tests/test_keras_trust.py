@@ -7,6 +7,7 @@ import json
 import sys
 
 import numpy as np
+import tensorflow as tf
 import pytest
 from tensorflow.core.framework import graph_pb2
 
@@ -146,6 +147,24 @@ def test_a_file_writing_lambda_is_refused_unrun_and_loads_with_trust(writing_lam
     assert code == 2 and "evil" in err and not marker.exists()
     code, _, err = run_cli(capsys, "compare", path, out, "--trust-model")
     assert code == 0, err
+
+
+def test_optimize_given_a_path_follows_the_same_rules(writing_lambda_h5):
+    """``tfsurgery.optimize(path)`` loads as ``api.load`` does: refused, nothing run; with
+    ``RunOptions(trust_model=True)`` it loads, verifies and matches the model's predictions."""
+    import tfsurgery
+    path, marker, x, expected = writing_lambda_h5
+    with pytest.raises(UnsafeModel):
+        tfsurgery.optimize(path)
+    assert not marker.exists()
+    result = tfsurgery.optimize(path, options=api.RunOptions(trust_model=True))
+    assert result.verified and marker.exists()
+    with tf.Graph().as_default() as graph:
+        tf.compat.v1.import_graph_def(result.graph_def, name="")
+        with tf.compat.v1.Session(graph=graph) as session:
+            got = session.run(f"{result.outputs[0].split(':')[0]}:0",
+                              {f"{result.inputs[0].split(':')[0]}:0": x})
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
 def test_a_keras3_lambda_is_refused_in_one_line_and_loads_with_trust(tmp_path, capsys):

@@ -169,7 +169,9 @@ class RunOptions:
     arithmetic: simplify-algebra's reassociations off); ``layout`` ("NHWC": NCHW ops computed
     channels-last, layout-nhwc); ``allow_ops`` (op names, e.g. ``["ReadFile"]``: the graph may
     run them although they act outside it; otherwise such a graph is ``UnsafeModel``, see
-    tfsurgery.outside; transforms never evaluate them)."""
+    tfsurgery.outside; transforms never evaluate them); ``trust_model``, ``imports`` (a
+    source given as a path is loaded as :func:`load` with ``trust``/``imports``: a Keras file's
+    stored code, the modules defining its custom layers)."""
 
     keep_asserts: bool = False
     preprocess: Optional[preprocessing.Requested] = None
@@ -180,6 +182,8 @@ class RunOptions:
     exact: bool = False
     layout: Optional[str] = None
     allow_ops: Sequence[str] = ()
+    trust_model: bool = False
+    imports: Sequence[str] = ()
 
 
 GROUPS = {"interface": Interface, "checks": Checks, "options": RunOptions}
@@ -229,9 +233,10 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
                       "interface=Interface(...), checks=Checks(...), options=RunOptions(...)",
                       DeprecationWarning, stacklevel=2)
     groups = grouped(interface, checks, options, **flat_keywords)
-    with outside.allowing(groups["options"].allow_ops):
-        return _optimize(as_source(source), transforms, groups["interface"], groups["checks"],
-                         groups["options"])
+    options = groups["options"]
+    with outside.allowing(options.allow_ops):
+        return _optimize(as_source(source, trust=options.trust_model, imports=options.imports),
+                         transforms, groups["interface"], groups["checks"], options)
 
 
 def _planned_transforms(transforms: Sequence, options: RunOptions):

@@ -46,13 +46,13 @@ def load(path, signature: str = "serving_default", *, trust: bool = False,
                   frozen_form=loaded.frozen_form, trust_notes=loaded.trust_notes)
 
 
-def as_source(model) -> Source:
-    """A Source from what a user has: a Source, a path (.pb/.pbtxt, SavedModel, .keras/.h5)
-    or a GraphDef (inputs and outputs detected)."""
+def as_source(model, *, trust: bool = False, imports: Sequence[str] = ()) -> Source:
+    """A Source from what a user has: a Source, a path (.pb/.pbtxt, SavedModel, .keras/.h5;
+    ``trust``/``imports`` as :func:`load`) or a GraphDef (inputs and outputs detected)."""
     if isinstance(model, Source):
         return model
     if isinstance(model, (str, os.PathLike)):
-        return load(model)
+        return load(model, trust=trust, imports=imports)
     if isinstance(model, graph_pb2.GraphDef):
         return Source(model, label="graph")
     raise TypeError(f"optimize takes a path, a GraphDef or an api.Source, not "
