@@ -13,19 +13,15 @@ the user names (``--import``) is trusted: imported first, its classes registered
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import importlib
-import importlib.util
 import inspect
 import json
-import os
-import sys
 import zipfile
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from tfsurgery.errors import InputError, UnsafeModel
 from tfsurgery.ops import first_line
+from tfsurgery.user_code import import_user_code
 
 # The packages Keras 3's safe mode imports a config's classes from (serialization_lib).
 KERAS_PACKAGES = frozenset({"keras", "tf_keras", "keras_hub", "keras_cv", "keras_nlp",
@@ -221,44 +217,7 @@ def refuse_missing(path: Path, config, custom_objects: Dict[str, object],
 def import_modules(specs: Sequence[str]) -> list:
     """``--import MODULE|PATH.py``, each imported (a module name from the current directory
     first); a module that cannot be imported: ``InputError``."""
-    return [_import(str(spec)) for spec in specs]
-
-
-def _import(spec: str):
-    try:
-        if spec.endswith(".py") or os.sep in spec:
-            return _import_file(Path(spec), spec)
-        here = os.getcwd()
-        added = here not in sys.path
-        if added:
-            sys.path.insert(0, here)
-        try:
-            return importlib.import_module(spec)
-        finally:
-            if added and here in sys.path:
-                sys.path.remove(here)
-    except InputError:
-        raise
-    except Exception as error:  # noqa: BLE001 - whatever the user's code raises at import
-        raise InputError(f"--import {spec}: cannot import it ({first_line(error)})") from None
-
-
-def _import_file(path: Path, spec: str):
-    if not path.is_file():
-        raise InputError(f"--import {spec}: no such file")
-    # a name of its own per file, so two files both called layers.py do not collide
-    name = f"{path.stem}_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]}"
-    if name in sys.modules:
-        return sys.modules[name]
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    try:
-        module_spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
+    return [import_user_code(str(spec), "--import") for spec in specs]
 
 
 def custom_objects(modules) -> Dict[str, object]:

@@ -12,14 +12,10 @@ report: later rounds add their rewrites, removed nodes and time to it (and a not
 """
 from __future__ import annotations
 
-import hashlib
-import importlib
-import importlib.util
 import logging
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorflow.core.framework import graph_pb2
@@ -30,6 +26,7 @@ from tfsurgery.errors import InputError, StructureError, UnknownTransform
 from tfsurgery.graph import Graph, gc_paused
 from tfsurgery.ops import first_line
 from tfsurgery.transforms import DEFAULT_TRANSFORMS, ORDER, REGISTRY
+from tfsurgery.user_code import import_user_code
 
 log = logging.getLogger("tfsurgery")
 MAX_ROUNDS = 4      # the first pass over every transform, then up to 3 rounds of re-runs
@@ -84,29 +81,7 @@ def defined_at(fn) -> tuple:
 
 def load_plugin(spec: str) -> List[str]:
     """``--plugin PATH.py|module.name``: import it and register every transform it defines."""
-    path = Path(spec)
-    try:
-        if spec.endswith(".py") or os.sep in spec:
-            if not path.is_file():
-                raise InputError(f"--plugin {spec}: no such file")
-            module_name = "tfsurgery_plugin_" + hashlib.sha1(
-                str(path.resolve()).encode()).hexdigest()[:12]
-            module = sys.modules.get(module_name)       # loaded before in this process
-            if module is None:
-                module_spec = importlib.util.spec_from_file_location(module_name, path)
-                module = importlib.util.module_from_spec(module_spec)
-                sys.modules[module_name] = module
-                try:
-                    module_spec.loader.exec_module(module)
-                except BaseException:
-                    del sys.modules[module_name]
-                    raise
-        else:
-            module = importlib.import_module(spec)
-    except InputError:
-        raise
-    except Exception as error:  # noqa: BLE001 - whatever the user's code raises at import
-        raise InputError(f"--plugin {spec}: cannot load it: {first_line(error)}") from None
+    module = import_user_code(spec, "--plugin")
     found = [value for value in vars(module).values() if callable(value) and
              getattr(value, "transform_name", None) and
              getattr(value, "__module__", None) == module.__name__]
