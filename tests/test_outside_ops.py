@@ -380,3 +380,105 @@ def test_an_allowed_read_is_never_handed_to_a_converter(tmp_path, capsys):
                                "--allow-op", "ReadFile")
         assert code == 2 and "ReadFile 'ReadFile'" in err and "not converted" in err, err
         assert not (tmp_path / target).exists() and not (tmp_path / "out.pb").exists()
+
+
+def saved_leaky(tmp_path):
+    secret, leak = tmp_path / "secret.txt", tmp_path / "leak.txt"
+    secret.write_bytes(SECRET)
+    module = Leaky(secret, leak)
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures=module.__call__)
+    return tmp_path / "sm", leak, module
+
+
+def test_inspect_lists_a_saved_models_ops_without_loading_it(tmp_path, capsys):
+    path, leak, _ = saved_leaky(tmp_path)
+    code, out, _ = run_cli(capsys, "inspect", path)
+    assert code == 0 and not leak.exists()
+    assert "ReadFile '" in out and "WriteFile '" in out and "it was not loaded" in out
+
+
+def test_ops_allowed_at_load_are_allowed_when_that_source_is_optimized(tmp_path):
+    path, leak, module = saved_leaky(tmp_path)
+    source = api.load(path, allow_ops=["ReadFile", "WriteFile"])
+    assert not leak.exists()                          # loading ran nothing of it
+    result = tfsurgery.optimize(source)
+    assert result.verified and result.allowed_ops == ["ReadFile", "WriteFile"]
+    assert leak.read_bytes() == SECRET                # verification ran it, as allowed
+    assert SECRET not in all_const_bytes(result.graph_def)
+    with pytest.raises(tfsurgery.UnsafeModel):        # a source loaded without: refused
+        tfsurgery.optimize(api.load(tmp_path / "sm", allow_ops=["ReadFile"]))
+
+
+def test_a_tf1_saved_model_whose_init_op_writes_a_file_is_refused_before_loading(tmp_path,
+                                                                                 capsys):
+    """TF1 SavedModels run their main op when loaded: it is scanned first."""
+    leak = tmp_path / "leak.txt"
+    export = tmp_path / "tf1"
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [None, 4], name="x")
+        w = v1.get_variable("w", initializer=np.random.default_rng(8).normal(
+            size=(4, 3)).astype(np.float32))
+        y = tf.matmul(x, w, name="y")
+        init = tf.group(v1.global_variables_initializer(),
+                        tf.io.write_file(str(leak), tf.constant("init ran"), name="dropper"))
+        with v1.Session(graph=graph) as session:
+            session.run(v1.global_variables_initializer())
+            builder = v1.saved_model.Builder(str(export))
+            builder.add_meta_graph_and_variables(
+                session, ["serve"], main_op=init,
+                signature_def_map={"serving_default": v1.saved_model.predict_signature_def(
+                    {"x": x}, {"y": y})})
+            builder.save()
+    assert not leak.exists()
+    code, _, err = run_cli(capsys, export, "-o", tmp_path / "out.pb")
+    assert code == 2 and "WriteFile 'dropper'" in err and not leak.exists()
+
+
+def table_graph(filename_node):
+    """``InitializeTableFromTextFileV2`` reading the file ``filename_node`` gives."""
+    graph = tf.Graph()
+    with graph.as_default():
+        table = tf.raw_ops.HashTableV2(key_dtype=tf.string, value_dtype=tf.int64)
+        tf.raw_ops.InitializeTableFromTextFileV2(table_handle=table, filename=filename_node(),
+                                                 key_index=0, value_index=1, name="init")
+    return graph.as_graph_def()
+
+
+def test_a_table_reads_only_the_models_own_assets(tmp_path):
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    (assets / "vocab.txt").write_text("a 1\n")
+    inside = table_graph(lambda: tf.constant(str(assets / "vocab.txt")))
+    elsewhere = table_graph(lambda: tf.constant("/etc/passwd"))
+    escaping = table_graph(lambda: tf.constant(str(assets / ".." / "secret.txt")))
+    assert outside.find(inside, own_assets=assets) == []
+    for graph_def in (elsewhere, escaping):
+        assert [f.op for f in outside.find(graph_def, own_assets=assets)] == [
+            "InitializeTableFromTextFileV2"]
+    assert [f.node for f in outside.find(inside)] == ["init"]   # no SavedModel: refused
+
+
+def test_a_saved_model_table_filled_from_its_own_asset_passes_the_scan(tmp_path):
+    from tensorflow.core.protobuf import saved_model_pb2
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("a 1\nb 2\n")
+
+    class Vocabulary(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = tf.lookup.StaticHashTable(tf.lookup.TextFileInitializer(
+                str(vocab), tf.string, 0, tf.int64, 1, delimiter=" "), -1)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def __call__(self, words):
+            return {"ids": self.table.lookup(words)}
+
+    module = Vocabulary()
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures=module.__call__)
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((tmp_path / "sm" / "saved_model.pb").read_bytes())
+    graph_ops = {n.op for m in saved.meta_graphs for f in m.graph_def.library.function
+                 for n in f.node_def}
+    assert "InitializeTableFromTextFileV2" in graph_ops and "RestoreV2" in graph_ops
+    assert outside.find_in_saved_model(saved, tmp_path / "sm") == []

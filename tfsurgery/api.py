@@ -235,8 +235,10 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
     groups = grouped(interface, checks, options, **flat_keywords)
     options = groups["options"]
     with outside.allowing(options.allow_ops):
-        return _optimize(as_source(source, trust=options.trust_model, imports=options.imports),
-                         transforms, groups["interface"], groups["checks"], options)
+        source = as_source(source, trust=options.trust_model, imports=options.imports)
+        with outside.allowing(source.allowed_ops):
+            return _optimize(source, transforms, groups["interface"], groups["checks"],
+                             options)
 
 
 def _planned_transforms(transforms: Sequence, options: RunOptions):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from tensorflow.core.framework import graph_pb2
 
-from tfsurgery import io, progress, savedmodel_export
+from tfsurgery import io, outside, progress, savedmodel_export
 
 if TYPE_CHECKING:
     from tfsurgery.result import Result
@@ -30,20 +30,27 @@ class Source:
     signature: dict = dataclasses.field(default_factory=dict)   # a SavedModel's (io.Loaded)
     frozen_form: str = ""          # how a SavedModel/Keras model was frozen (io.Loaded)
     trust_notes: List[str] = dataclasses.field(default_factory=list)   # io.Loaded's
+    # ops acting outside the graph allowed when it was loaded (load(..., allow_ops=...)):
+    # optimizing it allows them too
+    allowed_ops: List[str] = dataclasses.field(default_factory=list)
 
 
 def load(path, signature: str = "serving_default", *, trust: bool = False,
-         imports: Sequence[str] = ()) -> Source:
+         imports: Sequence[str] = (), allow_ops: Sequence[str] = ()) -> Source:
     """A frozen .pb/.pbtxt, a SavedModel directory (``signature``) or a .keras/.h5 file.
     ``imports``: the modules (names or .py paths) defining a Keras model's custom layers,
     imported first; ``trust``: load a Keras file holding Python code (a Lambda's), which is
-    otherwise refused with ``UnsafeModel``. Both are recorded in the report."""
+    otherwise refused with ``UnsafeModel``. Both are recorded in the report. ``allow_ops``: ops
+    acting outside the graph (``ReadFile``, ...; tfsurgery.outside) that a SavedModel may hold
+    and that optimizing this source may run; otherwise ``UnsafeModel``."""
     path = Path(path)
     progress.say(f"loading {path}")
-    loaded = io.load_model(path, signature, trust=trust, imports=list(imports))
+    with outside.allowing(allow_ops):
+        loaded = io.load_model(path, signature, trust=trust, imports=list(imports))
     return Source(loaded.graph_def, label=path.name, path=path, inputs=loaded.inputs,
                   outputs=loaded.outputs, signature=loaded.signature,
-                  frozen_form=loaded.frozen_form, trust_notes=loaded.trust_notes)
+                  frozen_form=loaded.frozen_form, trust_notes=loaded.trust_notes,
+                  allowed_ops=sorted(set(allow_ops)))
 
 
 def as_source(model, *, trust: bool = False, imports: Sequence[str] = ()) -> Source:

@@ -58,8 +58,13 @@ def run(args) -> int:
     if saved_model is not None:
         api.check_saved_model_target(saved_model, force=args.force, input_path=args.input)
     _check_openvino_request(api, args)
-    source = api.load(args.input, args.signature, trust=args.trust_model,
-                      imports=args.imports) if args.input else api.demo()
+    try:
+        source = api.load(args.input, args.signature, trust=args.trust_model,
+                          imports=args.imports) if args.input else api.demo()
+    except api.UnsafeModel as refused:
+        if args.command == "inspect" and _lists_outside_ops(args, refused):
+            return 0
+        raise
     if getattr(args, "picture", None):
         api.check_drawable(source, args.picture_scope)
     if args.command == "inspect":
@@ -398,6 +403,21 @@ def _inspect(args, source, transforms) -> int:
         api.draw(source, result, args.picture, scope=args.picture_scope)
         _say(args, f"wrote {args.picture}")
     return 0
+
+
+def _lists_outside_ops(args, refused) -> bool:
+    """inspect of a SavedModel that would act outside its graph: its nodes, listed (it was not
+    loaded: loading runs its initializers). False for other refusals (Keras code)."""
+    from tfsurgery import api
+    findings = [f for f in refused.findings if isinstance(f, api.outside.Finding)]
+    if not findings:
+        return False
+    for finding in findings:
+        _say(args, f"acts outside the graph: {finding.line()} — refused")
+    _say(args, f"{args.input}: {len(findings)} node(s) act outside the graph; it was not loaded "
+               "(loading runs its initializers) and nothing ran; allow them with "
+               + " ".join(f"--allow-op {op}" for op in sorted({f.op for f in findings})))
+    return True
 
 
 def _outside_listed(args, source) -> bool:
