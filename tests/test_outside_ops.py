@@ -481,3 +481,21 @@ def test_a_saved_model_table_filled_from_its_own_asset_passes_the_scan(tmp_path)
                  for n in f.node_def}
     assert "InitializeTableFromTextFileV2" in graph_ops and "RestoreV2" in graph_ops
     assert outside.find_in_saved_model(saved, tmp_path / "sm") == []
+
+
+def test_batch_refuses_it_per_model_and_passes_the_allowance_on(evil, tmp_path, capsys):
+    """Each model of a batch runs in its own tfsurgery process: the refusal is that model's
+    error, and --allow-op reaches the process."""
+    path, leak = evil
+    folder = tmp_path / "in"
+    folder.mkdir()
+    path.rename(folder / path.name)
+    code, _, _ = run_cli(capsys, "batch", folder, "-o", tmp_path / "out")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    record = summary["models"][0]
+    assert code != 0 and record["status"] == "error" and "WriteFile" in record["error"]
+    assert not leak.exists() and not (tmp_path / "out" / "evil").exists()
+    code, _, err = run_cli(capsys, "batch", folder, "-o", tmp_path / "out2", "--allow-op",
+                           "ReadFile", "--allow-op", "WriteFile")
+    assert code == 0, err
+    assert (tmp_path / "out2" / "evil" / "evil_optimized.pb").exists() and leak.exists()
