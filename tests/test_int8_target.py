@@ -139,3 +139,13 @@ def test_a_slower_int8_is_said_loudly():
 def test_a_minimum_speedup_must_be_positive(bad):
     with pytest.raises(InputError, match="--int8-min-speedup"):
         int8_speed.check_min_speedup(bad)
+
+
+def test_cpuinfo_is_read_in_one_place_for_x86_and_arm():
+    """int8_target reads /proc/cpuinfo for every module (runtime_bench names the CPU with it):
+    x86's "flags", ARM's "Features" where asked."""
+    arm = "processor : 0\nFeatures : fp asimd asimddp i8mm\nCPU implementer : 0x41\n"
+    assert int8_target.cpu_flags(arm) == set()
+    assert int8_target.cpu_flags(arm, arm=True) == {"fp", "asimd", "asimddp", "i8mm"}
+    assert int8_target.cpuinfo_value(VNNI_CPU, "model name") == "AMD EPYC"
+    assert int8_target.cpuinfo_value(arm, "model name") == ""

@@ -106,28 +106,39 @@ def detect(machine: Optional[str] = None, cpuinfo: Optional[str] = None) -> Tupl
     return "x86", f"this {machine} CPU has no VNNI ({'/'.join(VNNI_FLAGS)} not in its flags)"
 
 
-def cpu_flags(cpuinfo: str) -> set:
-    """The flags of the first CPU in /proc/cpuinfo's text ("flags" on x86)."""
+def cpuinfo_value(cpuinfo: str, *keys: str) -> str:
+    """The first CPU's value in /proc/cpuinfo's text for the first line keyed by one of
+    ``keys`` ("" where none is)."""
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            return set(value.split())
-    return set()
+        if key.strip() in keys:
+            return value.strip()
+    return ""
+
+
+def cpu_flags(cpuinfo: str, *, arm: bool = False) -> set:
+    """The flags of the first CPU in /proc/cpuinfo's text ("flags" on x86; ``arm``: also
+    "Features", ARM's)."""
+    return set(cpuinfo_value(cpuinfo, "flags", *(("Features",) if arm else ())).split())
 
 
 def cpu_name(cpuinfo: Optional[str] = None) -> str:
     """This CPU's model name with its int8-relevant flags, e.g. "AMD EPYC (avx512_vnni)"."""
     text = _read_cpuinfo() if cpuinfo is None else cpuinfo
-    model = ""
-    for line in (text or "").splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name":
-            model = value.strip()
-            break
-    model = model or platform.processor() or platform.machine() or "unknown CPU"
+    model = cpuinfo_value(text or "", "model name") or platform_name()
     flags = cpu_flags(text or "")
     shown = [f for f in ("avx2", "avx512f") + VNNI_FLAGS + ("amx_tile",) if f in flags]
     return f"{model} ({', '.join(shown)})" if shown else model
+
+
+def platform_name() -> str:
+    """The CPU's name where /proc/cpuinfo has none."""
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def read_cpuinfo() -> str:
+    """/proc/cpuinfo's text ("" where it cannot be read)."""
+    return _read_cpuinfo() or ""
 
 
 def _read_cpuinfo() -> Optional[str]:

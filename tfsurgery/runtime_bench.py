@@ -14,13 +14,13 @@ and instruction-set flags say which machine the numbers belong to.
 from __future__ import annotations
 
 import dataclasses
-import platform
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import artefacts, latency, onnx_export, openvino_export, tflite_export, verify
+from tfsurgery import (artefacts, int8_target, latency, onnx_export, openvino_export,
+                       tflite_export, verify)
 from tfsurgery.errors import ExportError, VerificationError
 from tfsurgery.ops import first_line
 
@@ -111,18 +111,10 @@ def installed(runtime: str) -> bool:
 
 def cpu() -> Dict[str, object]:
     """The CPU's name and the instruction-set flags that matter to the runtimes' kernels."""
-    name, flags = "", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and not name:
-                name = value.strip()
-            elif key.strip() in ("flags", "Features") and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
-    return {"name": name or platform.processor() or platform.machine() or "unknown",
-            "flags": [f for f in CPU_FLAGS if f in flags]}
+    text = int8_target.read_cpuinfo()
+    flags = int8_target.cpu_flags(text, arm=True)
+    return {"name": int8_target.cpuinfo_value(text, "model name") or
+            int8_target.platform_name(), "flags": [f for f in CPU_FLAGS if f in flags]}
 
 
 def bench(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
