@@ -43,6 +43,9 @@ from tfsurgery.reference import comparable_reference
 DEFAULT_TOLERANCE = 1e-4
 NOISE_FACTOR = 4
 NOISE_CAP = 1e-3                        # the noise floor never excuses a larger relative error
+# The widened comparison's values, both graphs together: a Keras ResNet50 at 224 holds 186 MiB
+# of them per row and graph, so 32 stacked --samples rows took 12.7 GB (docs/int8.md, Memory).
+WIDE_BYTES = 1 << 30
 
 
 @dataclasses.dataclass
@@ -270,6 +273,7 @@ class Watching:
     saturated: List[str] = dataclasses.field(default_factory=list)
     sensitivity: Optional[sensitivity_mod.Sensitivity] = None
     notes: List[str] = dataclasses.field(default_factory=list)
+    wide_rows: Optional[int] = None     # the widened comparison's first rows (None: all)
 
 
 def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
@@ -315,11 +319,19 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
                                                         settings) \
             if first and raw is None and len(layers) > sensitivity_mod.PROBE_MAX_LAYERS else []
         run = dict(seed=seed, given=given, timeout=timeout, random=raw is None)
+        if wide_names:
+            watching.wide_rows = wide_rows(given or {}, ref.graph, wide_names)
+        joined = wide_names if watching.wide_rows is None else []   # fetched with the outputs
         try:
             feeds, expected, size = _scaled_reference(ref, reference, inputs, outputs,
-                                                      fetch_ref + wide_names, fed, watching,
-                                                      **run)
-            actual = opt.run(feeds if raw is None else raw, fetch_opt + wide_names)
+                                                      fetch_ref + joined, fed, watching, **run)
+            actual = opt.run(feeds if raw is None else raw, fetch_opt + joined)
+            if wide_names and not joined:
+                if _stacked_rows(feeds, ref.graph) is None:   # an input's rows are not free
+                    watching.wide_rows = None
+                part = first_rows(feeds, watching.wide_rows)
+                expected = list(expected) + ref.run({**part, **fed}, wide_names)
+                actual = list(actual) + opt.run(part, wide_names)
         except (OriginalDoesNotRun, VerificationError) as error:
             if isinstance(error, GraphTimeout) or \
                     len(fetch_ref) + len(wide_names) == len(outputs):
@@ -358,7 +370,8 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
         _excuse(verification, opt.graph)
         if verification.max_error > tolerance or verification.hidden:
             _noise_floor(verification, ref, feeds, fed, fetch_ref, names, expected,
-                         {n: wide[n] for n in {e.name for e in verification.hidden}})
+                         {n: wide[n] for n in {e.name for e in verification.hidden}},
+                         watching.wide_rows)
             _excuse(verification, opt.graph)
     if raw is None:
         more_errors, verification.more_feeds = _second_size(
@@ -412,9 +425,11 @@ def _widened(ref, opt, feeds, raw, settings, exclude, watching) -> Dict[str, tup
                               "preprocessed); give real inputs with --samples")
         return {}
     names = sensitivity_mod.comparable_tensors(ref.graph, opt.graph, exclude, settings)
+    watching.wide_rows = wide_rows(feeds, ref.graph, names)
+    part = first_rows(feeds, watching.wide_rows)
     try:
-        expected = ref.run({**feeds, **settings}, names)
-        actual = opt.run(feeds, names)
+        expected = ref.run({**part, **settings}, names)
+        actual = opt.run(part, names)
     except VerificationError as error:
         watching.notes.append(f"{why}; the comparison could not be widened ({error})")
         return {}
@@ -445,12 +460,53 @@ def _same_shapes(names, expected, actual) -> Dict[str, tuple]:
             if np.shape(e) == np.shape(a) and np.size(e)}
 
 
+def wide_rows(feeds: Mapping[str, np.ndarray], graph, names: Sequence[str],
+              budget: Optional[int] = None) -> Optional[int]:
+    """How many first rows of ``feeds`` the widened comparison of ``names`` runs on: as many as
+    keep their values in both graphs within ``budget`` bytes (at least one); None (every row)
+    when they all fit, or when ``feeds`` are not rows stacked along the inputs' free batch."""
+    budget = WIDE_BYTES if budget is None else budget
+    rows = _stacked_rows(feeds, graph)
+    per_row = 2 * sum(_row_bytes(graph.get_tensor_by_name(tensor_name(n))) for n in names)
+    if rows is None or rows * per_row <= budget:
+        return None
+    return max(1, budget // per_row)
+
+
+def first_rows(feeds: Mapping[str, np.ndarray], rows: Optional[int]) -> Mapping[str, np.ndarray]:
+    return feeds if rows is None else {k: v[:rows] for k, v in feeds.items()}
+
+
+def _stacked_rows(feeds: Mapping[str, np.ndarray], graph) -> Optional[int]:
+    """The rows of ``feeds`` when every one is an input of ``graph`` whose first dimension is
+    free and they all have the same number of rows; else None."""
+    sizes = set()
+    for name, value in feeds.items():
+        try:
+            shape = graph.get_tensor_by_name(tensor_name(name)).shape
+        except (KeyError, ValueError):
+            return None
+        if shape.rank is None or shape.rank < 1 or shape[0] is not None or np.ndim(value) < 1:
+            return None
+        sizes.add(len(value))
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def _row_bytes(tensor) -> int:
+    """One row's bytes of ``tensor`` by its static shape (free dimensions counted as 1)."""
+    if tensor.shape.rank is None:
+        return 0
+    return int(np.prod([d or 1 for d in tensor.shape.as_list()])) * tensor.dtype.size
+
+
 def _widened_note(watching: Watching, count: int) -> str:
     found = watching.sensitivity
     why = found.line() if found.probed or found.error else (
         f"{found.layers} weight layers, too many to probe each within the check's time")
+    rows = "" if watching.wide_rows is None else \
+        f" on the first {watching.wide_rows} row(s) of the batch (their values within {WIDE_BYTES >> 20} MiB)"
     return (f"{why}: also compared {count} intermediate tensors both graphs have under the "
-            "same name and shape; give real inputs with --samples for a check on the data the "
+            f"same name and shape{rows}; give real inputs with --samples for a check on the data the "
             "model is meant for")
 
 
@@ -470,17 +526,24 @@ def _excuse(verification: Verification, graph) -> None:
     verification.excused = [name for name in differing if name in excused]
 
 
-def _noise_floor(verification, ref, feeds, settings, fetches, names, expected, wide) -> None:
+def _noise_floor(verification, ref, feeds, settings, fetches, names, expected, wide,
+                 rows: Optional[int] = None) -> None:
     """Two more runs of the reference (only when something exceeds the tolerance): are its runs
     deterministic, and how far do its values move for a one-rounding-step change of the float
     inputs? The outputs share one floor; each intermediate tensor gets its own."""
     wide_names = list(wide)
     values = list(expected) + [wide[n][0] for n in wide_names]
-    again = ref.run({**feeds, **settings}, list(fetches) + wide_names)
+
+    def reference(feeds):     # the outputs on every row, intermediate tensors on those compared
+        if rows is None or not wide_names:
+            return ref.run({**feeds, **settings}, list(fetches) + wide_names)
+        return list(ref.run({**feeds, **settings}, list(fetches))) + \
+            ref.run({**first_rows(feeds, rows), **settings}, wide_names)
+    again = reference(feeds)
     verification.deterministic = all(_identical(a, b) for a, b in zip(values, again))
     if not verification.deterministic:
         return
-    nudged = ref.run({**nudge(feeds), **settings}, list(fetches) + wide_names)
+    nudged = reference(nudge(feeds))
     floors = [output_error(n, e, a).max_rel
               for n, e, a in zip(names + wide_names, values, nudged)]
     verification.noise_floor = max(floors[:len(names)], default=0.0)
