@@ -9,10 +9,19 @@ that has it. numpy itself is untouched: no other module sees the alias.
 (``SessionOptions.optimized_model_filepath``). ``memory_file`` gives a path backed by memory
 (Linux ``memfd_create``, reached through ``/proc/self/fd``), so handing a model through
 onnxruntime's optimizer touches no disk; elsewhere a temporary file stands in.
+
+**tf2onnx's garbage graphs.** tf2onnx's optimizer loop deep-copies the whole graph, weights
+included, before each of its ~20 optimizers, round after round; each copy dropped is a
+reference cycle (nodes ↔ graph), freed only by Python's rare full collections. A Keras ResNet50
+at 224 piled up 8.8 GB of them (3.4 GB when collected; docs/int8.md, Memory).
+``tf2onnx_collecting`` makes each optimizer after a collection, through tf2onnx's own registry
+of optimizers, restored afterwards.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
+import gc
 import os
 import tempfile
 import types
@@ -37,6 +46,26 @@ def tf2onnx_on_numpy2() -> None:
     if hasattr(tf2onnx.graph.np, "product"):
         return
     tf2onnx.graph.np = _NumpyWithProduct("numpy")
+
+
+@contextlib.contextmanager
+def tf2onnx_collecting() -> Iterator[None]:
+    """Within it, tf2onnx's optimizer loop frees the graph copies it dropped before making each
+    optimizer (see the module doc)."""
+    from tf2onnx import optimizer
+    registry = optimizer._optimizers
+
+    def collected(factory):
+        def make():
+            gc.collect()
+            return factory()
+        return make
+    optimizer._optimizers = collections.OrderedDict(
+        (name, collected(factory)) for name, factory in registry.items())
+    try:
+        yield
+    finally:
+        optimizer._optimizers = registry
 
 
 @contextlib.contextmanager

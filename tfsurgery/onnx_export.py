@@ -272,11 +272,12 @@ def _convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset:
     outside.refuse_conversion(graph_def, "ONNX export (tf2onnx)")
     try:
         _compat.tf2onnx_on_numpy2()
-        model, storage = tf2onnx.convert.from_graph_def(
-            graph_def, input_names=[tensor_name(n) for n in inputs],
-            output_names=[tensor_name(n) for n in outputs], opset=opset,
-            inputs_as_nchw=[tensor_name(n) for n in inputs_as_nchw] or None,
-            large_model=large_model)
+        with _compat.tf2onnx_collecting():
+            model, storage = tf2onnx.convert.from_graph_def(
+                graph_def, input_names=[tensor_name(n) for n in inputs],
+                output_names=[tensor_name(n) for n in outputs], opset=opset,
+                inputs_as_nchw=[tensor_name(n) for n in inputs_as_nchw] or None,
+                large_model=large_model)
     except Exception as error:   # tf2onnx raises ValueError, KeyError, AssertionError, ...
         missing = _without_conversion(graph_def)
         hint = f" (ops tf2onnx has no conversion for: {_unsupported(missing)})" if missing else ""
