@@ -76,9 +76,8 @@ def tfsurgery_int8(float_model: Path, out: Path, rows: Samples, work: Path,
                    settings: int8_target.Int8Settings) -> Path:
     """The int8 ONNX as ``--quantize int8`` builds it: its ONNX backend (``quantize.OnnxBackend``,
     this machine's target) for the MinMax choice with no layer kept float — the model the loop
-    publishes when that choice passes. (The whole ``api.write`` path is not run here: its
-    calibration keeps every activation of every row, 12.7 GB for ResNet50 at 224 on 16 rows,
-    which this shared machine's OOM killer refused.)"""
+    publishes when that choice passes. (The whole ``api.write`` path is not run here: it also
+    tries the other choices and checks the float graph; its memory: docs/int8.md, Memory.)"""
     backend = quantize.OnnxBackend({"plain": float_model}, rows, work, methods=["MinMax"],
                                    corrections=[False], settings=settings)
     built = backend.build(int8_loop.Choice("plain", "MinMax", False), [])
