@@ -3,7 +3,8 @@ it drops are reference cycles that only Python's rare full collections free, so 
 at 224 piled up 8.8 GB of them in one export (3.4 GB collected; docs/int8.md, Memory). The export
 makes each optimizer after a collection (``_compat.tf2onnx_collecting``): with automatic
 collection off, as it effectively is for a large graph, no more than a few of tf2onnx's graphs
-are left when the conversion ends (without it, one per optimizer run). Counted, never timed; the ONNX model's numbers checked against the TensorFlow graph by the tests' own oracle."""
+are left when the conversion ends (without it, one per optimizer run). Counted, never timed;
+the ONNX model's numbers checked against the TensorFlow graph by the tests' own oracle."""
 import gc
 
 import numpy as np

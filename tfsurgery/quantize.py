@@ -300,6 +300,8 @@ def _quantize_static(float_model: Path, out: Path, calibration: Samples,
     try:
         if method == "Entropy" and not cache.exists():
             _entropy_ranges(float_model, Rows(), cache)
+        if method == "Percentile" and not cache.exists():
+            _percentile_ranges(float_model, Rows, cache)
         with contextlib.redirect_stdout(io.StringIO()):    # the histogram methods print()
             q.quantize_static(str(float_model), str(out), Rows(), **options,
                               calibrate_method=getattr(q.CalibrationMethod, method),
@@ -450,6 +452,67 @@ def _entropy_ranges(float_model: Path, rows, cache: Path) -> None:
             providers=["CPUExecutionProvider"],
             extra_options={"num_bins": ENTROPY_BINS[0], "num_quantized_bins": ENTROPY_BINS[1]})
         calibrator.collect_data(rows)
+        calibrate.save_tensors_data(calibrator.compute_data(), cache)
+
+
+def _percentile_ranges(float_model: Path, make_rows, cache: Path) -> None:
+    """Percentile ranges into ``cache`` (read back by quantize_static), computed as onnxruntime's
+    Percentile calibrator computes them — a histogram of |x| per tensor over every calibration
+    row, its 99.999th percentile — but with one row's activations in memory at a time: its
+    calibrator keeps every row's until it builds the histograms (about 90 MiB per row for a
+    ResNet50 at 224; docs/int8.md, Memory). Two passes over the rows (``make_rows()`` gives a
+    fresh reader): each tensor's extremes, then its histogram row by row within them — the
+    counts numpy gives all rows at once, so the same ranges."""
+    import tempfile
+    from onnxruntime.quantization import calibrate, registry
+    ops = sorted(set(registry.QLinearOpsRegistry) | set(registry.QDQRegistry))
+    with tempfile.TemporaryDirectory(prefix="percentile.", dir=cache.parent) as scratch, \
+            contextlib.redirect_stdout(io.StringIO()):
+        calibrator = calibrate.create_calibrator(
+            Path(float_model), ops, augmented_model_path=str(Path(scratch) / "augmented.onnx"),
+            calibrate_method=calibrate.CalibrationMethod.Percentile,
+            providers=["CPUExecutionProvider"])
+        if not calibrator.symmetric:        # its signed histograms: left to quantize_static
+            return
+        names = [o.name for o in calibrator.infer_session.get_outputs()]
+        wanted = [i for i, name in enumerate(names) if name in calibrator.tensors_to_calibrate]
+
+        def activations():
+            reader = make_rows()
+            while (feeds := reader.get_next()) is not None:
+                values = calibrator.infer_session.run(None, feeds)
+                yield {names[i]: values[i] for i in wanted}
+
+        extremes: Dict[str, tuple] = {}
+        for row in activations():
+            for name, value in row.items():
+                if not value.size:
+                    return                  # an empty tensor: left to quantize_static
+                magnitude = np.abs(value)       # x's and |x|'s extremes over the rows
+                low, high = np.nanmin(value), np.nanmax(value)
+                small, large = magnitude.min(), magnitude.max()
+                if name in extremes:
+                    was = extremes[name]
+                    low, high = np.minimum(was[0], low), np.maximum(was[1], high)
+                    small, large = np.minimum(was[2], small), np.maximum(was[3], large)
+                extremes[name] = (low, high, small, large)
+        if not extremes:
+            return
+        counts: Dict[str, tuple] = {}
+        for row in activations():
+            for name, value in row.items():
+                low, high = extremes[name][2:]
+                hist, edges = np.histogram(np.abs(value), bins=calibrator.num_bins,
+                                           range=(low, high))
+                total = counts.get(name, (0, edges))[0]
+                counts[name] = (hist + total, edges.astype(value.dtype))
+        calibrator.collector = calibrate.HistogramCollector(
+            method=calibrator.method, symmetric=True, num_bins=calibrator.num_bins,
+            num_quantized_bins=calibrator.num_quantized_bins,
+            percentile=calibrator.percentile, scenario=calibrator.scenario)
+        calibrator.collector.histogram_dict = {
+            name: (hist, edges, extremes[name][0], extremes[name][1])
+            for name, (hist, edges) in counts.items()}
         calibrate.save_tensors_data(calibrator.compute_data(), cache)
 
 

@@ -504,10 +504,11 @@ def _widened_note(watching: Watching, count: int) -> str:
     why = found.line() if found.probed or found.error else (
         f"{found.layers} weight layers, too many to probe each within the check's time")
     rows = "" if watching.wide_rows is None else \
-        f" on the first {watching.wide_rows} row(s) of the batch (their values within {WIDE_BYTES >> 20} MiB)"
+        (f" on the first {watching.wide_rows} row(s) of the batch (their values within "
+         f"{WIDE_BYTES >> 20} MiB)")
     return (f"{why}: also compared {count} intermediate tensors both graphs have under the "
-            f"same name and shape{rows}; give real inputs with --samples for a check on the data the "
-            "model is meant for")
+            f"same name and shape{rows}; give real inputs with --samples for a check on the data "
+            "the model is meant for")
 
 
 def _excuse(verification: Verification, graph) -> None:
