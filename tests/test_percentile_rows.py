@@ -1,13 +1,15 @@
-"""int8's Percentile calibration holds one calibration row's activations at a time (onnxruntime's
-own calibrator keeps every row's until it builds its histograms: about 90 MiB per row for a
-Keras ResNet50 at 224; docs/int8.md, Memory) and gives onnxruntime's own ranges — the oracle
-here is ``quantize_static``'s Percentile calibration on the same rows. Counted, never timed."""
+"""int8's Percentile and Entropy calibrations hold one calibration row's activations at a
+time (onnxruntime's own calibrator keeps every row's until it builds its histograms: about
+90 MiB per row for a Keras ResNet50 at 224; docs/int8.md, Memory) and give onnxruntime's own
+ranges — the oracle is onnxruntime's own calibrator (the same bins) on the same rows. Counted,
+never timed."""
 import json
 import weakref
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tfsurgery import quantize
@@ -40,8 +42,8 @@ def rows(seed=1):
     return Samples({"input": values}, {"input": False}, "rows")
 
 
-def calibrated(model, samples, cache, monkeypatch, held):
-    """Percentile calibration into ``cache``; ``held``: how many earlier rows' activations were
+def calibrated(model, samples, cache, monkeypatch, held, method):
+    """``method``'s calibration into ``cache``; ``held``: how many earlier rows' activations were
     still alive each time onnxruntime ran a row."""
     alive = []
     run = ort.InferenceSession.run
@@ -54,17 +56,19 @@ def calibrated(model, samples, cache, monkeypatch, held):
     with monkeypatch.context() as patch:
         patch.setattr(ort.InferenceSession, "run", counted)
         quantize._quantize_static(model, cache.with_suffix(".onnx"), samples, [], cache,
-                                  method="Percentile")
+                                  method=method)
     return json.loads(cache.read_text())
 
 
-def test_percentile_holds_one_row_and_gives_onnxruntimes_ranges(tmp_path, monkeypatch):
+@pytest.mark.parametrize("method", ["Percentile", "Entropy"])
+def test_histograms_hold_one_row_and_give_onnxruntimes_ranges(tmp_path, monkeypatch, method):
     model, samples = conv_model(tmp_path / "float.onnx"), rows()
     held: list = []
-    ours = calibrated(model, samples, tmp_path / "ours.json", monkeypatch, held)
+    ours = calibrated(model, samples, tmp_path / "ours.json", monkeypatch, held, method)
     assert len(held) >= 2 * ROWS and max(held) <= 1   # two passes, one earlier row at most
     theirs_held: list = []
-    monkeypatch.setattr(quantize, "_percentile_ranges", lambda *args: None)
-    theirs = calibrated(model, samples, tmp_path / "theirs.json", monkeypatch, theirs_held)
-    assert max(theirs_held) >= ROWS - 1              # onnxruntime's own keeps them all
-    assert ours == theirs and ours
+    monkeypatch.setattr(quantize, "_row_by_row_histograms", lambda *args: None)
+    theirs = calibrated(model, samples, tmp_path / "theirs.json", monkeypatch, theirs_held,
+                        method)                      # onnxruntime's own collection
+    assert max(theirs_held) >= ROWS - 1              # which keeps every row's
+    assert ours == theirs and ours["data"]
