@@ -53,7 +53,10 @@ def tf2onnx_collecting() -> Iterator[None]:
     """Within it, tf2onnx's optimizer loop frees the graph copies it dropped before making each
     optimizer (see the module doc)."""
     from tf2onnx import optimizer
-    registry = optimizer._optimizers
+    registry = getattr(optimizer, "_optimizers", None)
+    if not isinstance(registry, dict):      # another tf2onnx: converted as it comes
+        yield
+        return
 
     def collected(factory):
         def make():
