@@ -31,9 +31,10 @@ def dense_graph(seed=0):
     return graph.as_graph_def()
 
 
-def test_the_conversion_leaves_no_pile_of_graph_copies():
+def test_the_conversion_leaves_no_pile_of_graph_copies(monkeypatch):
     from tf2onnx.graph import Graph
     graph_def = dense_graph()
+    monkeypatch.setattr(onnx_export, "COLLECT_ABOVE_BYTES", graph_def.ByteSize() - 1)
     gc.collect()
     enabled = gc.isenabled()
     gc.disable()             # as good as off for a large graph: full collections are rare
@@ -50,3 +51,15 @@ def test_the_conversion_leaves_no_pile_of_graph_copies():
     got = session.run(None, {session.get_inputs()[0].name: feeds})[0]
     expected = oracle.run(graph_def, {"input": feeds}, ["output"])[0]
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_small_graph_is_converted_without_collections(monkeypatch):
+    """Collections cost seconds with TensorFlow loaded: below the size where the copies matter,
+    the conversion makes none (counted)."""
+    graph_def = dense_graph(1)
+    assert graph_def.ByteSize() < onnx_export.COLLECT_ABOVE_BYTES
+    calls = []
+    collect = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda *a, **k: calls.append(1) or collect(*a, **k))
+    onnx_export.convert(graph_def, ["input"], ["output"], opset=onnx_export.DEFAULT_OPSET)
+    assert calls == []

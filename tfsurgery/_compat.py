@@ -15,7 +15,8 @@ included, before each of its ~20 optimizers, round after round; each copy droppe
 reference cycle (nodes ↔ graph), freed only by Python's rare full collections. A Keras ResNet50
 at 224 piled up 8.8 GB of them (3.4 GB when collected; docs/int8.md, Memory).
 ``tf2onnx_collecting`` makes each optimizer after a collection, through tf2onnx's own registry
-of optimizers, restored afterwards.
+of optimizers, restored afterwards; the export uses it for large graphs only
+(``onnx_export.COLLECT_ABOVE_BYTES``: each collection costs ~0.1-0.3 s with TensorFlow loaded).
 """
 from __future__ import annotations
 

@@ -265,6 +265,12 @@ def refusal(graph_def, inputs: Sequence[str], outputs: Sequence[str], *,
     return None
 
 
+# tf2onnx's dropped graph copies are collected (``_compat.tf2onnx_collecting``) only for graphs
+# this large: a full collection costs ~0.1-0.3 s with TensorFlow loaded, ~24 per conversion —
+# seconds that a small graph's copies (a few MB in all) are not worth
+COLLECT_ABOVE_BYTES = 32 << 20
+
+
 def _convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset: int,
              inputs_as_nchw: Sequence[str], large_model: bool):
     import onnx
@@ -272,7 +278,8 @@ def _convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset:
     outside.refuse_conversion(graph_def, "ONNX export (tf2onnx)")
     try:
         _compat.tf2onnx_on_numpy2()
-        with _compat.tf2onnx_collecting():
+        with _compat.tf2onnx_collecting() if graph_def.ByteSize() > COLLECT_ABOVE_BYTES \
+                else contextlib.nullcontext():
             model, storage = tf2onnx.convert.from_graph_def(
                 graph_def, input_names=[tensor_name(n) for n in inputs],
                 output_names=[tensor_name(n) for n in outputs], opset=opset,
