@@ -379,3 +379,42 @@ def test_a_deep_cond_bn_graph_is_widened_passes_and_catches_a_middle_layer(users
     failed = fails_through_api(graph, ["input"], ["output"], "block_9/Conv2D",
                                training_flags=["training"])
     assert failed.verification.hidden or failed.verification.max_error > TOLERANCE
+
+
+# ---------------------------------------------------------------- a fed scale choosing a case
+def scale_selected_upscaler(seed: int = 5):
+    """The super-resolution corpus graph's pattern: a fed float ``scale`` picks a ``tf.case``
+    branch (2 or 4), with no default: any other value trips the case's Assert. Random weights."""
+    rng = np.random.default_rng(seed)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [1, 8, 8, 3], name="input")
+        scale = tf.compat.v1.placeholder(tf.float32, [], name="scale")
+        kernel = tf.constant(rng.normal(size=(3, 3, 3, 4)).astype(np.float32), name="kernel")
+        bias = tf.constant(rng.normal(size=4).astype(np.float32), name="bias")
+        features = tf.nn.relu(tf.nn.bias_add(
+            tf.nn.conv2d(x, kernel, 1, "SAME", name="conv"), bias))
+        branches = [(tf.equal(scale, s), lambda s=s: tf.image.resize(features, [8 * s, 8 * s]))
+                    for s in (2, 4)]
+        tf.identity(tf.compat.v1.case(branches, exclusive=True), name="output")
+    return graph.as_graph_def()
+
+
+def test_a_kernel_times_1_05_behind_a_fed_case_scale_is_reported_not_uncomparable(users):
+    """The noise floor moves the random inputs by one rounding step, never the value the user
+    fed: a moved scale (4.0000005) matches no case and the original's Assert fired, so a real
+    5% error read "cannot compare". It reads the error now; the oracle confirms the mutation."""
+    graph_def = scale_selected_upscaler()
+    interface = api.Interface(inputs=["input", "scale"], outputs=["output"],
+                              feeds={"scale": 4.0})
+    with pytest.raises(VerificationFailed) as failed:
+        api.optimize(graph_def, ["default", scale_one_kernel("scale-conv", "conv")],
+                     interface=interface)
+    assert "cannot compare" not in str(failed.value) and "max error" in str(failed.value)
+    result = failed.value.result
+    x = np.random.default_rng(1).normal(size=(1, 8, 8, 3)).astype(np.float32)
+    feeds = {"input": x, "scale": np.float32(4.0)}
+    before = oracle.run(graph_def, feeds, ["output"])[0]
+    after = oracle.run(result.graph_def, feeds, ["output"])[0]
+    assert oracle.relative_error(before, after) > 1e-2          # the mutation is real
+    assert api.optimize(graph_def, interface=interface).verified

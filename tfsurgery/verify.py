@@ -371,7 +371,7 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
         if verification.max_error > tolerance or verification.hidden:
             _noise_floor(verification, ref, feeds, fed, fetch_ref, names, expected,
                          {n: wide[n] for n in {e.name for e in verification.hidden}},
-                         watching.wide_rows)
+                         watching.wide_rows, fixed=given or {})
             _excuse(verification, opt.graph)
     if raw is None:
         more_errors, verification.more_feeds = _second_size(
@@ -528,10 +528,12 @@ def _excuse(verification: Verification, graph) -> None:
 
 
 def _noise_floor(verification, ref, feeds, settings, fetches, names, expected, wide,
-                 rows: Optional[int] = None) -> None:
+                 rows: Optional[int] = None, fixed: Mapping[str, object] = ()) -> None:
     """Two more runs of the reference (only when something exceeds the tolerance): are its runs
     deterministic, and how far do its values move for a one-rounding-step change of the float
-    inputs? The outputs share one floor; each intermediate tensor gets its own."""
+    inputs? The outputs share one floor; each intermediate tensor gets its own. The values the
+    user ``fixed`` (--feed: a scale a ``tf.case`` selects on, say) are not moved; where the
+    moved inputs still make the reference fail, there is no floor (the tolerance alone)."""
     wide_names = list(wide)
     values = list(expected) + [wide[n][0] for n in wide_names]
 
@@ -544,7 +546,14 @@ def _noise_floor(verification, ref, feeds, settings, fetches, names, expected, w
     verification.deterministic = all(_identical(a, b) for a, b in zip(values, again))
     if not verification.deterministic:
         return
-    nudged = reference(nudge(feeds))
+    kept = {node_name(k) for k in fixed}
+    moved = {**nudge(feeds), **{k: v for k, v in feeds.items() if node_name(k) in kept}}
+    try:
+        nudged = reference(moved)
+    except VerificationError as error:
+        verification.watching.notes.append(f"no float32 noise floor: the original does not run "
+                                           f"on inputs one rounding step away ({error})")
+        return
     floors = [output_error(n, e, a).max_rel
               for n, e, a in zip(names + wide_names, values, nudged)]
     verification.noise_floor = max(floors[:len(names)], default=0.0)
