@@ -1,5 +1,8 @@
 """A small CNN trained on scikit-learn's bundled handwritten digits (real data, no download)."""
+import functools
+
 import numpy as np
+from tensorflow.core.framework import graph_pb2
 
 TRAIN, CALIBRATE = 1000, 400            # rows of load_digits' 1,797; the rest are unseen
 
@@ -27,3 +30,20 @@ def trained_cnn(images, labels):
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.fit(images[:TRAIN], labels[:TRAIN], epochs=12, batch_size=32, verbose=0)
     return _freeze_keras3(model)
+
+
+@functools.lru_cache(maxsize=None)
+def _trained():
+    images, labels = digits()
+    return images, labels, trained_cnn(images, labels).graph_def.SerializeToString()
+
+
+def digits_on_disk(folder):
+    """The trained digits CNN (trained once per test process: every int8 test module shares it)
+    as ``folder/digits.pb``, its calibration rows as ``folder/calibration.npz``. Returns (the
+    .pb's path, images, labels, a GraphDef of its own)."""
+    images, labels, serialized = _trained()
+    pb = folder / "digits.pb"
+    pb.write_bytes(serialized)
+    np.savez(folder / "calibration.npz", input=images[TRAIN:TRAIN + CALIBRATE])
+    return pb, images, labels, graph_pb2.GraphDef.FromString(serialized)

@@ -148,13 +148,9 @@ def test_float16_weights(pb, tmp_path):
 
 
 def test_int8_onnx_on_digits(tmp_path):
-    from int8_digits import CALIBRATE, TRAIN, digits, trained_cnn
-    images, labels = digits()
-    built = trained_cnn(images, labels)
-    pb = tmp_path / "digits.pb"
-    pb.write_bytes(built.graph_def.SerializeToString())
+    from int8_digits import CALIBRATE, TRAIN, digits_on_disk
+    pb, images, _, graph_def = digits_on_disk(tmp_path)
     samples = tmp_path / "calibration.npz"
-    np.savez(samples, input=images[TRAIN:TRAIN + CALIBRATE])
     cheap = ["--int8-calibration", "minmax", "--int8-equalize", "off",
              "--int8-bias-correction", "off", "--int8-min-agreement", "0.95"]
     cli_out, api_out, data, written = run_both(
@@ -175,7 +171,7 @@ def test_int8_onnx_on_digits(tmp_path):
     session = ort.InferenceSession(str(api_out / "m.onnx"), providers=["CPUExecutionProvider"])
     got = np.concatenate([session.run(None, {session.get_inputs()[0].name: image[None]})[0]
                           for image in unseen])
-    want = tf_run(built.graph_def, {"input:0": unseen}, "Identity:0")
+    want = tf_run(graph_def, {"input:0": unseen}, "Identity:0")
     assert np.mean(got.argmax(1) == want.argmax(1)) > 0.95
 
 

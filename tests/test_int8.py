@@ -10,24 +10,20 @@ import pytest
 import tensorflow as tf
 
 from tfsurgery.cli import main
-from int8_digits import CALIBRATE, TRAIN, digits, trained_cnn
+from int8_digits import CALIBRATE, TRAIN, digits_on_disk
 
 
 @pytest.fixture(scope="module")
 def digits_model(tmp_path_factory):
-    images, labels = digits()
-    built = trained_cnn(images, labels)
     folder = tmp_path_factory.mktemp("digits")
-    pb = folder / "digits.pb"
-    pb.write_bytes(built.graph_def.SerializeToString())
+    pb, images, labels, graph_def = digits_on_disk(folder)
     samples = folder / "calibration.npz"
-    np.savez(samples, input=images[TRAIN:TRAIN + CALIBRATE])
     unseen = slice(TRAIN + CALIBRATE, None)
     np.savez(folder / "labelled.npz", input=images[TRAIN:TRAIN + CALIBRATE],
              labels=labels[TRAIN:TRAIN + CALIBRATE])
     np.savez(folder / "gate.npz", input=images[unseen], labels=labels[unseen])
-    last_relu = [n.name for n in built.graph_def.node if n.op == "Relu"][-1]
-    return dict(pb=pb, samples=samples, graph_def=built.graph_def, images=images[unseen],
+    last_relu = [n.name for n in graph_def.node if n.op == "Relu"][-1]
+    return dict(pb=pb, samples=samples, graph_def=graph_def, images=images[unseen],
                 labels=labels[unseen], folder=folder, last_relu=last_relu)
 
 

@@ -245,16 +245,12 @@ def test_weights_that_are_not_constants_are_refused():
 # ---------------------------------------------------------------- int8 on real digits
 @pytest.fixture(scope="module")
 def digits_model(tmp_path_factory):
-    from int8_digits import CALIBRATE, TRAIN, digits, trained_cnn
-    images, labels = digits()
-    built = trained_cnn(images, labels)
+    from int8_digits import CALIBRATE, TRAIN, digits_on_disk
     folder = tmp_path_factory.mktemp("digits_eq")
-    pb = folder / "digits.pb"
-    pb.write_bytes(built.graph_def.SerializeToString())
-    np.savez(folder / "calibration.npz", input=images[TRAIN:TRAIN + CALIBRATE])
+    pb, images, labels, graph_def = digits_on_disk(folder)
     unseen = images[TRAIN + CALIBRATE:]
     np.savez(folder / "check.npz", input=unseen[:100])
-    return dict(pb=pb, folder=folder, graph_def=built.graph_def, check=unseen[:100],
+    return dict(pb=pb, folder=folder, graph_def=graph_def, check=unseen[:100],
                 other=unseen[100:], labels=labels[TRAIN + CALIBRATE + 100:])
 
 

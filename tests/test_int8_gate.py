@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 
 import oracle
-from int8_digits import TRAIN, digits, trained_cnn
+from int8_digits import TRAIN, digits, digits_on_disk
 from tfsurgery import int8_loop, quantize, quantize_tflite, savedmodel_export
 from tfsurgery.cli import main
 from tfsurgery.samples import Samples
@@ -56,16 +56,13 @@ def test_the_three_sets_are_disjoint_and_cover_the_rows():
 # ---------------------------------------------------------------- digits
 @pytest.fixture(scope="module")
 def digits_model(tmp_path_factory):
-    images, labels = digits()
-    built = trained_cnn(images, labels)
     folder = tmp_path_factory.mktemp("digits_gate")
-    pb = folder / "digits.pb"
-    pb.write_bytes(built.graph_def.SerializeToString())
+    pb, images, labels, graph_def = digits_on_disk(folder)
     assert main(["export", str(pb), "-o", str(folder / "float.onnx"), "-q"]) == 0
-    last_relu = [n.name for n in built.graph_def.node if n.op == "Relu"][-1]
+    last_relu = [n.name for n in graph_def.node if n.op == "Relu"][-1]
     assert main(["export", str(pb), "-o", str(folder / "relu.onnx"), "--outputs", last_relu,
                  "-q"]) == 0
-    return dict(pb=pb, graph_def=built.graph_def, onnx=folder / "float.onnx", folder=folder,
+    return dict(pb=pb, graph_def=graph_def, onnx=folder / "float.onnx", folder=folder,
                 relu_onnx=folder / "relu.onnx",
                 images=images[TRAIN:], labels=labels[TRAIN:], last_relu=last_relu)
 

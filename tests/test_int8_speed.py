@@ -13,7 +13,7 @@ import tensorflow as tf
 from onnx import TensorProto, numpy_helper
 
 from tfsurgery.cli import main
-from int8_digits import CALIBRATE, TRAIN, digits, trained_cnn
+from int8_digits import CALIBRATE, TRAIN, digits_on_disk
 
 QUICK = ["--int8-min-agreement", "0", "--int8-equalize", "off", "--int8-bias-correction", "off", "--int8-calibration",
          "minmax", "-q"]
@@ -21,14 +21,9 @@ QUICK = ["--int8-min-agreement", "0", "--int8-equalize", "off", "--int8-bias-cor
 
 @pytest.fixture(scope="module")
 def digits_model(tmp_path_factory):
-    images, labels = digits()
-    built = trained_cnn(images, labels)
     folder = tmp_path_factory.mktemp("digits_speed")
-    pb = folder / "digits.pb"
-    pb.write_bytes(built.graph_def.SerializeToString())
-    samples = folder / "calibration.npz"
-    np.savez(samples, input=images[TRAIN:TRAIN + CALIBRATE])
-    return dict(pb=pb, samples=samples, graph_def=built.graph_def,
+    pb, images, _, graph_def = digits_on_disk(folder)
+    return dict(pb=pb, samples=folder / "calibration.npz", graph_def=graph_def,
                 images=images[TRAIN + CALIBRATE:])
 
 

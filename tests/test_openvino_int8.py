@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from int8_digits import CALIBRATE, TRAIN, digits, trained_cnn
+from int8_digits import CALIBRATE, TRAIN, digits_on_disk
 import oracle
 from tfsurgery import int8_loop, quantize_openvino
 from tfsurgery.cli import main
@@ -21,16 +21,14 @@ pytest.importorskip("nncf", reason="NNCF not installed (pip install -e '.[openvi
 
 @pytest.fixture(scope="module")
 def digits_model(tmp_path_factory):
-    images, labels = digits()
-    built = trained_cnn(images, labels)
     folder = tmp_path_factory.mktemp("digits_openvino")
-    (folder / "digits.pb").write_bytes(built.graph_def.SerializeToString())
+    _, images, labels, graph_def = digits_on_disk(folder)
     seen, unseen = slice(TRAIN, TRAIN + CALIBRATE), slice(TRAIN + CALIBRATE, None)
     np.savez(folder / "labelled.npz", input=images[seen], labels=labels[seen])
     np.savez(folder / "gate.npz", input=images[unseen], labels=labels[unseen])
     np.savez(folder / "unlabelled.npz", input=images[seen])
-    last_relu = [n.name for n in built.graph_def.node if n.op == "Relu"][-1]
-    return dict(folder=folder, graph_def=built.graph_def, images=images[unseen],
+    last_relu = [n.name for n in graph_def.node if n.op == "Relu"][-1]
+    return dict(folder=folder, graph_def=graph_def, images=images[unseen],
                 labels=labels[unseen], calibration=images[seen], last_relu=last_relu)
 
 
