@@ -145,24 +145,27 @@ def test_the_api_allows_by_name_and_later_saves_run_within_that_allowance(evil, 
 
 
 def weights_read_from_a_file(tmp_path):
-    """``y = x + (DecodeRaw(ReadFile(const)) + 1)``: every input of the read constant; the
-    file holds 0, 1, 2, 3 as float32. Returns (graph_def, the file)."""
+    """``y = x + (DecodeRaw(ReadFile(const)) + b)``: every input of the read constant; the file
+    holds four random float32 weights, ``b`` is random. Returns (graph_def, the file, the
+    weights plus b: what ``y - x`` is)."""
+    rng = np.random.default_rng(11)
+    weights, b = rng.normal(size=(2, 4)).astype(np.float32)
     secret = tmp_path / "weights.bin"
-    secret.write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    secret.write_bytes(weights.tobytes())
     graph = tf.Graph()
     with graph.as_default():
         x = v1.placeholder(tf.float32, [4], name="x")
         raw = tf.io.decode_raw(tf.io.read_file(tf.constant(str(secret)), name="ReadFile"),
                                tf.float32, name="decoded")
-        bias = tf.add(raw, tf.constant(np.ones(4, np.float32)), name="bias")
+        bias = tf.add(raw, tf.constant(b), name="bias")
         tf.add(x, tf.reshape(bias, [4]), name="y")
-    return graph.as_graph_def(), secret
+    return graph.as_graph_def(), secret, weights + b
 
 
 def test_fold_constants_never_evaluates_an_allowed_read(tmp_path):
     """Every input of the read is constant, yet nothing folds, and the constant evaluator
     itself refuses such a subgraph even inside ``allowing``."""
-    graph_def, secret = weights_read_from_a_file(tmp_path)
+    graph_def, secret, offset = weights_read_from_a_file(tmp_path)
     with outside.allowing(["ReadFile"]):
         result = tfsurgery.optimize(graph_def, options=api.RunOptions(allow_ops=["ReadFile"]),
                                     interface=api.Interface(inputs=["x"], outputs=["y"]))
@@ -174,7 +177,7 @@ def test_fold_constants_never_evaluates_an_allowed_read(tmp_path):
     with outside.allowing(["ReadFile"]):
         np.testing.assert_allclose(
             session_run(result.graph_def, "y:0", {"x:0": np.ones(4, np.float32)}),
-            np.arange(4) + 2.0)
+            offset + 1.0, rtol=1e-6)
 
 
 # ---------------------------------------------------------------- every path, every form
@@ -371,7 +374,7 @@ def test_the_docs_name_every_refused_op_and_the_readme_points_there():
 def test_an_allowed_read_is_never_handed_to_a_converter(tmp_path, capsys):
     """tf2onnx and the TFLite converter fold constant subgraphs with TensorFlow: a graph still
     holding an allowed ReadFile is not converted (one line, exit 2, nothing written)."""
-    graph_def, _ = weights_read_from_a_file(tmp_path)
+    graph_def, _, _ = weights_read_from_a_file(tmp_path)
     path = tmp_path / "reads.pb"
     path.write_bytes(graph_def.SerializeToString())
     for flag, target in (("--onnx", "out.onnx"), ("--tflite", "out.tflite")):

@@ -78,8 +78,6 @@ OUTSIDE_OPS: Dict[str, str] = {
     **_ops("PyFunc PyFuncStateless EagerPyFunc", CALLS_PYTHON),
 }
 
-# Ops that reach outside only with some attribute values: op → (attribute, what it reaches,
-# the test on the attribute's value).
 def _prints_to_file(attr) -> bool:
     return attr.s.decode(errors="replace").startswith("file://")
 
@@ -96,6 +94,8 @@ def _names_a_file(attr) -> bool:
     return bool(attr.s)
 
 
+# Ops that reach outside only with some attribute values: op → (attribute, what it reaches,
+# the test on the attribute's value).
 CONDITIONAL_OPS = {
     "PrintV2": ("output_stream", WRITES_FILES, _prints_to_file),
     "DecodeProtoV2": ("descriptor_source", READS_FILES, _reads_descriptor_file),

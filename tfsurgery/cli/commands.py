@@ -410,14 +410,9 @@ def _lists_outside_ops(args, refused) -> bool:
     loaded: loading runs its initializers). False for other refusals (Keras code)."""
     from tfsurgery import api
     findings = [f for f in refused.findings if isinstance(f, api.outside.Finding)]
-    if not findings:
-        return False
-    for finding in findings:
-        _say(args, f"acts outside the graph: {finding.line()} — refused")
-    _say(args, f"{args.input}: {len(findings)} node(s) act outside the graph; it was not loaded "
-               "(loading runs its initializers) and nothing ran; allow them with "
-               + " ".join(f"--allow-op {op}" for op in sorted({f.op for f in findings})))
-    return True
+    return bool(findings) and not _say_outside(
+        args, args.input, findings, "it was not loaded (loading runs its initializers) and "
+                                    "nothing ran; allow them with")
 
 
 def _outside_listed(args, source) -> bool:
@@ -428,17 +423,23 @@ def _outside_listed(args, source) -> bool:
     if not findings:
         _say(args, "acts outside the graph: nothing (no file, network or Python-callback ops)")
         return True
+    return _say_outside(args, source.label, findings, "nothing was run (no dry run); optimizing "
+                                                      "it is refused unless you allow them:")
+
+
+def _say_outside(args, label, findings, refused_text: str) -> bool:
+    """Each node acting outside the graph, allowed or refused; then, where some are refused,
+    what happened and the flags that allow them. True when all are allowed."""
+    from tfsurgery import api
     allowed = api.outside.allowed()
     for finding in findings:
         verdict = "allowed (--allow-op)" if finding.op in allowed else "refused"
         _say(args, f"acts outside the graph: {finding.line()} — {verdict}")
     refused = sorted({f.op for f in findings if f.op not in allowed})
     if refused:
-        _say(args, f"{source.label}: {len(findings)} node(s) act outside the graph; nothing was "
-                   "run (no dry run); optimizing it is refused unless you allow them: "
+        _say(args, f"{label}: {len(findings)} node(s) act outside the graph; {refused_text} "
                    + " ".join(f"--allow-op {op}" for op in refused))
-        return False
-    return True
+    return not refused
 
 
 def _bench(args, source, transforms) -> int:
