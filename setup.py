@@ -2,6 +2,11 @@ from pathlib import Path
 
 from setuptools import setup
 
+# tfsurgery's subpackages, by job (docs/house.md).
+SUBPACKAGES = ["tfsurgery.cli", "tfsurgery.graph", "tfsurgery.training", "tfsurgery.trust",
+               "tfsurgery.verify", "tfsurgery.export", "tfsurgery.int8", "tfsurgery.int8.backends",
+               "tfsurgery.bench"]
+
 setup(
     name="tfsurgery",
     version="0.1.0",
@@ -11,11 +16,9 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     # One installed package: the repository's transforms/ and models/ folders install inside it.
-    packages=["tfsurgery", "tfsurgery.cli", "tfsurgery.graph", "tfsurgery.training",
-              "tfsurgery.transforms", "tfsurgery.models"],
-    package_dir={"tfsurgery": "tfsurgery", "tfsurgery.cli": "tfsurgery/cli",
-                 "tfsurgery.graph": "tfsurgery/graph",
-                 "tfsurgery.training": "tfsurgery/training",
+    packages=["tfsurgery", *SUBPACKAGES, "tfsurgery.transforms", "tfsurgery.models"],
+    package_dir={"tfsurgery": "tfsurgery",
+                 **{name: name.replace(".", "/") for name in SUBPACKAGES},
                  "tfsurgery.transforms": "transforms",
                  "tfsurgery.models": "models"},
     install_requires=[

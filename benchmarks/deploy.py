@@ -3,7 +3,7 @@ writes (.pb, SavedModel, ONNX, TFLite; float32 and float16 weights; OpenVINO IR 
 and, where the CPU has bf16, at bf16 — OpenVINO's own default there) with its checked error, and
 the optimized model's latency in TensorFlow, onnxruntime, the TFLite interpreter and OpenVINO
 (f32, and bf16 where the CPU has it) — each runtime timed in a process of its own by
-``tfsurgery.latency``'s worker (the one ``tfsurgery bench`` uses), with the same intra-op thread
+``tfsurgery.bench.latency``'s worker (the one ``tfsurgery bench`` uses), with the same intra-op thread
 count and feeds.
 """
 from __future__ import annotations
@@ -15,7 +15,9 @@ from typing import Dict, List
 import numpy as np
 
 from benchmarks.common import markdown_table, source_of
-from tfsurgery import api, latency, openvino_export
+from tfsurgery import api
+from tfsurgery.bench import latency
+from tfsurgery.export import openvino as openvino_export
 from tfsurgery.errors import ExportError, VerificationError
 from tfsurgery.ops import first_line
 
@@ -103,7 +105,7 @@ def _entry(data: dict) -> dict:
 def latencies(work: Path, feeds: Dict[str, np.ndarray], outputs: List[str], *,
               runs: int, timeout: float = 600) -> Dict[str, dict]:
     """The float32 optimized model in each runtime whose artefact exists, one process each
-    (tfsurgery.latency's worker, the one ``tfsurgery bench`` uses)."""
+    (tfsurgery.bench.latency's worker, the one ``tfsurgery bench`` uses)."""
     np.savez(work / "feeds.npz", **feeds)
     rows = {}
     for runtime, name in RUNTIME_FILES.items():

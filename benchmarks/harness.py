@@ -35,7 +35,7 @@ from benchmarks.render import (LEFTOVER_DEFINITION, fmt_error, fmt_onnx, fmt_rat
 from benchmarks.targets import (ARTICLE_ONNX_NODES, FLAT_RATIO, FLOOR_RATIO,  # noqa: F401
                                 LEAN_ONNX_NODES, LEAN_TF_NODES, NODE_LIMITS,
                                 RESNET50_TIME_LIMITS, TOLERANCE, check_targets)
-from tfsurgery import onnx_export
+from tfsurgery.export import onnx as onnx_export
 
 MODELS = ("article_cnn", "tf_keras", "MobileNetV2", "ResNet50", "EfficientNetB0")
 QUICK_MODELS = ("article_cnn", "tf_keras")

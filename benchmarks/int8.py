@@ -29,8 +29,13 @@ from typing import Dict, List
 import numpy as np
 
 from benchmarks.common import markdown_table, source_of
-from tfsurgery import api, int8_loop, int8_speed, int8_target, latency, quantize
-from tfsurgery.samples import Samples
+from tfsurgery import api
+from tfsurgery.int8 import loop as int8_loop
+from tfsurgery.int8 import speed as int8_speed
+from tfsurgery.int8 import target as int8_target
+from tfsurgery.bench import latency
+from tfsurgery.int8.backends import onnx as quantize
+from tfsurgery.verify.samples import Samples
 
 CALIBRATION_ROWS = 16
 MODELS = ("float", "tfsurgery", "recipe")

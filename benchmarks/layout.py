@@ -6,7 +6,7 @@
 The NCHW original runs on a CPU only with oneDNN (TF_ENABLE_ONEDNN_OPTS=1); the result of
 ``tfsurgery optimize --layout NHWC`` runs with it and without. oneDNN is chosen when TensorFlow
 starts, so each setting is a process of its own; within the oneDNN process original and result
-take turns (tfsurgery.latency.interleaved), so their ratio is fair on a busy machine.
+take turns (tfsurgery.bench.latency.interleaved), so their ratio is fair on a busy machine.
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def resnet_nchw(seed: int = 0, size: int = 64, width: int = 64, blocks: int = 3)
 def _child(folder: Path, names, runs: int) -> None:
     """In this process (oneDNN as the environment says): time the graphs, print JSON."""
     import tensorflow as tf
-    from tfsurgery import latency
+    from tfsurgery.bench import latency
     feeds = dict(np.load(folder / "feeds.npz"))
     runners = {}
     for name in names:

@@ -17,7 +17,10 @@ import numpy as np
 from benchmarks.peers import (GRAPPLER_OPTIMIZERS, VARIANTS, grappler_config,
                               grappler_meta_graph, run_grappler, run_optimize_for_inference,
                               run_tfsurgery)
-from tfsurgery import api, onnx_export, onnx_tidy, pipeline, verify
+from tfsurgery import api, pipeline
+from tfsurgery.export import onnx as onnx_export
+from tfsurgery.export import onnx_tidy
+from tfsurgery.verify import check as verify
 from tfsurgery.contract import Options
 from tfsurgery.constants import constant_nodes
 from tfsurgery.ops import FUSED_BATCH_NORM_OPS, first_line

@@ -23,7 +23,8 @@ from typing import Callable, Dict, List, Optional
 from benchmarks import harness
 from benchmarks.common import markdown_table, source_of, splice_section
 from benchmarks.peer_graphs import CASES, Case, histogram
-from tfsurgery import api, verify
+from tfsurgery import api
+from tfsurgery.verify import check as verify
 from tfsurgery.ops import first_line
 
 VARIANTS = ("tfsurgery", "grappler", "aggressive")

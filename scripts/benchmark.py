@@ -20,7 +20,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from benchmarks import harness as benchmark  # noqa: E402
 from benchmarks.common import splice_section  # noqa: E402
-from tfsurgery import io, onnx_export  # noqa: E402
+from tfsurgery import io  # noqa: E402
+from tfsurgery.export import onnx as onnx_export
 
 
 def parse_args(argv=None):

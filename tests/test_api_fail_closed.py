@@ -118,7 +118,8 @@ def test_save_takes_a_result_not_a_bare_graph(article, tmp_path):
 def test_one_rule_for_what_was_compared():
     """Verification, ONNX and the other artefacts share one rule: nothing compared, or an output
     NaN/Inf everywhere in the reference, is never a pass (review H5)."""
-    from tfsurgery import artefacts, verify
+    from tfsurgery.export import artefacts
+    from tfsurgery.verify import check as verify
     assert not verify.compared_real_numbers([])
     assert verify.worst_error([]) == float("inf")
     _, worst, compared = artefacts.compare({}, {})
@@ -133,7 +134,7 @@ def test_one_rule_for_what_was_compared():
 def test_readme_grouped_example_refuses_an_onnx_that_differs(article, tmp_path, monkeypatch):
     """onnxruntime's outputs off by 1.5x (a conversion bug): the example stops with the
     numbers, and no .onnx is written."""
-    from tfsurgery import onnx_export
+    from tfsurgery.export import onnx as onnx_export
     real = onnx_export.run_onnx
     monkeypatch.setattr(onnx_export, "run_onnx", lambda *a, **k: [x * 1.5 for x in real(*a, **k)])
     (tmp_path / "frozen.pb").write_bytes(article.graph_def.SerializeToString())
@@ -151,7 +152,7 @@ def test_export_onnx_raises_with_the_numbers_where_write_refuses(article, tmp_pa
     model at the same stage with the same words."""
     import onnxruntime as ort
     import tfsurgery
-    from tfsurgery import onnx_export
+    from tfsurgery.export import onnx as onnx_export
     result = api.optimize(api.Source(article.graph_def, "article", inputs=article.inputs,
                                      outputs=article.outputs, training_flags=["training"]))
     # the unbroken export first: onnxruntime on it agrees with plain TensorFlow (the oracle)

@@ -12,7 +12,8 @@ import tensorflow as tf
 
 import oracle
 from test_plugins import WRONG
-from tfsurgery import api, onnx_export, pipeline
+from tfsurgery import api, pipeline
+from tfsurgery.export import onnx as onnx_export
 from tfsurgery.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -73,7 +73,7 @@ def test_training_section_renders_any_dict():
 
 def test_deployment_section_on_the_article_model():
     from benchmarks import deploy
-    from tfsurgery import openvino_export
+    from tfsurgery.export import openvino as openvino_export
     section = deploy.deployment(article_cnn(seed=2), runs=3)
     # OpenVINO (float32 weights): f32 always, bf16 where this CPU runs it natively
     openvino = set()

@@ -12,7 +12,7 @@ import tensorflow as tf
 from tfsurgery import api
 from tfsurgery.cli import main
 from tfsurgery.models import keras_models, tf1
-from tfsurgery.verify import run_graph
+from tfsurgery.verify.check import run_graph
 
 DEMO_INPUT = np.random.default_rng(7).standard_normal((3, 16, 16, 3)).astype(np.float32)
 
@@ -319,7 +319,7 @@ def test_mobilenet_block_saved_model_runs_under_grappler(tmp_path, size):
 
 def test_runtimes_that_cannot_be_interrupted_still_have_a_deadline():
     import time
-    from tfsurgery.artefacts import with_deadline
+    from tfsurgery.export.artefacts import with_deadline
     from tfsurgery.errors import ExportError
     with pytest.raises(ExportError, match="did not finish within 0.2 s"):
         with_deadline(lambda: time.sleep(5), 0.2, "the TFLite model")

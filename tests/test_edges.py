@@ -14,7 +14,8 @@ import tensorflow as tf
 from conftest import assert_matches, ops, optimize, report_of
 from test_recurrent_forms import (onnx_error_at_lengths, optimize_with_onnx, random_ops_left,
                                   tf2onnx_command_gets_no_runnable_model)
-from tfsurgery import onnx_export, verify
+from tfsurgery.export import onnx as onnx_export
+from tfsurgery.verify import check as verify
 from tfsurgery.cli import main
 from tfsurgery.models import recurrent
 from tfsurgery.models.common import BuiltModel

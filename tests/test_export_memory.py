@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import tensorflow as tf
 
-from tfsurgery import onnx_export
+from tfsurgery.export import onnx as onnx_export
 
 import oracle
 

@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from tfsurgery import __version__, api, latency, picture
+from tfsurgery import __version__, api, picture
+from tfsurgery.bench import latency
 from tfsurgery.cli import main
 from tfsurgery.errors import InputError
 
@@ -128,7 +129,7 @@ def test_long_runs_say_each_phase_and_q_silences_them(article_pb, tmp_path, capl
 
 def test_bench_says_when_the_spread_dwarfs_the_ratio():
     from tfsurgery.cli import _speedup
-    from tfsurgery.latency import Timing
+    from tfsurgery.bench.latency import Timing
     steady = Timing("tensorflow", "original", 1.00, 0.02, 2), \
         Timing("tensorflow", "optimized", 0.50, 0.02, 2)
     noisy = Timing("tensorflow", "original", 0.397, 0.025, 2), \

@@ -10,9 +10,12 @@ import pytest
 
 import oracle
 from int8_digits import TRAIN, digits, digits_on_disk
-from tfsurgery import int8_loop, quantize, quantize_tflite, savedmodel_export
+from tfsurgery.int8 import loop as int8_loop
+from tfsurgery.int8.backends import onnx as quantize
+from tfsurgery.int8.backends import tflite as quantize_tflite
+from tfsurgery.export import savedmodel as savedmodel_export
 from tfsurgery.cli import main
-from tfsurgery.samples import Samples
+from tfsurgery.verify.samples import Samples
 
 
 # ---------------------------------------------------------------- the bound

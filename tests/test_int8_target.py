@@ -8,9 +8,11 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tfsurgery import int8_speed, int8_target, quantize
+from tfsurgery.int8 import speed as int8_speed
+from tfsurgery.int8 import target as int8_target
+from tfsurgery.int8.backends import onnx as quantize
 from tfsurgery.errors import InputError
-from tfsurgery.samples import Samples
+from tfsurgery.verify.samples import Samples
 
 VNNI_CPU = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n"
 AVX2_CPU = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 fma\n"

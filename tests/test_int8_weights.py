@@ -180,7 +180,7 @@ def test_tflite_is_dynamic_range_int8_and_matches_tensorflow(nhwc, tmp_path):
     path = tmp_path / "int8.tflite"
     artefact = api.export_tflite(source(original), result, path)
     assert artefact.passed and artefact.weights == "int8"
-    from tfsurgery.tflite_export import interpreter_class
+    from tfsurgery.export.tflite import interpreter_class
     interpreter = interpreter_class()[0](model_path=str(path))
     int8_weights = [d for d in interpreter.get_tensor_details()
                     if d["dtype"] == np.int8 and np.prod(d["shape"]) >= 1024]

@@ -565,7 +565,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 from conftest import optimize, property_examples  # noqa: E402
 from strategies import build, graph_specs  # noqa: E402
 from test_properties import oracle_error  # noqa: E402
-from tfsurgery import verify  # noqa: E402
+from tfsurgery.verify import check as verify  # noqa: E402
 from tfsurgery.errors import VerificationFailed  # noqa: E402
 
 ILL_CONDITIONED = []

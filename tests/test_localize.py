@@ -91,7 +91,7 @@ def test_an_onnx_export_made_wrong_names_its_node(tmp_path, monkeypatch, capsys)
     and names the first ONNX node whose output parts from the TensorFlow tensor it came from."""
     import onnx
     from onnx import numpy_helper
-    from tfsurgery import onnx_tidy
+    from tfsurgery.export import onnx_tidy
     real = onnx_tidy.tidy
 
     def scale_conv_2(model):

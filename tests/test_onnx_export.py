@@ -9,7 +9,9 @@ import onnxruntime as ort
 import pytest
 
 from conftest import optimize
-from tfsurgery import io, onnx_export, verify
+from tfsurgery import io
+from tfsurgery.export import onnx as onnx_export
+from tfsurgery.verify import check as verify
 from tfsurgery.cli import main
 from tfsurgery.errors import InputError
 
@@ -237,7 +239,7 @@ def identity_reshapes(model, batches=(1, 3)):
 
 
 def test_identity_reshapes_from_tf2onnx_are_removed(tmp_path):
-    from tfsurgery import onnx_tidy
+    from tfsurgery.export import onnx_tidy
     graph_def = squeeze_excite_graph()
     # tf2onnx's layout pass depends on iteration orders (and, seen once in a full suite run, on
     # what converted before in the process): 2 Reshapes, or 3 and two more Transposes; one or
@@ -288,7 +290,7 @@ def reshape_model(input_shape, target, *, allowzero=0, output_is_reshape=False):
     ([0, 3], [0, -1], 0, False),                      # -1 undetermined next to a 0
 ])
 def test_identity_reshape_rule(input_shape, target, allowzero, removed):
-    from tfsurgery import onnx_tidy
+    from tfsurgery.export import onnx_tidy
     model = reshape_model(input_shape, target, allowzero=allowzero)
     tidied = onnx_tidy.tidy(model)
     assert (tidied == {"identity Reshape removed": 1}) is removed
@@ -305,7 +307,7 @@ def test_identity_reshape_rule(input_shape, target, allowzero, removed):
 
 
 def test_identity_reshape_producing_a_graph_output_stays():
-    from tfsurgery import onnx_tidy
+    from tfsurgery.export import onnx_tidy
     model = reshape_model(["N", 3], [-1, 3], output_is_reshape=True)
     assert onnx_tidy.tidy(model) == {}
     assert [n.op_type for n in model.graph.node] == ["Reshape"]
@@ -315,7 +317,7 @@ def test_identity_reshape_not_trusted_to_a_wrong_declared_shape():
     """A converter's declared shape that contradicts the ops (Relu of [N,6] declared [N,3]) is
     no proof: strict shape inference refuses it and every Reshape stays."""
     from onnx import TensorProto, helper, numpy_helper
-    from tfsurgery import onnx_tidy
+    from tfsurgery.export import onnx_tidy
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["a"]),
          helper.make_node("Reshape", ["a", "target"], ["r"]),

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import oracle
-from tfsurgery import api, openvino_export
+from tfsurgery import api
+from tfsurgery.export import openvino as openvino_export
 from tfsurgery.cli import main
 from tfsurgery.errors import ExportError, InputError
 from tfsurgery.models import keras_models, tf1

@@ -11,9 +11,10 @@ import pytest
 
 from int8_digits import CALIBRATE, TRAIN, digits_on_disk
 import oracle
-from tfsurgery import int8_loop, quantize_openvino
+from tfsurgery.int8 import loop as int8_loop
+from tfsurgery.int8.backends import openvino as quantize_openvino
 from tfsurgery.cli import main
-from tfsurgery.samples import Samples
+from tfsurgery.verify.samples import Samples
 
 ov = pytest.importorskip("openvino", reason="OpenVINO not installed (pip install -e '.[openvino]')")
 pytest.importorskip("nncf", reason="NNCF not installed (pip install -e '.[openvino]')")

@@ -9,7 +9,9 @@ import pytest
 import tensorflow as tf
 
 import tfsurgery
-from tfsurgery import api, outside, verify
+from tfsurgery import api
+from tfsurgery.trust import outside
+from tfsurgery.verify import check as verify
 from tfsurgery.cli import main
 from tfsurgery.tfsession import run_nodes
 

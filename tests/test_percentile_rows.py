@@ -12,8 +12,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tfsurgery import quantize
-from tfsurgery.samples import Samples
+from tfsurgery.int8.backends import onnx as quantize
+from tfsurgery.verify.samples import Samples
 
 ROWS = 6
 

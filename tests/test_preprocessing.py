@@ -116,7 +116,7 @@ def test_numbers_match_numpy_reference_independently():
     raw = RNG.integers(0, 256, size=(2, 8, 8, 3)).astype(np.uint8)
     model = ((raw[..., ::-1].astype(np.float64) - np.array(IMAGE["mean"]))
              / np.array(IMAGE["scale"])).astype(np.float32)
-    from tfsurgery.verify import run_graph
+    from tfsurgery.verify.check import run_graph
     expected = run_graph(source.graph_def, {"x": model}, ["out"])[0]
     actual = run_graph(result.graph_def, {"x": raw}, ["out"])[0]
     assert np.max(np.abs(expected - actual)) <= 1e-4 * np.max(np.abs(expected))
@@ -258,7 +258,7 @@ def test_every_export_takes_uint8_and_matches_the_original_on_numpy_preprocessin
     fed (reverse(x) - 127.5) / 60 computed in this test."""
     import onnxruntime as ort
     from ai_edge_litert.interpreter import Interpreter
-    from tfsurgery.verify import run_graph
+    from tfsurgery.verify.check import run_graph
     source, folder, written = preprocessed_exports
     assert set(written) == {"pb", "onnx", "saved_model", "tflite"}
     for entry in written.values():

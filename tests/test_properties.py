@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from conftest import optimize, property_examples
 from tfsurgery.models.common import BuiltModel
 from strategies import ALGEBRA_GONE, BN_OPS, build, graph_specs
-from tfsurgery import verify
+from tfsurgery.verify import check as verify
 from tfsurgery.errors import VerificationFailed
 from tfsurgery.graph import Graph
 

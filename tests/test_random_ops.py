@@ -42,7 +42,8 @@ def test_integer_uniform_dropout_is_removed_and_neutralised(op):
 
 
 def test_every_module_reads_the_one_set():
-    from tfsurgery import interface, reference
+    from tfsurgery import interface
+    from tfsurgery.verify import reference
     from tfsurgery.transforms import remove_dropout
     assert reference.UNIFORM_OPS is ops.UNIFORM_RANDOM_OPS
     assert interface.RANDOM_OPS is ops.RANDOM_OPS

@@ -144,7 +144,7 @@ def test_saved_model_and_keras_files_are_frozen_with_real_names(keras_model, tmp
     result = api.optimize(source, api.choose_transforms(bn_fold=True))
     assert_lean(result)
     expected = keras_model(np.ones((1, 8, 8, 3), np.float32)).numpy()
-    from tfsurgery.verify import run_graph
+    from tfsurgery.verify.check import run_graph
     actual = run_graph(result.graph_def, {"image": np.ones((1, 8, 8, 3), np.float32)},
                        result.outputs)[0]
     np.testing.assert_allclose(actual, expected, rtol=1e-5)

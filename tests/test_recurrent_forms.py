@@ -12,7 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from tfsurgery import api, verify
+from tfsurgery import api
+from tfsurgery.verify import check as verify
 from tfsurgery.cli import main
 from tfsurgery.models import recurrent
 from tfsurgery.ops import tensor_name
@@ -135,8 +136,8 @@ def test_tf2onnx_alone_gets_no_runnable_model_from_the_lowered_lstm(tf_keras_fil
 def test_lowered_loop_writing_one_index_per_step_converts(tmp_path):
     """The TensorArray form of a list written at the step index (not one overwritten slot):
     same numbers in TensorFlow, and through tf2onnx into a Loop onnxruntime runs."""
-    from tfsurgery import onnx_export
-    from tfsurgery.tensor_list_loops import as_tensor_arrays
+    from tfsurgery.export import onnx as onnx_export
+    from tfsurgery.export.tensor_list_loops import as_tensor_arrays
     built = recurrent.lowered_array_loop(seed=4)
     arrays = as_tensor_arrays(built.graph_def)
     assert {n.op for n in arrays.node if n.op.startswith("TensorList")} == set()
@@ -163,7 +164,7 @@ def list_length_loop(tmp_path_factory):
 
 def test_loop_no_converter_takes_is_refused_in_one_line_as_by_tf2onnx(list_length_loop,
                                                                       tmp_path, capsys):
-    from tfsurgery.tensor_list_loops import as_tensor_arrays
+    from tfsurgery.export.tensor_list_loops import as_tensor_arrays
     path, built = list_length_loop
     assert as_tensor_arrays(built.graph_def) is built.graph_def     # no twin: left as it was
     code, data, captured = optimize_with_onnx(path, tmp_path, capsys)

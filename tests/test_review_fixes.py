@@ -4,12 +4,15 @@ import numpy as np
 import pytest
 
 from conftest import source_of
-from tfsurgery import api, artefacts, io, onnx_export, verify
+from tfsurgery import api, io
+from tfsurgery.export import artefacts
+from tfsurgery.export import onnx as onnx_export
+from tfsurgery.verify import check as verify
 from tfsurgery.cli import _speedup, main
-from tfsurgery.compare import Comparison
-from tfsurgery.latency import Timing
-from tfsurgery.quantize import Int8Report
-from tfsurgery.quantize_tflite import TfliteInt8Report
+from tfsurgery.verify.compare import Comparison
+from tfsurgery.bench.latency import Timing
+from tfsurgery.int8.backends.onnx import Int8Report
+from tfsurgery.int8.backends.tflite import TfliteInt8Report
 from tfsurgery.report import format_table, transform_lines
 
 import oracle

@@ -8,8 +8,10 @@ import xml.etree.ElementTree as ElementTree
 import numpy as np
 import pytest
 
-from tfsurgery import api, latency, runtime_bench
-from tfsurgery.runtime_bench import Bench, Check, Entry
+from tfsurgery import api
+from tfsurgery.bench import latency
+from tfsurgery.bench import runtimes as runtime_bench
+from tfsurgery.bench.runtimes import Bench, Check, Entry
 
 
 def timing(runtime, variant, ms):
@@ -51,7 +53,7 @@ def test_every_installed_runtime_has_its_rows_each_checked(demo_bench):
             check = entry["check"]
             assert check["passed"] and check["max_error"] <= check["tolerance"]
     if "openvino" in installed:
-        from tfsurgery import openvino_export
+        from tfsurgery.export import openvino as openvino_export
         default = openvino_export.default_precision()
         openvino = {e["precision"].split()[0]: e for e in entries if e["runtime"] == "openvino"}
         assert set(openvino) == {"f32", default}
@@ -125,7 +127,7 @@ def test_cli_bench_bad_requests_are_one_line_exit_2(argv, message, tmp_path, cap
 
 def test_cli_bench_of_openvino_without_it_says_how_to_get_it(capsys, monkeypatch):
     import sys
-    from tfsurgery import openvino_export
+    from tfsurgery.export import openvino as openvino_export
     from tfsurgery.cli import main
     monkeypatch.setitem(sys.modules, "openvino", None)
     code = main(["bench", "--runtimes", "openvino"])

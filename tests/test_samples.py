@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfsurgery import samples
+from tfsurgery.verify import samples
 from tfsurgery.errors import InputError
 
 

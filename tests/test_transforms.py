@@ -5,7 +5,8 @@ import pytest
 from conftest import assert_same_numbers, consumers_of, optimize, ops, report_of
 from tfsurgery.models import tf1
 from tfsurgery.contract import Options
-from tfsurgery import pipeline, verify
+from tfsurgery import pipeline
+from tfsurgery.verify import check as verify
 from tfsurgery.graph import Graph
 
 import oracle

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from conftest import ops, report_of
-from tfsurgery import api, verify
+from tfsurgery import api
+from tfsurgery.verify import check as verify
 from tfsurgery.cli import main
 import realworld
 from tfsurgery.ops import first_line
@@ -237,7 +238,7 @@ def endless_onnx_loop(path):
 
 def test_the_onnx_deadline_interrupts_an_endless_loop(tmp_path):
     import time
-    from tfsurgery import onnx_export
+    from tfsurgery.export import onnx as onnx_export
     from tfsurgery.errors import ExportError
     path = endless_onnx_loop(tmp_path / "loop.onnx")
     start = time.monotonic()

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfsurgery import api, pipeline, verify
+from tfsurgery import api, pipeline
+from tfsurgery.verify import check as verify
 from tfsurgery.errors import VerificationFailed
 from tfsurgery.graph import Graph
 from tfsurgery.contract import TransformReport, transform

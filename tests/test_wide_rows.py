@@ -1,4 +1,4 @@
-"""The widened comparison (every conv/linear tensor both graphs have, tfsurgery.sensitivity) keeps
+"""The widened comparison (every conv/linear tensor both graphs have, tfsurgery.verify.sensitivity) keeps
 its values for only as many stacked --samples rows as fit ``verify.WIDE_BYTES``; the outputs are
 still compared on every row. Without the bound a Keras ResNet50 at 224 (186 MiB of such values
 per row and graph) took 12.7 GB on a first batch of 32 rows (docs/int8.md, Memory). Counting
@@ -7,10 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfsurgery import api, runs, verify
+from tfsurgery import api
+from tfsurgery.verify import runs
+from tfsurgery.verify import check as verify
 from tfsurgery.errors import VerificationFailed
 from tfsurgery.ops import node_name
-from tfsurgery.samples import Samples
+from tfsurgery.verify.samples import Samples
 
 import oracle
 from test_blind_spots import deep_cond_bn_cnn, scale_one_kernel

@@ -23,17 +23,21 @@ from typing import List, Mapping, Optional, Sequence
 import numpy as np
 from tensorflow.core.framework import graph_pb2
 
-from tfsurgery import (io, localize, onnx_export, outside, pipeline, picture,  # noqa: F401
-                       preprocessing, progress, report, samples as samples_mod,
-                       verify as verify_mod)
-from tfsurgery import batch, compare as compare_mod  # noqa: F401 - batch: the CLI's, via api
-from tfsurgery.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
+from tfsurgery import io, pipeline, picture, preprocessing, progress, report  # noqa: F401
+from tfsurgery.verify import localize
+from tfsurgery.export import onnx as onnx_export
+from tfsurgery.trust import outside
+from tfsurgery.verify import samples as samples_mod
+from tfsurgery.verify import check as verify_mod
+from tfsurgery import batch  # noqa: F401 - batch: the CLI's, via api
+from tfsurgery.verify import compare as compare_mod
+from tfsurgery.export.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
 from tfsurgery.errors import (ExportError, InputError, OnnxCheckFailed,  # noqa: F401
                               OriginalDoesNotRun, UnsafeModel,
                               StructureError, TransformError, UnknownTransform, Unverified,
                               VerificationError, VerificationFailed, WriteFailed)
 from tfsurgery.graph import Graph
-from tfsurgery.keras_trust import import_modules  # noqa: F401 - the CLI's, via api
+from tfsurgery.trust.keras import import_modules  # noqa: F401 - the CLI's, via api
 from tfsurgery.interface import (check_fed, find_dropout_knobs, find_training_flags,
                                  needs_declaring, resolve_interface, unused_inputs,
                                  with_declared_inputs)
@@ -50,17 +54,17 @@ from tfsurgery.result import (SAMPLE_BATCH_ROWS, Result, check, check_batches,  
                               check_feeds, class_outputs_of, class_score_outputs, export_onnx,
                               export_reference, feeds_for_checks, require_verified, save,
                               verify_result)
-from tfsurgery.int8 import (EQUALIZE_CHOICES, INT8_CALIBRATION_CHOICES,  # noqa: F401
+from tfsurgery.int8.config import (EQUALIZE_CHOICES, INT8_CALIBRATION_CHOICES,  # noqa: F401
                             Int8Refused, Int8Thresholds, TfliteInt8Refused, check_int8_request,
                             check_int8_speed_request, equalized_result, export_int8,
                             export_tflite_int8, int8_samples)
-from tfsurgery.int8_speed import Int8TooSlow  # noqa: F401
-from tfsurgery.writer import (OPENVINO_PRECISIONS, Int8Targets, Targets,  # noqa: F401
+from tfsurgery.int8.speed import Int8TooSlow  # noqa: F401
+from tfsurgery.export.writer import (OPENVINO_PRECISIONS, Int8Targets, Targets,  # noqa: F401
                               Written, check_drawable, check_line, check_openvino_target,
                               check_saved_model_target, draw, export_openvino,
                               export_saved_model, export_tflite, pb_artefact, wants_directory,
                               write)
-from tfsurgery.bench import (RUNTIMES, bench, bench_int8, bench_runtimes,  # noqa: F401
+from tfsurgery.bench.command import (RUNTIMES, bench, bench_int8, bench_runtimes,  # noqa: F401
                              check_plot, check_runs, check_runtimes, write_bench_plot)
 
 log = logging.getLogger("tfsurgery")
@@ -91,8 +95,8 @@ def compare(a, b, *, inputs: Sequence[str] = (), outputs: Sequence[str] = (),
             seed: int = 0, allow_ops: Sequence[str] = (), trust: bool = False,
             imports: Sequence[str] = ()) -> compare_mod.Comparison:
     """Two graphs or artefacts on the same inputs: every tensor both have (TensorFlow B), or
-    the outputs (ONNX / TFLite B); see tfsurgery.compare. A graph whose run would act outside
-    it (tfsurgery.outside) is ``UnsafeModel`` unless its ops are in ``allow_ops``;
+    the outputs (ONNX / TFLite B); see tfsurgery.verify.compare. A graph whose run would act outside
+    it (tfsurgery.trust.outside) is ``UnsafeModel`` unless its ops are in ``allow_ops``;
     ``trust``/``imports``: as :func:`load` (a Keras file's stored code, the modules defining its
     custom layers)."""
     progress.say(f"comparing {b} with {a}")
@@ -169,7 +173,7 @@ class RunOptions:
     arithmetic: simplify-algebra's reassociations off); ``layout`` ("NHWC": NCHW ops computed
     channels-last, layout-nhwc); ``allow_ops`` (op names, e.g. ``["ReadFile"]``: the graph may
     run them although they act outside it; otherwise such a graph is ``UnsafeModel``, see
-    tfsurgery.outside; transforms never evaluate them); ``trust_model``, ``imports`` (a
+    tfsurgery.trust.outside; transforms never evaluate them); ``trust_model``, ``imports`` (a
     source given as a path is loaded as :func:`load` with ``trust``/``imports``: a Keras file's
     stored code, the modules defining its custom layers)."""
 
@@ -294,7 +298,7 @@ def _resolved_interface(source: Source, interface: Interface) -> _Resolved:
 
 def outside_ops(source, interface: Optional[Interface] = None) -> List[outside.Finding]:
     """The nodes of ``source`` that would act outside the graph when its outputs are computed
-    from its inputs (tfsurgery.outside), found without running anything; allowed or not."""
+    from its inputs (tfsurgery.trust.outside), found without running anything; allowed or not."""
     source = as_source(source)
     resolved = _resolved_interface(source, interface or Interface())
     return outside.find(resolved.original, resolved.outputs, resolved.fed)
@@ -380,7 +384,7 @@ def _verified(result: Result, transforms: Sequence[str], pass_options: Options, 
 
 def _localize(result: Result, original, transforms, options) -> Optional[localize.Divergence]:
     """The first transform after which the worst batch fails, and the first tensor it changed
-    (tfsurgery.localize); None where the inputs are preprocessed (raw and model values differ
+    (tfsurgery.verify.localize); None where the inputs are preprocessed (raw and model values differ
     between the graphs before and after add-preprocessing)."""
     if result.preprocess is not None or not transforms:
         return None

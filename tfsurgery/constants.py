@@ -2,7 +2,7 @@
 
 Shared by the transforms that fold constants, decide cond predicates and drop pointless control
 edges. Stateful and random ops, control flow, placeholders, fake quantization (TFLite reads its ranges)
-and ops acting outside the graph (tfsurgery.outside) are never constant.
+and ops acting outside the graph (tfsurgery.trust.outside) are never constant.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 
 from tfsurgery.graph import Graph, op_def
 from tfsurgery.ops import CONTROL_FLOW_V1_OPS, PLACEHOLDER_OPS
-from tfsurgery.outside import CONDITIONAL_OPS, OUTSIDE_OPS
+from tfsurgery.trust.outside import CONDITIONAL_OPS, OUTSIDE_OPS
 from tfsurgery.tfsession import run_nodes
 
 # ops acting outside the graph (ReadFile, ...) are never evaluated, even where the user allowed

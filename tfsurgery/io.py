@@ -17,7 +17,8 @@ from typing import List, Sequence
 from google.protobuf import message, text_format
 from tensorflow.core.framework import graph_pb2
 
-from tfsurgery import keras_trust, outside
+from tfsurgery.trust import keras as keras_trust
+from tfsurgery.trust import outside
 from tfsurgery.errors import GraphError, InputError
 from tfsurgery.graph import check_structure
 from tfsurgery.ops import (CONTROL_FLOW_V1_OPS, FUNCTIONAL_CONTROL_FLOW_OPS, VARIABLE_OPS,

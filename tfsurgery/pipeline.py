@@ -26,7 +26,7 @@ from tfsurgery.errors import InputError, StructureError, UnknownTransform
 from tfsurgery.graph import Graph, gc_paused
 from tfsurgery.ops import first_line
 from tfsurgery.transforms import DEFAULT_TRANSFORMS, ORDER, REGISTRY
-from tfsurgery.user_code import import_user_code
+from tfsurgery.trust.user_code import import_user_code
 
 log = logging.getLogger("tfsurgery")
 MAX_ROUNDS = 4      # the first pass over every transform, then up to 3 rounds of re-runs

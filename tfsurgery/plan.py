@@ -6,7 +6,8 @@ import dataclasses
 import sys
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from tfsurgery import pipeline, verify as verify_mod
+from tfsurgery import pipeline
+from tfsurgery.verify import check as verify_mod
 from tfsurgery.contract import with_params
 from tfsurgery.errors import InputError, UnknownTransform
 

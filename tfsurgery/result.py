@@ -10,16 +10,19 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from tensorflow.core.framework import graph_pb2
 
-from tfsurgery import io, localize, onnx_export, pipeline, preprocessing, progress, report
-from tfsurgery import samples as samples_mod, verify as verify_mod
-from tfsurgery.artefacts import Batch
+from tfsurgery import io, pipeline, preprocessing, progress, report
+from tfsurgery.verify import localize
+from tfsurgery.export import onnx as onnx_export
+from tfsurgery.verify import samples as samples_mod
+from tfsurgery.verify import check as verify_mod
+from tfsurgery.export.artefacts import Batch
 from tfsurgery.contract import Options, TransformReport
 from tfsurgery.errors import (InputError, OnnxUnconvertible, OriginalDoesNotRun, Unverified,
                               VerificationError)
 from tfsurgery.graph import Graph
 from tfsurgery.interface import indexed, unused_inputs
 from tfsurgery.ops import PLACEHOLDER_OPS
-from tfsurgery.outside import with_allowed_ops
+from tfsurgery.trust.outside import with_allowed_ops
 
 
 @dataclasses.dataclass
@@ -265,7 +268,7 @@ def without_unconvertible(result: Result, refused: OnnxUnconvertible, opset: Opt
     """(a verified Result tf2onnx converts, [{"transform", "why", "verification"}]): the run
     made again without the transform after which tf2onnx refuses the graph — found as
     localization finds the one that moved the numbers, bisecting over the pipeline's prefixes
-    (tfsurgery.localize) — and again, up to MAX_LEFT_OUT of them. ``refused`` is raised again,
+    (tfsurgery.verify.localize) — and again, up to MAX_LEFT_OUT of them. ``refused`` is raised again,
     with the reason, when tf2onnx refuses the original too, or leaving transforms out does not
     give a convertible graph that verifies."""
     if result.pass_options is None or not result.transforms:       # a Result built by hand

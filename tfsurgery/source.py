@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from tensorflow.core.framework import graph_pb2
 
-from tfsurgery import io, outside, progress, savedmodel_export
+from tfsurgery import io, progress
+from tfsurgery.trust import outside
+from tfsurgery.export import savedmodel as savedmodel_export
 
 if TYPE_CHECKING:
     from tfsurgery.result import Result
@@ -41,7 +43,7 @@ def load(path, signature: str = "serving_default", *, trust: bool = False,
     ``imports``: the modules (names or .py paths) defining a Keras model's custom layers,
     imported first; ``trust``: load a Keras file holding Python code (a Lambda's), which is
     otherwise refused with ``UnsafeModel``. Both are recorded in the report. ``allow_ops``: ops
-    acting outside the graph (``ReadFile``, ...; tfsurgery.outside) that a SavedModel may hold
+    acting outside the graph (``ReadFile``, ...; tfsurgery.trust.outside) that a SavedModel may hold
     and that optimizing this source may run; otherwise ``UnsafeModel``."""
     path = Path(path)
     progress.say(f"loading {path}")

@@ -9,7 +9,7 @@ import numpy as np
 from tfsurgery.cpu_layout import runnable
 from tfsurgery.graph import Graph, gc_paused
 from tfsurgery.ops import tensor_name
-from tfsurgery.outside import refuse
+from tfsurgery.trust.outside import refuse
 
 
 def tf():

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from tfsurgery.graph import Graph, Ref
-from tfsurgery.outside import reaches_outside
+from tfsurgery.trust.outside import reaches_outside
 from tfsurgery.tfsession import StaticShapes
 from tfsurgery.contract import Options, TransformReport, transform
 

@@ -1,5 +1,5 @@
 """OpenVINO int8: NNCF post-training quantization as a backend of the int8 loop
-(:mod:`tfsurgery.int8_loop`).
+(:mod:`tfsurgery.int8.loop`).
 
 Each float candidate (the plain optimized graph and, given one, its cross-layer-equalized twin)
 is converted once with ``openvino.convert_model``; every model the loop asks for is
@@ -25,12 +25,14 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import artefacts, openvino_export, verify
+from tfsurgery.export import artefacts
+from tfsurgery.export import openvino as openvino_export
+from tfsurgery.verify import check as verify
 from tfsurgery.errors import ExportError
-from tfsurgery.int8_loop import (Backend, Choice, Int8Refused, Int8Report, Rows,  # noqa: F401
+from tfsurgery.int8.loop import (Backend, Choice, Int8Refused, Int8Report, Rows,  # noqa: F401
                                  Thresholds, run_loop)
 from tfsurgery.ops import first_line
-from tfsurgery.samples import Samples
+from tfsurgery.verify.samples import Samples
 
 # OpenVINO operations with weights that NNCF quantizes: the layers that can be kept float.
 LAYER_OPS = ("Convolution", "GroupConvolution", "ConvolutionBackpropData",

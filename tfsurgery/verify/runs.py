@@ -1,7 +1,7 @@
 """What every check shares: seeded test feeds shaped from the placeholders, graphs run within a
 deadline (once, or imported once and run as often as needed), and the error measure — an
 output's max |optimized − original| / max |original| over its finite values, NaN and ±Inf
-matched by position. ``tfsurgery.verify`` builds the check on these (and re-exports them)."""
+matched by position. ``tfsurgery.verify.check`` builds the check on these (and re-exports them)."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +13,7 @@ from tfsurgery.cpu_layout import runnable
 from tfsurgery.errors import InputError, VerificationError
 from tfsurgery.graph import Graph
 from tfsurgery.ops import first_line, node_name, tensor_name
-from tfsurgery.outside import refuse
+from tfsurgery.trust.outside import refuse
 from tfsurgery.tfsession import plain_session_config
 
 UNKNOWN_BATCH = 2

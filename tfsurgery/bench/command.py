@@ -8,13 +8,17 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from tfsurgery import (int8_bench, io, latency, openvino_export, progress, runtime_bench,
-                       verify as verify_mod)
+from tfsurgery import io, progress
+from tfsurgery.int8 import bench as int8_bench
+from tfsurgery.bench import latency
+from tfsurgery.export import openvino as openvino_export
+from tfsurgery.bench import runtimes as runtime_bench
+from tfsurgery.verify import check as verify_mod
 from tfsurgery.errors import InputError, Unverified
 from tfsurgery.result import (Result, check_batches, feeds_for_checks, int8_min_elements,
                               require_verified)
 from tfsurgery.source import Source, signature_for
-from tfsurgery.outside import with_allowed_ops
+from tfsurgery.trust.outside import with_allowed_ops
 
 
 def check_runs(runs: int) -> None:

@@ -1,4 +1,4 @@
-"""Static int8 for onnxruntime: the ONNX backend of the int8 loop (:mod:`tfsurgery.int8_loop`).
+"""Static int8 for onnxruntime: the ONNX backend of the int8 loop (:mod:`tfsurgery.int8.loop`).
 
 The float ONNX model is quantized with ``onnxruntime.quantization.quantize_static`` (QDQ,
 per-channel weights) over the calibration rows. The loop measures every choice on the selection
@@ -26,13 +26,14 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import artefacts, int8_target
+from tfsurgery.export import artefacts
+from tfsurgery.int8 import target as int8_target
 from tfsurgery.errors import ExportError, InputError
-from tfsurgery.int8_loop import (MAX_FLOAT_FRACTION, MIN_AGREEMENT, MIN_SQNR_DB,  # noqa: F401
+from tfsurgery.int8.loop import (MAX_FLOAT_FRACTION, MIN_AGREEMENT, MIN_SQNR_DB,  # noqa: F401
                                  Attempt, Backend, Choice, Int8Refused, Int8Report,
                                  OutputMeasure, Rows, Thresholds, compare, is_class_scores,
                                  rank, run_loop, score)
-from tfsurgery.samples import Samples
+from tfsurgery.verify.samples import Samples
 
 # Layers with weights that quantize_static turns into QDQ int8 (what a user calls a layer).
 LAYER_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")

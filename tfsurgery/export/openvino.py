@@ -22,8 +22,10 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import artefacts, outside, verify
-from tfsurgery.artefacts import Artefact
+from tfsurgery.export import artefacts
+from tfsurgery.trust import outside
+from tfsurgery.verify import check as verify
+from tfsurgery.export.artefacts import Artefact
 from tfsurgery.errors import ExportError, InputError
 from tfsurgery.ops import first_line, node_name, tensor_name
 

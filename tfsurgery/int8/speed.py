@@ -21,7 +21,8 @@ from typing import Dict, Mapping, Optional
 
 import numpy as np
 
-from tfsurgery import int8_target, latency
+from tfsurgery.int8 import target as int8_target
+from tfsurgery.bench import latency
 from tfsurgery.errors import ExportError, InputError, VerificationError
 
 RUNS = 20                 # interleaved runs per model: enough for a median, seconds not minutes

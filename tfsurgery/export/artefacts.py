@@ -16,7 +16,8 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional
 
 import numpy as np
 
-from tfsurgery import io, verify
+from tfsurgery import io
+from tfsurgery.verify import check as verify
 from tfsurgery.errors import ExportError, InputError
 
 OPTIMIZED_REFERENCE = "the optimized graph in TensorFlow"

@@ -1,4 +1,4 @@
-"""Full-integer TensorFlow Lite: the TFLite backend of the int8 loop (:mod:`tfsurgery.int8_loop`).
+"""Full-integer TensorFlow Lite: the TFLite backend of the int8 loop (:mod:`tfsurgery.int8.loop`).
 
 Each float candidate (the plain graph and, given one, its cross-layer-equalized twin) goes
 through a SavedModel to the TFLiteConverter (int8 builtin ops only), which calibrates it on the
@@ -18,12 +18,16 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import artefacts, io, outside, savedmodel_export, tflite_export
+from tfsurgery import io
+from tfsurgery.export import artefacts
+from tfsurgery.trust import outside
+from tfsurgery.export import savedmodel as savedmodel_export
+from tfsurgery.export import tflite as tflite_export
 from tfsurgery.errors import ExportError
-from tfsurgery.int8_loop import (Backend, Choice, Int8Refused, Int8Report, Rows,  # noqa: F401
+from tfsurgery.int8.loop import (Backend, Choice, Int8Refused, Int8Report, Rows,  # noqa: F401
                                  Thresholds, run_loop)
 from tfsurgery.ops import tensor_name
-from tfsurgery.samples import Samples
+from tfsurgery.verify.samples import Samples
 from tfsurgery.transforms.simplify_algebra import adds_of_add_n
 
 # TFLite ops with weights: what can be kept float (denylisted) when int8 misses.

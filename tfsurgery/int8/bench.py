@@ -27,12 +27,20 @@ from typing import Dict, List, Mapping, Sequence
 
 import numpy as np
 
-from tfsurgery import (artefacts, int8_target, latency, onnx_export, openvino_export, quantize,
-                       quantize_openvino, savedmodel_export, tflite_export, verify)
+from tfsurgery.export import artefacts
+from tfsurgery.int8 import target as int8_target
+from tfsurgery.bench import latency
+from tfsurgery.export import onnx as onnx_export
+from tfsurgery.export import openvino as openvino_export
+from tfsurgery.int8.backends import onnx as quantize
+from tfsurgery.int8.backends import openvino as quantize_openvino
+from tfsurgery.export import savedmodel as savedmodel_export
+from tfsurgery.export import tflite as tflite_export
+from tfsurgery.verify import check as verify
 from tfsurgery.errors import InputError
 from tfsurgery.errors import ExportError
 from tfsurgery.ops import tensor_name
-from tfsurgery.samples import Samples
+from tfsurgery.verify.samples import Samples
 
 RUNTIMES = ("tensorflow", "onnxruntime", "tflite", "openvino")
 OPENVINO_SIDE = "openvino (int8: NNCF static)"

@@ -24,8 +24,12 @@ from typing import Dict, Mapping, Optional
 
 import numpy as np
 
-from tfsurgery import artefacts, io, outside, savedmodel_export, verify
-from tfsurgery.artefacts import Artefact
+from tfsurgery import io
+from tfsurgery.export import artefacts
+from tfsurgery.trust import outside
+from tfsurgery.export import savedmodel as savedmodel_export
+from tfsurgery.verify import check as verify
+from tfsurgery.export.artefacts import Artefact
 from tfsurgery.errors import ExportError
 from tfsurgery.ops import first_line
 

@@ -1,6 +1,6 @@
 """Before/after latency in TensorFlow and onnxruntime: interleaved runs, median and spread.
 
-Each runtime is measured in a process of its own (``python -m tfsurgery.latency``), so neither
+Each runtime is measured in a process of its own (``python -m tfsurgery.bench.latency``), so neither
 runtime's thread pool spins while the other is timed; the thread counts each used are reported.
 Within a process, interleaving (original, optimized, original, ...) makes both variants share
 whatever else the machine is doing, so their ratio is fair even when absolute times wobble.
@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import outside
+from tfsurgery.trust import outside
 from tfsurgery.errors import VerificationError
 from tfsurgery.ops import first_line, tensor_name
 
@@ -131,7 +131,7 @@ def _onnxruntime_rows(original, optimized, inputs, outputs, given, work: Path, r
                       timeout: float) -> List[Timing]:
     """Both variants in onnxruntime. An original tf2onnx cannot convert (a TF1 training cond
     whose Merge it leaves, say) is reported as not timed; the optimized one must convert."""
-    from tfsurgery import onnx_export
+    from tfsurgery.export import onnx as onnx_export
     from tfsurgery.errors import ExportError
     skipped = []
     for variant, graph_def in zip(VARIANTS, (original, optimized)):
@@ -176,7 +176,7 @@ def measure_in_subprocess(runtime: str, variants: Dict[str, tuple], outputs: Seq
                                 "ort_spinning": ort_spinning,
                                 # the ops acting outside the graph the user allowed (--allow-op)
                                 "allowed_ops": sorted(outside.allowed())}))
-    command = [sys.executable, "-m", "tfsurgery.latency", str(plan)]
+    command = [sys.executable, "-m", "tfsurgery.bench.latency", str(plan)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
@@ -189,7 +189,7 @@ def measure_in_subprocess(runtime: str, variants: Dict[str, tuple], outputs: Seq
 
 
 def tflite_runner(model_path: Path, feeds: Dict[str, np.ndarray]):
-    from tfsurgery.tflite_export import interpreter_class
+    from tfsurgery.export.tflite import interpreter_class
     interpreter = interpreter_class()[0](model_path=str(model_path), num_threads=threads())
     runner = interpreter.get_signature_runner()
     wanted = set(runner.get_input_details())
@@ -200,7 +200,7 @@ def tflite_runner(model_path: Path, feeds: Dict[str, np.ndarray]):
 def openvino_runner(directory: Path, feeds: Dict[str, np.ndarray], outputs: Sequence[str],
                     precision: Optional[str]):
     """The IR compiled for the CPU (latency hint; ``precision`` None: OpenVINO's default)."""
-    from tfsurgery import openvino_export
+    from tfsurgery.export import openvino as openvino_export
     compiled = openvino_export.compile_ir(directory / openvino_export.XML, precision,
                                           threads=threads())
     return openvino_export.runner(compiled, feeds, outputs)

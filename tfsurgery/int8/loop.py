@@ -32,9 +32,9 @@ import numpy as np
 from tfsurgery.cpu_layout import runnable
 from tfsurgery.errors import ExportError, InputError, VerificationError
 from tfsurgery.ops import first_line, node_name, tensor_name
-from tfsurgery.outside import refuse
-from tfsurgery.reference import comparable_reference
-from tfsurgery.samples import Samples
+from tfsurgery.trust.outside import refuse
+from tfsurgery.verify.reference import comparable_reference
+from tfsurgery.verify.samples import Samples
 from tfsurgery.tfsession import plain_session_config
 
 MIN_AGREEMENT = 0.99

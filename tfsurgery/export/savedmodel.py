@@ -19,8 +19,10 @@ from typing import Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import artefacts, cpu_layout, verify
-from tfsurgery.artefacts import Artefact
+from tfsurgery import cpu_layout
+from tfsurgery.export import artefacts
+from tfsurgery.verify import check as verify
+from tfsurgery.export.artefacts import Artefact
 from tfsurgery.errors import ExportError
 from tfsurgery.ops import first_line, tensor_name
 

@@ -16,13 +16,18 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import io, localize, onnx_export, outside, samples as samples_mod, verify
+from tfsurgery import io
+from tfsurgery.verify import localize
+from tfsurgery.export import onnx as onnx_export
+from tfsurgery.trust import outside
+from tfsurgery.verify import samples as samples_mod
+from tfsurgery.verify import check as verify
 from tfsurgery.errors import InputError
 from tfsurgery.graph import Graph
 from tfsurgery.interface import (find_dropout_knobs, find_training_flags, resolve_interface,
                                  with_declared_inputs)
 from tfsurgery.ops import node_name, tensor_name
-from tfsurgery.reference import comparable_reference
+from tfsurgery.verify.reference import comparable_reference
 
 
 @dataclasses.dataclass
@@ -133,7 +138,7 @@ def _against_outputs(reference, values, outputs, tolerance, timeout, a, b, actua
 
 def _run_tflite(path: Path, values: Mapping[str, np.ndarray], outputs: Sequence[str]) -> list:
     """The model's default signature, fed and read by the graph's names."""
-    from tfsurgery.tflite_export import interpreter_class
+    from tfsurgery.export.tflite import interpreter_class
     runner = interpreter_class()[0](model_path=str(path)).get_signature_runner()
     wanted = set(runner.get_input_details())
     result = runner(**{node_name(k): v for k, v in values.items() if node_name(k) in wanted})

@@ -22,11 +22,13 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import pipeline, sensitivity, verify
+from tfsurgery import pipeline
+from tfsurgery.verify import sensitivity
+from tfsurgery.verify import check as verify
 from tfsurgery.contract import Options, TransformReport
 from tfsurgery.errors import VerificationError
 from tfsurgery.graph import Graph
-from tfsurgery.reference import comparable_reference
+from tfsurgery.verify.reference import comparable_reference
 
 NUMERIC_KINDS = "fciub"
 MAX_TENSORS = 5000          # fetched at most, nearest the inputs first
@@ -130,7 +132,7 @@ def quick_check(original, outputs: Sequence[str], *, feeds, settings, allowed: f
             graph, values = cache[key]
             with verify.Runner(candidate, timeout=timeout,
                                label="a partly optimized graph") as run:
-                # the outputs and the logits under them (tfsurgery.sensitivity), as verified
+                # the outputs and the logits under them (tfsurgery.verify.sensitivity), as verified
                 watches, _ = sensitivity.watched(graph, run.graph, outputs)
                 actual = run.run(feeds, list(outputs) + [w.optimized for w in watches])
         except VerificationError:

@@ -10,7 +10,7 @@ the finite values; NaN and ±Inf must sit at exactly the same positions in both.
 It never passes without comparing real numbers:
 - random ops get the same fixed seeds in both graphs; those the transforms removed (dropout,
   noise) take their expected or neutral value in the reference, built from the original by
-  ``tfsurgery.reference`` — never by the transform under test. No neutral value: the check says
+  ``tfsurgery.verify.reference`` — never by the transform under test. No neutral value: the check says
   it cannot compare.
 - the float32 *noise floor* — how far the original's own outputs move when its float inputs move
   by one rounding step (relative 2^-23) — excuses at most NOISE_FACTOR × that floor, capped at
@@ -18,7 +18,7 @@ It never passes without comparing real numbers:
 - what an output-only comparison is blind to — saturated softmax/sigmoid heads, argmax and
   integer outputs, layers whose change the random inputs clip away — is compared too: the logits
   under such outputs, and where a 1% change of a layer's weights would not show, every tensor
-  both graphs have (``tfsurgery.sensitivity``).
+  both graphs have (``tfsurgery.verify.sensitivity``).
 - every graph run has a deadline (``timeout`` seconds, default DEFAULT_TIMEOUT): an empty queue or
   an endless while loop fails the check with a message instead of hanging.
 """
@@ -34,11 +34,11 @@ from tensorflow.core.framework import graph_pb2
 from tfsurgery.errors import OriginalDoesNotRun, VerificationError
 from tfsurgery.ops import node_name, tensor_name
 # the names callers know, re-exported: UNKNOWN_BATCH, placeholder_shape
-from tfsurgery.runs import (DEFAULT_TIMEOUT, UNKNOWN_BATCH, UNKNOWN_DIMS,  # noqa: F401
+from tfsurgery.verify.runs import (DEFAULT_TIMEOUT, UNKNOWN_BATCH, UNKNOWN_DIMS,  # noqa: F401
                             GraphTimeout, OutputError, Runner, has_free_dims, make_feeds, nudge,
                             output_error, placeholder_shape, run_graph)
-from tfsurgery import sensitivity as sensitivity_mod
-from tfsurgery.reference import comparable_reference
+from tfsurgery.verify import sensitivity as sensitivity_mod
+from tfsurgery.verify.reference import comparable_reference
 
 DEFAULT_TOLERANCE = 1e-4
 NOISE_FACTOR = 4
@@ -70,7 +70,7 @@ class Verification:
     # the worst batch as it was made (given values, seed) and fed: what localizing re-runs
     worst: tuple = dataclasses.field(default=(None, 0), repr=False)
     worst_feeds: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
-    # where the outputs alone are blind (tfsurgery.sensitivity): the first batch's decisions,
+    # where the outputs alone are blind (tfsurgery.verify.sensitivity): the first batch's decisions,
     # and the intermediate tensors compared when the comparison was widened (nearest the
     # inputs first), each with its own noise-floor allowance; those a rewrite changed inside
     # (their affine readers match) are excused
@@ -268,7 +268,7 @@ def _shape_hint(inputs: Sequence[str], given) -> str:
 @dataclasses.dataclass
 class Watching:
     """What the first batch of a check decided, kept for the others: the random inputs' scale,
-    the sensitivity measured, whether the comparison was widened (tfsurgery.sensitivity)."""
+    the sensitivity measured, whether the comparison was widened (tfsurgery.verify.sensitivity)."""
     scale: Optional[float] = None
     saturated: List[str] = dataclasses.field(default_factory=list)
     sensitivity: Optional[sensitivity_mod.Sensitivity] = None
@@ -282,7 +282,7 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
            timeout: float = DEFAULT_TIMEOUT, reference_note: Optional[str] = None,
            preprocess=None, comparable=None, watching: Optional[Watching] = None) -> Verification:
     """Compare every output of ``optimized`` with ``original`` on the same feeds — and what an
-    output-only comparison is blind to (tfsurgery.sensitivity): the logits under saturating
+    output-only comparison is blind to (tfsurgery.verify.sensitivity): the logits under saturating
     heads, argmax and integer outputs; where a 1% change of a layer's weights would not show,
     every tensor both graphs have. ``settings`` are values the original is fed besides the
     inputs: training flags False, dropout knobs at their inference value (a list of names means
@@ -417,7 +417,7 @@ def _scaled_reference(ref, reference, inputs, outputs, fetches, settings, watchi
 
 
 def _widened(ref, opt, feeds, raw, settings, exclude, watching) -> Dict[str, tuple]:
-    """Every tensor both graphs have (tfsurgery.sensitivity.comparable_tensors) on the first
+    """Every tensor both graphs have (tfsurgery.verify.sensitivity.comparable_tensors) on the first
     batch: name → (reference value, optimized value); {} where that cannot be done."""
     why = watching.sensitivity.line()
     if raw is not None:
@@ -513,7 +513,7 @@ def _widened_note(watching: Watching, count: int) -> str:
 
 def _excuse(verification: Verification, graph) -> None:
     """The intermediate tensors beyond their bound that only a rewrite changed inside
-    (tfsurgery.sensitivity.excused)."""
+    (tfsurgery.verify.sensitivity.excused)."""
     errors = {e.name: e.max_rel for e in verification.intermediate}
     bounds = {name: verification.bound(name) for name in errors}
     differing = [name for name, error in errors.items() if error > bounds[name]]

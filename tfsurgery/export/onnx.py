@@ -4,7 +4,7 @@
 identity Reshapes), applies onnxruntime's *basic* graph optimizations
 (portable, standard-ONNX rewrites such as MatMul+Add → Gemm; both skipped with
 ``ort_optimize=False``),
-runs ``onnx.checker``, runs the model in onnxruntime on the same feeds as ``tfsurgery.verify`` and
+runs ``onnx.checker``, runs the model in onnxruntime on the same feeds as ``tfsurgery.verify.check`` and
 compares with TensorFlow's outputs (or the given reference: with preprocessing in the graph, the
 original fed the verifier's NumPy preprocessing). The model travels as a ``ModelProto`` in memory
 through all of it (onnxruntime opens bytes) and the disk is touched once, to publish it
@@ -30,13 +30,17 @@ from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-from tfsurgery import _compat, artefacts, io, onnx_tidy, outside, verify
+from tfsurgery import _compat, io
+from tfsurgery.export import artefacts
+from tfsurgery.export import onnx_tidy
+from tfsurgery.trust import outside
+from tfsurgery.verify import check as verify
 from tfsurgery.constants import evaluate
 from tfsurgery.errors import ExportError, InputError, OnnxCheckFailed, OnnxUnconvertible
 from tfsurgery.graph import Graph
 from tfsurgery.io import PROTOBUF_LIMIT, check_protobuf_size, output_directory, refuse_input
 from tfsurgery.ops import first_line, tensor_name
-from tfsurgery.tensor_list_loops import as_tensor_arrays
+from tfsurgery.export.tensor_list_loops import as_tensor_arrays
 
 DEFAULT_OPSET = 18              # newest opset tf2onnx 1.17 tests (14-18); its own default is 15
 # Above this GraphDef size, export with external data. Half the limit: tf2onnx may hold a weight

@@ -19,8 +19,13 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery import (artefacts, int8_target, latency, onnx_export, openvino_export,
-                       tflite_export, verify)
+from tfsurgery.export import artefacts
+from tfsurgery.int8 import target as int8_target
+from tfsurgery.bench import latency
+from tfsurgery.export import onnx as onnx_export
+from tfsurgery.export import openvino as openvino_export
+from tfsurgery.export import tflite as tflite_export
+from tfsurgery.verify import check as verify
 from tfsurgery.errors import ExportError, VerificationError
 from tfsurgery.ops import first_line
 

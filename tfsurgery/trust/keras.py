@@ -21,7 +21,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from tfsurgery.errors import InputError, UnsafeModel
 from tfsurgery.ops import first_line
-from tfsurgery.user_code import import_user_code
+from tfsurgery.trust.user_code import import_user_code
 
 # The packages Keras 3's safe mode imports a config's classes from (serialization_lib).
 KERAS_PACKAGES = frozenset({"keras", "tf_keras", "keras_hub", "keras_cv", "keras_nlp",

@@ -1,7 +1,7 @@
 """Static int8 (``--quantize int8``) orchestration for ONNX, TFLite and OpenVINO: the request
 checked before any work, the samples split into calibration, selection and gate rows, the float
 reference taken from the original as verification runs it, cross-layer equalization tried in
-float first, then the int8 loop (:mod:`tfsurgery.int8_loop`) with the format's backend
+float first, then the int8 loop (:mod:`tfsurgery.int8.loop`) with the format's backend
 (quantize.py, quantize_tflite.py, quantize_openvino.py) chooses on the selection rows and
 judges on the gate rows."""
 from __future__ import annotations
@@ -10,14 +10,20 @@ import dataclasses
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
-from tfsurgery import equalize as equalize_mod, int8_loop, int8_speed, int8_target, progress
-from tfsurgery import quantize as quantize_mod
-from tfsurgery import quantize_openvino, quantize_tflite, samples as samples_mod
-from tfsurgery.artefacts import Batch
+from tfsurgery import progress
+from tfsurgery.int8 import equalize as equalize_mod
+from tfsurgery.int8 import loop as int8_loop
+from tfsurgery.int8 import speed as int8_speed
+from tfsurgery.int8 import target as int8_target
+from tfsurgery.int8.backends import onnx as quantize_mod
+from tfsurgery.int8.backends import openvino as quantize_openvino
+from tfsurgery.int8.backends import tflite as quantize_tflite
+from tfsurgery.verify import samples as samples_mod
+from tfsurgery.export.artefacts import Batch
 from tfsurgery.errors import ExportError, InputError, OnnxCheckFailed, VerificationError
 from tfsurgery.result import Result, export_onnx, require_verified, verify_result
 from tfsurgery.source import Source, signature_for
-from tfsurgery.outside import with_allowed_ops
+from tfsurgery.trust.outside import with_allowed_ops
 
 Int8Thresholds = quantize_mod.Thresholds
 Int8Refused = quantize_mod.Int8Refused

@@ -10,18 +10,24 @@ import tempfile
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from tfsurgery import (artefacts, int8_loop, io, onnx_export, openvino_export, picture,
-                       progress, quantize as quantize_mod, quantize_tflite, savedmodel_export,
-                       tflite_export)
-from tfsurgery.artefacts import Artefact, Batch
+from tfsurgery import io, picture, progress
+from tfsurgery.export import artefacts
+from tfsurgery.int8 import loop as int8_loop
+from tfsurgery.export import onnx as onnx_export
+from tfsurgery.export import openvino as openvino_export
+from tfsurgery.int8.backends import onnx as quantize_mod
+from tfsurgery.int8.backends import tflite as quantize_tflite
+from tfsurgery.export import savedmodel as savedmodel_export
+from tfsurgery.export import tflite as tflite_export
+from tfsurgery.export.artefacts import Artefact, Batch
 from tfsurgery.errors import ExportError, OnnxCheckFailed, WriteFailed
-from tfsurgery.int8_speed import Int8TooSlow
-from tfsurgery.int8 import (Int8Refused, TfliteInt8Refused, check_int8_request, export_int8,
+from tfsurgery.int8.speed import Int8TooSlow
+from tfsurgery.int8.config import (Int8Refused, TfliteInt8Refused, check_int8_request, export_int8,
                             export_openvino_int8, export_tflite_int8, int8_samples)
 from tfsurgery.result import (Result, export_onnx, export_reference, feeds_for_checks,
                               require_verified, save)
 from tfsurgery.source import Source, as_source, signature_for
-from tfsurgery.outside import with_allowed_ops
+from tfsurgery.trust.outside import with_allowed_ops
 
 
 def draw(source: Source, result: Result, path, *, scope: Optional[str] = None,

@@ -1,0 +1,1 @@
+"""One module per int8 runtime: ``onnx`` (onnxruntime), ``tflite`` (LiteRT), ``openvino`` (NNCF)."""
