@@ -32,7 +32,7 @@ import numpy as np
 
 from tfsurgery import _compat, io
 from tfsurgery.export import artefacts
-from tfsurgery.export import onnx_tidy
+from tfsurgery.export import onnx_fusion, onnx_tidy
 from tfsurgery.trust import outside
 from tfsurgery.verify import check as verify
 from tfsurgery.constants import evaluate
@@ -70,6 +70,7 @@ class OnnxExport:
     # transforms left out of the graph converted here, because tf2onnx refused the graph after
     # them: [{"transform", "why", "verification"}] (the fully optimized graph is the .pb)
     left_out: List[dict] = dataclasses.field(default_factory=list)
+    not_fused: List[str] = dataclasses.field(default_factory=list)   # onnx_fusion: why not
 
     def as_dict(self) -> dict:
         data = dataclasses.asdict(self)
@@ -86,7 +87,8 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
            float16_min_elements: Optional[int] = None,
            int8_min_elements: Optional[int] = None,
            more_feeds: Optional[Dict[str, Dict[str, np.ndarray]]] = None,
-           expected: Optional[Dict[str, np.ndarray]] = None, batch=None) -> OnnxExport:
+           expected: Optional[Dict[str, np.ndarray]] = None, batch=None,
+           fuse: bool = True) -> OnnxExport:
     """Convert ``graph_def`` to ONNX at ``path`` and check it against TensorFlow.
 
     ``large_model=None`` chooses external data when the GraphDef exceeds ``LARGE_MODEL_BYTES``.
@@ -98,6 +100,8 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
     stored as int8 with a per-channel ``DequantizeLinear`` in front (--weights int8).
     ``more_feeds``: further inputs to check on, by label (verification's ``{"@32": feeds}``, a
     second sequence length), their errors named ``output@32``.
+    ``fuse``: LayerNorm, GELU and attention become onnxruntime's fused kernels
+    (``onnx_fusion``; the model then needs onnxruntime for its com.microsoft ops).
     ``expected`` (output → values, e.g. the original fed the verifier's preprocessing) replaces
     the optimized graph in TensorFlow as the reference on ``feeds``; with a ``batch``
     (artefacts.Batch) the model is published when the whole run has passed.
@@ -127,6 +131,9 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
             model = stage / path.name       # from here on, the steps read and write the file
         if ort_optimize:
             model = _basic_rewrites(model)
+        fusions = onnx_fusion.fuse(model, graph_def) if fuse and stage is None else None
+        if fusions is not None:
+            tidied.update(fusions.fused)
         if float16_min_elements is not None:
             weights_to_float16(model, float16_min_elements)
         if int8_min_elements is not None and not weights_to_int8(model, int8_min_elements):
@@ -145,7 +152,8 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         compared = verify.compared_real_numbers(errors)
         result = OnnxExport(path, opset, sum(hist.values()), hist, max_error,
                             compared and max_error <= tolerance, external, tolerance,
-                            converted_nodes, errors, reference, tidied)
+                            converted_nodes, errors, reference, tidied,
+                            not_fused=[f"{node}: {why}" for node, why in fusions.skipped] if fusions else [])
         if result.passed and stage is not None:
             artefacts.publish(lambda: _publish(stage, path), batch, stage)
         elif result.passed:

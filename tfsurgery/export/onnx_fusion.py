@@ -1,0 +1,120 @@
+"""Transformer fusions in the converted ONNX model: onnxruntime's fused kernels.
+
+Where the fusion happens: each pattern is proven on the TensorFlow graph (``transforms/fuse_*``:
+LayerNorm, GELU, attention) and spliced into tf2onnx's output after onnxruntime's basic
+rewrites (``onnx_splice``), because there the pattern is still the one the author wrote, while
+tf2onnx's lowering of Einsum with dynamic shapes buries attention under Shape/Gather/Concat/
+Reshape chains. The TensorFlow graph itself is not changed — nothing stands between Grappler's
+remapper (oneDNN fuses LayerNorm and MatMul+GELU on its own) and the ops it knows. Then
+onnxruntime's own transformer fusions take the next step on our nodes: a residual ``Add`` before
+``LayerNormalization`` → ``SkipLayerNormalization``, a bias ``Add`` before ``Gelu``/``FastGelu``
+→ ``BiasGelu``/``FastGelu`` with bias (``onnxruntime.transformers``; no torch needed).
+The export's check (onnxruntime against TensorFlow) judges the result like any other.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Dict, List, Optional, Tuple
+
+from tfsurgery.export import onnx_splice
+from tfsurgery.graph import Graph
+from tfsurgery.transforms import ONNX_FUSIONS
+
+SKIP_LAYER_NORM = "residual Add + LayerNormalization → SkipLayerNormalization"
+BIAS_GELU = "bias Add + Gelu/FastGelu → BiasGelu/FastGelu(bias)"
+
+
+@dataclasses.dataclass
+class FusionReport:
+    fused: Dict[str, int] = dataclasses.field(default_factory=dict)      # what → how many
+    skipped: List[Tuple[str, str]] = dataclasses.field(default_factory=list)   # (node, why)
+
+    def lines(self) -> List[str]:
+        return [f"{n} {what}" for what, n in self.fused.items()] + \
+            [f"not fused at {node}: {why}" for node, why in self.skipped]
+
+
+def fuse(model, graph_def, *, skip_layer_norm: bool = True, bias_gelu: bool = True,
+         shapes=None) -> FusionReport:
+    """Splice every fusion ``ONNX_FUSIONS`` proves on ``graph_def`` into ``model`` (in place)."""
+    graph = Graph(graph_def, check_inputs=False)
+    shapes = shapes or static_shapes(graph_def)
+    report = FusionReport()
+    for fusion in ONNX_FUSIONS:
+        found, skipped = fusion.find(graph, shapes)
+        report.skipped += skipped
+        for fused in found:
+            why = onnx_splice.splice(model, _named_as_converted(fused, graph, model))
+            if why is None:
+                report.fused[fused.what] = report.fused.get(fused.what, 0) + 1
+            else:
+                report.skipped.append((fused.output, why))
+    onnx_splice.finish(model)
+    if report.fused:
+        ort_fused = _onnxruntime_fusions(model, skip_layer_norm, bias_gelu)
+        report.fused.update({what: n for what, n in ort_fused.items() if n})
+    return report
+
+
+def _named_as_converted(fused: onnx_splice.Fused, graph: Graph, model) -> onnx_splice.Fused:
+    """tf2onnx drops an Identity (a graph output's, say) and gives its name to the tensor it
+    forwarded: then the fused op writes that name."""
+    produced = {out for node in model.graph.node for out in node.output}
+    if fused.output in produced:
+        return fused
+    node = fused.output.rsplit(":", 1)[0]
+    for reader in sorted(graph.consumer_nodes(node, 0)):
+        if graph.op(reader) == "Identity" and f"{reader}:0" in produced:
+            fused.nodes[-1].output[0] = fused.output = f"{reader}:0"
+            break
+    return fused
+
+
+def static_shapes(graph_def):
+    """A tensor's static shape by TensorFlow's shape inference: ``shapes(ref)`` → a list of
+    ints (None where unknown), or None for unknown rank or a missing tensor."""
+    import tensorflow as tf
+    with tf.Graph().as_default() as imported:
+        tf.graph_util.import_graph_def(graph_def, name="")
+
+    def shapes(ref) -> Optional[list]:
+        try:
+            shape = imported.get_tensor_by_name(onnx_splice.tensor_name(ref)).shape
+        except (KeyError, ValueError):
+            return None
+        return None if shape.rank is None else shape.as_list()
+    return shapes
+
+
+def _onnxruntime_fusions(model, skip_layer_norm: bool, bias_gelu: bool) -> Dict[str, int]:
+    """onnxruntime.transformers' fusions that start from the ops we emitted."""
+    from onnxruntime.transformers.fusion_biasgelu import FusionBiasGelu
+    from onnxruntime.transformers.fusion_skiplayernorm import FusionSkipLayerNormalization
+    from onnxruntime.transformers.onnx_model import OnnxModel
+    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
+    wrapped, counts = OnnxModel(model), {}
+    if skip_layer_norm:
+        FusionSkipLayerNormalization(wrapped).apply()
+    if bias_gelu:
+        FusionBiasGelu(wrapped, is_fastgelu=True).apply()
+        FusionBiasGelu(wrapped, is_fastgelu=False).apply()
+    wrapped.prune_graph()
+    wrapped.topological_sort()
+    after = _histogram(wrapped.model)
+    counts[SKIP_LAYER_NORM] = after.get("SkipLayerNormalization", 0)
+    counts[BIAS_GELU] = after.get("BiasGelu", 0) + _fast_gelu_with_bias(wrapped.model)
+    if wrapped.model is not model:
+        model.CopyFrom(wrapped.model)
+    return counts
+
+
+def _histogram(model) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+    for node in model.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+def _fast_gelu_with_bias(model) -> int:
+    return sum(1 for n in model.graph.node if n.op_type == "FastGelu" and len(n.input) > 1)

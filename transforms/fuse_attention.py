@@ -1,0 +1,172 @@
+"""Keras ``MultiHeadAttention`` (self-attention) → onnxruntime's ``Attention`` (com.microsoft).
+
+Keras lowers one self-attention block over ``x`` [batch, seq, hidden] to::
+
+    q, k, v = Einsum("abc,cde->abde", x, W) + b           (W: [hidden, heads, head_size])
+    s = Einsum("BTNH,BSNH->BNTS", q, k) · scale
+    s = SelectV2(LogicalAnd(ones_like(s), ExpandDims(mask, -3)), s, filler)     (with a mask)
+    c = Einsum("BNTS,BSNH->BTNH", Softmax(s), v)
+    y = Einsum("abcd,cde->abe", c, Wo) + bo
+
+which is ``Attention(x, [Wq|Wk|Wv], [bq|bk|bv], mask)`` (packed weights; ``scale`` and the
+mask's ``filler`` as attributes) followed by ``MatMul(·, Wo) + bo``; the replacement produces
+``y`` under its TensorFlow name. Matched by value: the three projections read the same ``x``,
+weights and biases are constants, the mask is a key-padding mask ``[batch, 1, keys]`` (its
+static shape says so), given to ``Attention`` as ``[batch, keys]`` int32. A causal or full
+``[batch, queries, keys]`` mask, cross-attention or unequal head sizes are left alone, saying so.
+A row whose keys are all masked differs (Keras: uniform; ``Attention``: filler added to scores).
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from tfsurgery.export.onnx_splice import MICROSOFT, Fused, tensor_name
+from tfsurgery.graph import Graph
+from tfsurgery.graph.refs import Ref
+from tfsurgery.transforms.fusion_match import (ADDS, const_and_other, consumers_with_op,
+                                               producer, scalar_near)
+
+WHAT = "attention → Attention"
+PROJECT = "abc,cde->abde"
+SCORES = "BTNH,BSNH->BNTS"
+CONTEXT = "BNTS,BSNH->BTNH"
+OUTPUT = "abcd,cde->abe"
+
+
+def find(graph: Graph, shapes=None) -> Tuple[List[Fused], List[Tuple[str, str]]]:
+    """Every self-attention block as a ``Fused``; (Softmax, why not) for the others.
+    ``shapes(ref)``: a tensor's static shape (a list, None where unknown) or None."""
+    found, skipped = [], []
+    for softmax in graph.names_with_ops({"Softmax"}):
+        result = _match(graph, softmax, shapes or (lambda ref: None))
+        if isinstance(result, str):
+            skipped.append((softmax, result))
+        else:
+            found.append(result)
+    return found, skipped
+
+
+def _einsum(graph: Graph, ref: Optional[Ref], equation: str) -> Optional[str]:
+    node = producer(graph, ref, {"Einsum"})
+    return node if node and graph.attr(node, "equation", b"") in (equation, equation.encode()) \
+        else None
+
+
+def _match(graph: Graph, softmax: str, shapes):
+    scores, mask = _unmasked(graph, graph.inputs(softmax)[0], shapes)
+    if isinstance(mask, str):
+        return mask
+    split = const_and_other(graph, producer(graph, scores, {"Mul"}))
+    qk = _einsum(graph, split[1], SCORES) if split and split[0].size == 1 else None
+    if qk is None:
+        return f"Softmax input is not Einsum({SCORES}) · scale"
+    contexts = [c for c in consumers_with_op(graph, softmax, {"Einsum"})
+                if graph.inputs(c)[0] == Ref(softmax) and _einsum(graph, Ref(c), CONTEXT)]
+    if not contexts:
+        return f"Softmax is not read by Einsum({CONTEXT})"
+    context = contexts[0]
+    projections = [_projection(graph, ref) for ref in
+                   graph.inputs(qk) + graph.inputs(context)[1:]]
+    if any(p is None for p in projections):
+        return f"query, key or value is not Einsum({PROJECT}, x, W) + b with constant W, b"
+    if len({p[0] for p in projections}) != 1:
+        return "query, key and value read different tensors (cross-attention)"
+    if len({p[1].shape for p in projections}) != 1:
+        return "query, key and value projections differ in shape"
+    output = _output_projection(graph, context)
+    if output is None:
+        return f"the context is not read by Einsum({OUTPUT}) with a constant kernel"
+    return _fused(projections, float(np.ravel(split[0])[0]), mask, output)
+
+
+def _unmasked(graph: Graph, ref: Ref, shapes):
+    """(scores, None) or (scores, (mask as [batch, 1, keys] bool, filler)), or (_, why not)."""
+    select = producer(graph, ref, {"SelectV2", "Select"})
+    if select is None:
+        return ref, None
+    condition, scores, filler = graph.inputs(select)
+    filler = graph.const_value(filler)
+    both = producer(graph, condition, {"LogicalAnd"})
+    if filler is None or filler.size != 1 or both is None:
+        return scores, "the Softmax input is a SelectV2 that is not Keras' attention mask"
+    for ones, expanded in (graph.inputs(both), graph.inputs(both)[::-1]):
+        expand = producer(graph, expanded, {"ExpandDims"})
+        axis = graph.const_value(graph.inputs(expand)[1]) if expand else None
+        fill = producer(graph, ones, {"Fill"})
+        if fill and expand and axis is not None and int(np.ravel(axis)[0]) in (-3, 1) and \
+                scalar_near(graph.const_value(graph.inputs(fill)[1]), 1.0):
+            mask = graph.inputs(expand)[0]
+            shape = shapes(mask)
+            if shape is None or len(shape) != 3 or shape[1] != 1:
+                return scores, (f"the mask {tensor_name(mask)} is not a key-padding mask "
+                                f"[batch, 1, keys] (static shape {shape})")
+            return scores, (mask, float(np.ravel(filler)[0]))
+    return scores, "the Softmax input is a SelectV2 that is not Keras' attention mask"
+
+
+def _projection(graph: Graph, ref: Ref):
+    """(x, W [hidden, heads, size], b [heads, size]) of Einsum(PROJECT, x, W) + b."""
+    split = const_and_other(graph, producer(graph, ref, ADDS))
+    bias, product = split if split else (None, ref)
+    einsum = _einsum(graph, product, PROJECT)
+    weight = graph.const_value(graph.inputs(einsum)[1]) if einsum else None
+    if weight is None or weight.ndim != 3:
+        return None
+    bias = np.zeros(weight.shape[1:], np.float32) if bias is None else bias
+    if bias.shape != weight.shape[1:]:
+        return None
+    return graph.inputs(einsum)[0], weight.astype(np.float32), bias.astype(np.float32)
+
+
+def _output_projection(graph: Graph, context: str):
+    """(output node, Wo [heads·size, hidden], bo or None) of Einsum(OUTPUT, context, Wo) + bo."""
+    for einsum in consumers_with_op(graph, context, {"Einsum"}):
+        weight = graph.const_value(graph.inputs(einsum)[1])
+        if not _einsum(graph, Ref(einsum), OUTPUT) or weight is None or weight.ndim != 3:
+            continue
+        flat = weight.reshape(-1, weight.shape[-1]).astype(np.float32)
+        for add in consumers_with_op(graph, einsum, ADDS):
+            split = const_and_other(graph, add)
+            if split and split[0].shape == (weight.shape[-1],):
+                return add, flat, split[0].astype(np.float32)
+        return einsum, flat, None
+    return None
+
+
+def _fused(projections, scale: float, mask, output) -> Fused:
+    from onnx import TensorProto, helper
+    x = tensor_name(projections[0][0])
+    out, w_out, b_out = output
+    heads = projections[0][1].shape[1]
+    hidden = projections[0][1].shape[0]
+    prefix = f"{out}/fused"
+    weights = {f"{prefix}/qkv_weight": np.concatenate([w.reshape(hidden, -1)
+                                                       for _, w, _ in projections], axis=1),
+               f"{prefix}/qkv_bias": np.concatenate([b.reshape(-1) for _, _, b in projections]),
+               f"{prefix}/out_weight": w_out}
+    nodes, reads, mask_index = [], [x], ""
+    attributes = dict(num_heads=int(heads), scale=scale)
+    if mask is not None:
+        bool_mask, filler = mask
+        reads.append(tensor_name(bool_mask))
+        weights[f"{prefix}/mask_axis"] = np.array([1], np.int64)
+        nodes += [helper.make_node("Squeeze", [tensor_name(bool_mask), f"{prefix}/mask_axis"],
+                                   [f"{prefix}/mask_2d"], name=f"{prefix}/mask_squeeze"),
+                  helper.make_node("Cast", [f"{prefix}/mask_2d"], [f"{prefix}/mask_index"],
+                                   name=f"{prefix}/mask_cast", to=TensorProto.INT32)]
+        mask_index = f"{prefix}/mask_index"
+        attributes["mask_filter_value"] = filler
+    inputs = [x, f"{prefix}/qkv_weight", f"{prefix}/qkv_bias"] + ([mask_index] if mask_index
+                                                                   else [])
+    nodes.append(helper.make_node("Attention", inputs, [f"{prefix}/context"],
+                                  name=f"{prefix}/Attention", domain=MICROSOFT, **attributes))
+    projected = f"{out}:0" if b_out is None else f"{prefix}/projected"
+    nodes.append(helper.make_node("MatMul", [f"{prefix}/context", f"{prefix}/out_weight"],
+                                  [projected], name=f"{prefix}/MatMul"))
+    if b_out is not None:
+        weights[f"{prefix}/out_bias"] = b_out
+        nodes.append(helper.make_node("Add", [projected, f"{prefix}/out_bias"], [f"{out}:0"],
+                                      name=f"{prefix}/Add"))
+    return Fused(WHAT, f"{out}:0", reads, nodes, weights)

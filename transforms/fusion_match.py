@@ -1,0 +1,62 @@
+"""What the fusions (``fuse_*.py``) ask of the TensorFlow graph: values, not names.
+
+A fusion proves its pattern on the graph the model's author wrote (ops, constants, which input
+feeds what), then hands the ONNX exporter a ``Fused`` replacement (``tfsurgery.export.onnx_splice``).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+
+from tfsurgery.graph import Graph
+from tfsurgery.graph.refs import Ref
+
+ADDS = {"AddV2", "Add", "BiasAdd"}
+Split = Optional[Tuple[np.ndarray, Ref]]
+
+
+def producer(graph: Graph, ref: Ref, ops) -> Optional[str]:
+    """The node behind ``ref`` if it is one of ``ops`` (output 0), else None."""
+    if ref is None or ref.port != 0 or graph.op(ref) not in ops:
+        return None
+    return ref.node
+
+
+def const_and_other(graph: Graph, name: Optional[str]) -> Split:
+    """A binary op's (constant value, other input) whichever side the constant is on."""
+    if name is None:
+        return None
+    inputs = graph.inputs(name)
+    if len(inputs) != 2:
+        return None
+    for const, other in (inputs, inputs[::-1]):
+        value = graph.const_value(const)
+        if value is not None and graph.const_value(other) is None:
+            return np.asarray(value), other
+    return None
+
+
+def scalar_near(value, target: float, rtol: float = 1e-5) -> bool:
+    """``value`` is one number (any shape of size 1) within ``rtol`` of ``target``."""
+    return value is not None and np.size(value) == 1 and \
+        abs(float(np.ravel(value)[0]) - target) <= rtol * abs(target)
+
+
+def other_input(graph: Graph, name: str, known: Ref) -> Optional[Ref]:
+    """The input of binary ``name`` that is not ``known``."""
+    inputs = graph.inputs(name)
+    if len(inputs) != 2 or known not in inputs:
+        return None
+    return inputs[1] if inputs[0] == known else inputs[0]
+
+
+def consumers_with_op(graph: Graph, name: str, ops) -> Sequence[str]:
+    return sorted(c.node for c in graph.consumers(name, 0) if graph.op(c.node) in ops)
+
+
+def as_vector(value: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    """A per-channel parameter ([H], [1, 1, H], ...) as [H] float32; None if it is not one."""
+    if value is None or value.ndim == 0 or any(d != 1 for d in value.shape[:-1]):
+        return None
+    return value.reshape(-1).astype(np.float32)
