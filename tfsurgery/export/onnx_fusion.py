@@ -30,9 +30,8 @@ class FusionReport:
     fused: Dict[str, int] = dataclasses.field(default_factory=dict)      # what → how many
     skipped: List[Tuple[str, str]] = dataclasses.field(default_factory=list)   # (node, why)
 
-    def lines(self) -> List[str]:
-        return [f"{n} {what}" for what, n in self.fused.items()] + \
-            [f"not fused at {node}: {why}" for node, why in self.skipped]
+    def not_fused(self) -> List[str]:
+        return [f"{node}: {why}" for node, why in self.skipped]
 
 
 def fuse(model, graph_def, *, skip_layer_norm: bool = True, bias_gelu: bool = True,
