@@ -39,7 +39,7 @@ JOB_PACKAGES = {"tfsurgery.trust", "tfsurgery.verify", "tfsurgery.export", "tfsu
 FLOORS = {
     0: {"tfsurgery", "errors", "ops", "graph", "tfsession", "constants", "interface", "contract",
         "image_layout", "cpu_layout", "verify.samples", "export.tensor_list_loops",
-        "export.onnx_tidy", "progress", "_compat", "int8.target", "trust"},
+        "export.onnx_tidy", "export.onnx_splice", "progress", "_compat", "int8.target", "trust"},
     1: {"transforms"},
     2: {"pipeline", "verify", "report", "io", "export", "bench", "int8", "int8.backends",
         "picture", "preprocessing", "training", "models"},

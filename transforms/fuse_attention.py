@@ -2,11 +2,12 @@
 
 Keras lowers one self-attention block over ``x`` [batch, seq, hidden] to::
 
-    q, k, v = Einsum("abc,cde->abde", x, W) + b           (W: [hidden, heads, head_size])
+    q, k, v = Einsum("abc,cde->abde", x, W) + b           (W: [hidden, heads, head_size];
+                                with static shapes: Reshape(MatMul(x, W [hidden, heads·size])))
     s = Einsum("BTNH,BSNH->BNTS", q, k) · scale
     s = SelectV2(LogicalAnd(ones_like(s), ExpandDims(mask, -3)), s, filler)     (with a mask)
     c = Einsum("BNTS,BSNH->BTNH", Softmax(s), v)
-    y = Einsum("abcd,cde->abe", c, Wo) + bo
+    y = Einsum("abcd,cde->abe", c, Wo) + bo     (or MatMul(Reshape(c, [-1, seq, heads·size])))
 
 which is ``Attention(x, [Wq|Wk|Wv], [bq|bk|bv], mask)`` (packed weights; ``scale`` and the
 mask's ``filler`` as attributes) followed by ``MatMul(·, Wo) + bo``; the replacement produces
@@ -107,31 +108,66 @@ def _unmasked(graph: Graph, ref: Ref, shapes):
 
 
 def _projection(graph: Graph, ref: Ref):
-    """(x, W [hidden, heads, size], b [heads, size]) of Einsum(PROJECT, x, W) + b."""
+    """(x, W [hidden, heads, size], b [heads, size]) of Einsum(PROJECT, x, W) + b, or of its
+    static-shape lowering Reshape(MatMul(x, W [hidden, heads·size]), [-1, seq, heads, size])."""
     split = const_and_other(graph, producer(graph, ref, ADDS))
     bias, product = split if split else (None, ref)
-    einsum = _einsum(graph, product, PROJECT)
-    weight = graph.const_value(graph.inputs(einsum)[1]) if einsum else None
+    x, weight = _projected(graph, product)
     if weight is None or weight.ndim != 3:
         return None
     bias = np.zeros(weight.shape[1:], np.float32) if bias is None else bias
     if bias.shape != weight.shape[1:]:
         return None
-    return graph.inputs(einsum)[0], weight.astype(np.float32), bias.astype(np.float32)
+    return x, weight.astype(np.float32), bias.astype(np.float32)
+
+
+def _projected(graph: Graph, product: Ref):
+    """(x, W [hidden, heads, size]) of the projection ``product``, or (None, None)."""
+    einsum = _einsum(graph, product, PROJECT)
+    if einsum:
+        return graph.inputs(einsum)[0], graph.const_value(graph.inputs(einsum)[1])
+    reshape = producer(graph, product, {"Reshape"})
+    matmul = reshape and _matmul_by_const(graph, graph.inputs(reshape)[0])
+    shape = graph.const_value(graph.inputs(reshape)[1]) if reshape else None
+    if not matmul or shape is None or shape.size != 4:
+        return None, None
+    x, weight = matmul
+    heads, size = (int(d) for d in shape[2:])
+    if weight.ndim != 2 or weight.shape[1] != heads * size:
+        return None, None
+    return x, weight.reshape(weight.shape[0], heads, size)
+
+
+def _matmul_by_const(graph: Graph, ref: Ref):
+    """(x, W) of MatMul/BatchMatMulV2(x, W) with a constant 2-D W and no transposes."""
+    node = producer(graph, ref, {"MatMul", "BatchMatMulV2", "BatchMatMul"})
+    if node is None or any(graph.attr(node, a, False) for a in
+                           ("transpose_a", "transpose_b", "adj_x", "adj_y")):
+        return None
+    weight = graph.const_value(graph.inputs(node)[1])
+    return (graph.inputs(node)[0], weight) if weight is not None and weight.ndim == 2 else None
 
 
 def _output_projection(graph: Graph, context: str):
-    """(output node, Wo [heads·size, hidden], bo or None) of Einsum(OUTPUT, context, Wo) + bo."""
-    for einsum in consumers_with_op(graph, context, {"Einsum"}):
-        weight = graph.const_value(graph.inputs(einsum)[1])
-        if not _einsum(graph, Ref(einsum), OUTPUT) or weight is None or weight.ndim != 3:
+    """(output node, Wo [heads·size, hidden], bo or None) of Einsum(OUTPUT, context, Wo) + bo,
+    or of its lowering MatMul(Reshape(context, [-1, seq, heads·size]), Wo) + bo."""
+    for reader in consumers_with_op(graph, context, {"Einsum", "Reshape"}):
+        if graph.op(reader) == "Einsum":
+            weight = graph.const_value(graph.inputs(reader)[1])
+            product = reader if _einsum(graph, Ref(reader), OUTPUT) else None
+        else:
+            products = [m for m in consumers_with_op(graph, reader, {"MatMul", "BatchMatMulV2"})
+                        if _matmul_by_const(graph, Ref(m))]
+            product = products[0] if products else None
+            weight = _matmul_by_const(graph, Ref(product))[1] if product else None
+        if product is None or weight is None or weight.ndim not in (2, 3):
             continue
         flat = weight.reshape(-1, weight.shape[-1]).astype(np.float32)
-        for add in consumers_with_op(graph, einsum, ADDS):
+        for add in consumers_with_op(graph, product, ADDS):
             split = const_and_other(graph, add)
             if split and split[0].shape == (weight.shape[-1],):
                 return add, flat, split[0].astype(np.float32)
-        return einsum, flat, None
+        return product, flat, None
     return None
 
 

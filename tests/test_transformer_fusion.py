@@ -1,0 +1,150 @@
+"""Transformer fusions in the ONNX export (issue 40 item 2): LayerNorm, GELU and Keras
+self-attention become onnxruntime's fused kernels, checked in onnxruntime against a plain
+TensorFlow session (tests/oracle.py) on inputs a transformer takes (ids within the table, a
+padding mask with padded rows). Tiny models: 2 layers, hidden 32, seq 16."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import tensorflow as tf
+
+from tests import oracle
+from tfsurgery import api
+from tfsurgery.export import onnx as onnx_export
+from tfsurgery.models import transformers
+from tfsurgery.models.common import BuiltModel
+
+SEQ, VOCAB, LAYERS = 16, 100, 2
+
+
+def token_feeds(built, seed=0, batch=2):
+    """Token ids within the vocabulary, segment ids 0/1, a padding mask whose second row is
+    padded after 11 tokens (every row keeps valid keys)."""
+    r = np.random.default_rng(seed)
+    feeds = {}
+    for name in built.inputs:
+        if "mask" in name:
+            feeds[name] = (np.arange(SEQ)[None] < np.array([[SEQ], [11]][:batch])).astype(np.int32)
+        elif "segment" in name:
+            feeds[name] = r.integers(0, 2, (batch, SEQ)).astype(np.int32)
+        else:
+            feeds[name] = r.integers(0, VOCAB, (batch, SEQ)).astype(np.int32)
+    return feeds
+
+
+def export(built, tmp_path, **options):
+    feeds = token_feeds(built)
+    path = tmp_path / "model.onnx"
+    result = onnx_export.export(built.graph_def, built.inputs, built.outputs, path, feeds=feeds,
+                                **options)
+    return result, path, feeds
+
+
+def assert_matches_tf(built, path, feeds, tolerance=1e-4):
+    """onnxruntime on the written file vs a plain TF session: relative error per output."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    actual = session.run(names, {f"{k}:0": v for k, v in feeds.items()})
+    expected = oracle.run(built.graph_def, feeds, built.outputs)
+    for want, got in zip(expected, actual):
+        assert oracle.relative_error(want, got) <= tolerance
+    return expected, actual
+
+
+def ops_of(path):
+    model = onnx.load(str(path))
+    counts = {}
+    for node in model.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+def optimized(style):
+    """The model as ``tfsurgery export`` converts it: frozen, then through the default
+    pipeline (its verification on the same token inputs)."""
+    built = transformers.frozen(style, layers=LAYERS, hidden=32, heads=2, seq=SEQ, vocab=VOCAB)
+    result = api.optimize(built.graph_def, interface=api.Interface(
+        inputs=built.inputs, outputs=built.outputs, feeds=token_feeds(built)))
+    return BuiltModel(result.graph_def, built.inputs, built.outputs, None)
+
+
+@pytest.fixture(scope="module")
+def bert():
+    return optimized("bert")
+
+
+def test_bert_gets_one_fused_op_per_layer_norm_attention_and_gelu(bert, tmp_path):
+    result, path, feeds = export(bert, tmp_path)
+    assert result.passed, result
+    counts = ops_of(path)
+    # embedding LayerNorm + two post-LN per layer; one attention and one GELU per layer
+    assert counts.get("LayerNormalization", 0) + counts.get("SkipLayerNormalization", 0) \
+        == 1 + 2 * LAYERS
+    assert counts.get("SkipLayerNormalization", 0) == 2 * LAYERS     # each after a residual Add
+    assert counts.get("Attention") == LAYERS
+    assert counts.get("FastGelu", 0) + counts.get("BiasGelu", 0) == LAYERS
+    for unfused in ("Softmax", "ReduceMean", "Pow", "Erf", "Sqrt", "Einsum"):   # (Tanh: pooler)
+        assert unfused not in counts, unfused
+    assert result.tidied["attention → Attention"] == LAYERS
+    expected, actual = assert_matches_tf(bert, path, feeds)
+    # the padded row really was masked: its output differs from the same ids unpadded
+    assert not np.allclose(expected[0][0], expected[0][1])
+
+
+def test_fusion_off_leaves_standard_onnx_that_matches_too(bert, tmp_path):
+    result, path, feeds = export(bert, tmp_path, fuse=False)
+    assert result.passed
+    assert {"Attention", "LayerNormalization", "FastGelu"}.isdisjoint(ops_of(path))
+    assert_matches_tf(bert, path, feeds)
+
+
+def test_gpt2_causal_attention_is_left_alone_saying_why(tmp_path):
+    gpt2 = optimized("gpt2")
+    result, path, feeds = export(gpt2, tmp_path)
+    assert result.passed
+    counts = ops_of(path)
+    assert "Attention" not in counts and counts.get("Softmax") == LAYERS
+    assert counts.get("FastGelu", 0) + counts.get("BiasGelu", 0) == LAYERS
+    assert counts.get("LayerNormalization", 0) + counts.get("SkipLayerNormalization", 0) >= \
+        2 * LAYERS
+    why = [line for line in result.not_fused if "Softmax" in line]
+    assert len(why) == LAYERS and all("mask" in line for line in why), result.not_fused
+    assert_matches_tf(gpt2, path, feeds)
+
+
+def exact_gelu_graph(seed=0):
+    """Dense → 0.5·x·(1 + erf(x/√2)) → Dense, as TF code written by hand (the Erf form)."""
+    r = np.random.default_rng(seed)
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8], name="x")
+        h = tf.matmul(x, r.normal(0, 0.5, (8, 16)).astype(np.float32)) + \
+            r.normal(0, 0.1, 16).astype(np.float32)
+        g = 0.5 * h * (1.0 + tf.math.erf(h / np.float32(np.sqrt(2.0))))
+        tf.identity(tf.matmul(g, r.normal(0, 0.5, (16, 4)).astype(np.float32)), name="y")
+    return graph.as_graph_def()
+
+
+def test_exact_gelu_becomes_gelu(tmp_path):
+    graph_def = exact_gelu_graph()
+    feeds = {"x": np.random.default_rng(1).normal(0, 2, (3, 8)).astype(np.float32)}
+    path = tmp_path / "gelu.onnx"
+    result = onnx_export.export(graph_def, ["x"], ["y"], path, feeds=feeds)
+    assert result.passed
+    counts = ops_of(path)
+    assert counts.get("Gelu", 0) + counts.get("BiasGelu", 0) == 1 and "Erf" not in counts
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    actual = session.run(None, {"x:0": feeds["x"]})[0]
+    assert oracle.relative_error(oracle.run(graph_def, feeds, ["y"])[0], actual) <= 1e-4
+
+
+def test_a_wrong_constant_is_not_fused(tmp_path):
+    """Value-based: the same ops with 0.6 instead of 0.5 are not a GELU, and stay."""
+    r = np.random.default_rng(0)
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8], name="x")
+        tf.identity(0.6 * x * (1.0 + tf.math.erf(x / np.float32(np.sqrt(2.0)))), name="y")
+    feeds = {"x": r.normal(0, 2, (3, 8)).astype(np.float32)}
+    path = tmp_path / "not_gelu.onnx"
+    result = onnx_export.export(graph.as_graph_def(), ["x"], ["y"], path, feeds=feeds)
+    assert result.passed and "Gelu" not in ops_of(path) and "Erf" in ops_of(path)
+    assert any("not 0.5" in line for line in result.not_fused), result.not_fused
