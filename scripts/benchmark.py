@@ -56,6 +56,14 @@ def parse_args(argv=None):
                         help="only that int8 timing (benchmarks/int8.py), printed")
     parser.add_argument("--int8-repeats", type=int, default=3,
                         help="int8 timing repeats, each in a fresh process (default 3)")
+    parser.add_argument("--transformers", action="store_true",
+                        help="only the transformer run (benchmarks/transformers.py): BERT-, "
+                             "GPT-2-, DistilBERT-, ViT-style and BERT-base-size models in TF, "
+                             "onnxruntime (tf2onnx, its transformer optimizer, ours fused and "
+                             "not, dynamic int8) and OpenVINO; its section of --out-md and key "
+                             "of --out-json are replaced")
+    parser.add_argument("--transformer-models", default="bert,gpt2,distilbert,vit,bert-base",
+                        help="with --transformers: which (default: %(default)s)")
     parser.add_argument("--peer-graphs", action="store_true",
                         help="only the peer simplification cases (benchmarks/simplify.py): "
                              "their section of --out-md and key of --out-json are replaced, the "
@@ -89,6 +97,8 @@ def main(argv=None) -> int:
         return 0
     if args.peer_graphs:
         return peer_graphs(args)
+    if args.transformers:
+        return transformers_only(args)
     if args.scaling:
         return scaling_only(args)
     if args.int8_only:
@@ -131,6 +141,22 @@ def int8_markdown(args):
                                            runs=max(args.deploy_runs, 5),
                                            repeats=args.int8_repeats)
     return sections, int8.render(sections)
+
+
+def transformers_only(args) -> int:
+    """Measure the transformer run; splice its section and JSON key into the existing files."""
+    from benchmarks import transformers
+    result = transformers.run(args.transformer_models.split(","),
+                              runs=max(args.deploy_runs, 5),
+                              log=lambda line: print(f"[benchmark] {line}", file=sys.stderr,
+                                                     flush=True))
+    section = transformers.render(result)
+    print(section)
+    document, data = existing(args)
+    data["transformers"] = result
+    write_all([(args.out_md, splice_section(document, "## Transformers", section)),
+               (args.out_json, as_json(data))])
+    return 0
 
 
 def peer_graphs(args) -> int:

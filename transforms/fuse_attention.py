@@ -29,6 +29,7 @@ from tfsurgery.graph.refs import Ref
 from tfsurgery.transforms.fusion_match import (ADDS, const_and_other, consumers_with_op,
                                                producer, scalar_near)
 
+NAME = "fuse-attention"
 WHAT = "attention → Attention"
 PROJECT = "abc,cde->abde"
 SCORES = "BTNH,BSNH->BNTS"

@@ -19,6 +19,7 @@ from tfsurgery.graph.refs import Ref
 from tfsurgery.transforms.fusion_match import (ADDS, const_and_other, consumers_with_op,
                                                other_input, producer, scalar_near)
 
+NAME = "fuse-gelu"
 WHAT_EXACT = "GELU (erf) → Gelu"
 WHAT_TANH = "GELU (tanh) → FastGelu"
 SQRT_HALF = 1 / math.sqrt(2)

@@ -25,6 +25,7 @@ from tfsurgery.graph.refs import Ref
 from tfsurgery.transforms.fusion_match import (ADDS, as_vector, const_and_other,
                                                consumers_with_op, other_input, producer)
 
+NAME = "fuse-layer-norm"
 WHAT = "LayerNorm → LayerNormalization"
 
 

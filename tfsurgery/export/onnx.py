@@ -89,7 +89,7 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
            int8_min_elements: Optional[int] = None,
            more_feeds: Optional[Dict[str, Dict[str, np.ndarray]]] = None,
            expected: Optional[Dict[str, np.ndarray]] = None, batch=None,
-           fuse: bool = True) -> OnnxExport:
+           fuse: Union[bool, Sequence[str]] = True) -> OnnxExport:
     """Convert ``graph_def`` to ONNX at ``path`` and check it against TensorFlow.
 
     ``large_model=None`` chooses external data when the GraphDef exceeds ``LARGE_MODEL_BYTES``.
@@ -102,7 +102,8 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
     ``more_feeds``: further inputs to check on, by label (verification's ``{"@32": feeds}``, a
     second sequence length), their errors named ``output@32``.
     ``fuse``: LayerNorm, GELU and attention become onnxruntime's fused kernels
-    (``onnx_fusion``; the model then needs onnxruntime for its com.microsoft ops).
+    (``onnx_fusion``; the model then needs onnxruntime for its com.microsoft ops); a list of
+    fusion names (``onnx_fusion.NAMES``) makes only those.
     ``expected`` (output → values, e.g. the original fed the verifier's preprocessing) replaces
     the optimized graph in TensorFlow as the reference on ``feeds``; with a ``batch``
     (artefacts.Batch) the model is published when the whole run has passed.
@@ -132,7 +133,8 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
             model = stage / path.name       # from here on, the steps read and write the file
         if ort_optimize:
             model = _basic_rewrites(model)
-        fusions = onnx_fusion.fuse(model, graph_def) if fuse and stage is None else None
+        fusions = onnx_fusion.fuse(model, graph_def, only=None if fuse is True else fuse) \
+            if fuse and stage is None else None
         if fusions is not None:
             tidied.update(fusions.fused)
         if float16_min_elements is not None:

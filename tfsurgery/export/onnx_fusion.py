@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from tfsurgery.export import onnx_splice
 from tfsurgery.graph import Graph
 from tfsurgery.transforms import ONNX_FUSIONS
 
+NAMES = tuple(fusion.NAME for fusion in ONNX_FUSIONS)
 SKIP_LAYER_NORM = "residual Add + LayerNormalization → SkipLayerNormalization"
 BIAS_GELU = "bias Add + Gelu/FastGelu → BiasGelu/FastGelu(bias)"
 
@@ -34,13 +35,16 @@ class FusionReport:
         return [f"{node}: {why}" for node, why in self.skipped]
 
 
-def fuse(model, graph_def, *, skip_layer_norm: bool = True, bias_gelu: bool = True,
-         shapes=None) -> FusionReport:
-    """Splice every fusion ``ONNX_FUSIONS`` proves on ``graph_def`` into ``model`` (in place)."""
+def fuse(model, graph_def, *, only: Optional[Sequence[str]] = None,
+         skip_layer_norm: bool = True, bias_gelu: bool = True, shapes=None) -> FusionReport:
+    """Splice every fusion ``ONNX_FUSIONS`` proves on ``graph_def`` into ``model`` (in place);
+    ``only``: the fusions by name (``fuse-layer-norm``, ``fuse-gelu``, ``fuse-attention``)."""
     graph = Graph(graph_def, check_inputs=False)
     shapes = shapes or static_shapes(graph_def)
     report = FusionReport()
     for fusion in ONNX_FUSIONS:
+        if only is not None and fusion.NAME not in only:
+            continue
         found, skipped = fusion.find(graph, shapes)
         report.skipped += skipped
         for fused in found:
@@ -51,7 +55,8 @@ def fuse(model, graph_def, *, skip_layer_norm: bool = True, bias_gelu: bool = Tr
                 report.skipped.append((fused.output, why))
     onnx_splice.finish(model)
     if report.fused:
-        ort_fused = _onnxruntime_fusions(model, skip_layer_norm, bias_gelu)
+        ort_fused = _onnxruntime_fusions(model, skip_layer_norm and "LayerNormalization" in
+                                         _histogram(model), bias_gelu)
         report.fused.update({what: n for what, n in ort_fused.items() if n})
     return report
 
@@ -105,6 +110,7 @@ def _onnxruntime_fusions(model, skip_layer_norm: bool, bias_gelu: bool) -> Dict[
     counts[BIAS_GELU] = after.get("BiasGelu", 0) + _fast_gelu_with_bias(wrapped.model)
     if wrapped.model is not model:
         model.CopyFrom(wrapped.model)
+    onnx_splice.declare_microsoft_opset(model)
     return counts
 
 

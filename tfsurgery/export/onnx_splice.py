@@ -57,9 +57,13 @@ def splice(model, fused: Fused) -> Optional[str]:
 def finish(model) -> None:
     """After the splices: dead nodes and unread initializers out, nodes in topological order,
     com.microsoft's opset declared where its ops are used."""
-    from onnx import helper
     remove_dead_nodes(model.graph)
     _sort_topologically(model.graph)
+    declare_microsoft_opset(model)
+
+
+def declare_microsoft_opset(model) -> None:
+    from onnx import helper
     if any(node.domain == MICROSOFT for node in model.graph.node) and \
             not any(o.domain == MICROSOFT for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(MICROSOFT, 1))
