@@ -91,8 +91,10 @@ def test_bert_gets_one_fused_op_per_layer_norm_attention_and_gelu(bert, tmp_path
     assert not np.allclose(expected[0][0], expected[0][1])
 
 
-def test_fusion_off_leaves_standard_onnx_that_matches_too(bert, tmp_path):
-    result, path, feeds = export(bert, tmp_path, fuse=False)
+@pytest.mark.parametrize("off", [{"fuse": False}, {"ort_optimize": False}],
+                         ids=["fuse=False", "raw-onnx"])
+def test_fusion_off_leaves_standard_onnx_that_matches_too(bert, tmp_path, off):
+    result, path, feeds = export(bert, tmp_path, **off)
     assert result.passed
     assert {"Attention", "LayerNormalization", "FastGelu"}.isdisjoint(ops_of(path))
     assert_matches_tf(bert, path, feeds)

@@ -103,7 +103,8 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
     second sequence length), their errors named ``output@32``.
     ``fuse``: LayerNorm, GELU and attention become onnxruntime's fused kernels
     (``onnx_fusion``; the model then needs onnxruntime for its com.microsoft ops); a list of
-    fusion names (``onnx_fusion.NAMES``) makes only those.
+    fusion names (``onnx_fusion.NAMES``) makes only those. ``ort_optimize=False`` (--raw-onnx)
+    leaves them out too: tf2onnx's output, standard ops only.
     ``expected`` (output → values, e.g. the original fed the verifier's preprocessing) replaces
     the optimized graph in TensorFlow as the reference on ``feeds``; with a ``batch``
     (artefacts.Batch) the model is published when the whole run has passed.
@@ -134,7 +135,7 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         if ort_optimize:
             model = _basic_rewrites(model)
         fusions = onnx_fusion.fuse(model, graph_def, only=None if fuse is True else fuse) \
-            if fuse and stage is None else None
+            if fuse and ort_optimize and stage is None else None
         if fusions is not None:
             tidied.update(fusions.fused)
         if float16_min_elements is not None:

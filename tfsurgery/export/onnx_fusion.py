@@ -53,8 +53,8 @@ def fuse(model, graph_def, *, only: Optional[Sequence[str]] = None,
                 report.fused[fused.what] = report.fused.get(fused.what, 0) + 1
             else:
                 report.skipped.append((fused.output, why))
-    onnx_splice.finish(model)
     if report.fused:
+        onnx_splice.finish(model)
         ort_fused = _onnxruntime_fusions(model, skip_layer_norm and "LayerNormalization" in
                                          _histogram(model), bias_gelu)
         report.fused.update({what: n for what, n in ort_fused.items() if n})
@@ -77,14 +77,18 @@ def _named_as_converted(fused: onnx_splice.Fused, graph: Graph, model) -> onnx_s
 
 def static_shapes(graph_def):
     """A tensor's static shape by TensorFlow's shape inference: ``shapes(ref)`` → a list of
-    ints (None where unknown), or None for unknown rank or a missing tensor."""
-    import tensorflow as tf
-    with tf.Graph().as_default() as imported:
-        tf.graph_util.import_graph_def(graph_def, name="")
+    ints (None where unknown), or None for unknown rank or a missing tensor. The graph is
+    imported on the first question only (most graphs have no attention to ask about)."""
+    imported = []
 
     def shapes(ref) -> Optional[list]:
+        if not imported:
+            import tensorflow as tf
+            with tf.Graph().as_default() as graph:
+                tf.graph_util.import_graph_def(graph_def, name="")
+            imported.append(graph)
         try:
-            shape = imported.get_tensor_by_name(onnx_splice.tensor_name(ref)).shape
+            shape = imported[0].get_tensor_by_name(onnx_splice.tensor_name(ref)).shape
         except (KeyError, ValueError):
             return None
         return None if shape.rank is None else shape.as_list()
