@@ -83,6 +83,7 @@ def test_bert_gets_one_fused_op_per_layer_norm_attention_and_gelu(bert, tmp_path
     assert counts.get("SkipLayerNormalization", 0) == 2 * LAYERS     # each after a residual Add
     assert counts.get("Attention") == LAYERS
     assert counts.get("FastGelu", 0) + counts.get("BiasGelu", 0) == LAYERS
+    assert result.tidied["GELU (tanh) → FastGelu (bias taken in: FastGelu)"] == LAYERS
     for unfused in ("Softmax", "ReduceMean", "Pow", "Erf", "Sqrt", "Einsum"):   # (Tanh: pooler)
         assert unfused not in counts, unfused
     assert result.tidied["attention → Attention"] == LAYERS

@@ -36,7 +36,7 @@ def find(graph: Graph, shapes=None) -> Tuple[List[Fused], List[Tuple[str, str]]]
             skipped.append((node, why))
         else:
             exact = graph.op(node) != "Tanh"
-            found.append(_fused(out, x, "Gelu" if exact else "FastGelu",
+            found.append(_fused(graph, out, x, "Gelu" if exact else "FastGelu",
                                 WHAT_EXACT if exact else WHAT_TANH))
     return found, skipped
 
@@ -107,8 +107,20 @@ def _is_value(graph: Graph, ref: Optional[Ref], value: float) -> bool:
     return ref is not None and scalar_near(graph.const_value(ref), value)
 
 
-def _fused(out: str, x: Ref, op: str, what: str) -> Fused:
+def _fused(graph: Graph, out: str, x: Ref, op: str, what: str) -> Fused:
+    """``op(x)``; where ``x = y + bias`` (a 1-D constant), ``BiasGelu(y, bias)`` /
+    ``FastGelu(y, bias)`` instead, falling back to ``op(x)`` if ``y`` is not in the ONNX."""
     from onnx import helper
     node = helper.make_node(op, [tensor_name(x)], [f"{out}:0"], name=f"{out}/{op}",
                             domain=MICROSOFT)
-    return Fused(what, f"{out}:0", [tensor_name(x)], [node])
+    plain = Fused(what, f"{out}:0", [tensor_name(x)], [node])
+    split = const_and_other(graph, producer(graph, x, ADDS))
+    if split is None or split[0].ndim != 1:
+        return plain
+    bias, y = split
+    biased = "BiasGelu" if op == "Gelu" else op
+    name = f"{out}/fused/bias"
+    node = helper.make_node(biased, [tensor_name(y), name], [f"{out}:0"],
+                            name=f"{out}/{biased}", domain=MICROSOFT)
+    return Fused(f"{what} (bias taken in: {biased})", f"{out}:0", [tensor_name(y)], [node],
+                 {name: bias.astype("float32")}, fallback=plain)

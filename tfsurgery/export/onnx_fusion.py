@@ -102,6 +102,7 @@ def _onnxruntime_fusions(model, skip_layer_norm: bool, bias_gelu: bool) -> Dict[
     from onnxruntime.transformers.onnx_model import OnnxModel
     logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)
     wrapped, counts = OnnxModel(model), {}
+    biased_before = _biased_gelus(model)
     if skip_layer_norm:
         FusionSkipLayerNormalization(wrapped).apply()
     if bias_gelu:
@@ -111,7 +112,7 @@ def _onnxruntime_fusions(model, skip_layer_norm: bool, bias_gelu: bool) -> Dict[
     wrapped.topological_sort()
     after = _histogram(wrapped.model)
     counts[SKIP_LAYER_NORM] = after.get("SkipLayerNormalization", 0)
-    counts[BIAS_GELU] = after.get("BiasGelu", 0) + _fast_gelu_with_bias(wrapped.model)
+    counts[BIAS_GELU] = _biased_gelus(wrapped.model) - biased_before
     if wrapped.model is not model:
         model.CopyFrom(wrapped.model)
     onnx_splice.declare_microsoft_opset(model)
@@ -125,5 +126,6 @@ def _histogram(model) -> Dict[str, int]:
     return counts
 
 
-def _fast_gelu_with_bias(model) -> int:
-    return sum(1 for n in model.graph.node if n.op_type == "FastGelu" and len(n.input) > 1)
+def _biased_gelus(model) -> int:
+    return sum(1 for n in model.graph.node if n.op_type == "BiasGelu" or
+               (n.op_type == "FastGelu" and len(n.input) > 1))

@@ -28,6 +28,8 @@ class Fused:
     reads: List[str]
     nodes: list
     weights: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    # what to splice instead when this one's tensors are not in the ONNX model
+    fallback: Optional["Fused"] = None
 
 
 def tensor_name(ref) -> str:
@@ -44,6 +46,8 @@ def splice(model, fused: Fused) -> Optional[str]:
     known = set(producers) | {t.name for t in graph.initializer} | {i.name for i in graph.input}
     missing = [name for name in [fused.output] + fused.reads if name not in known]
     if missing:
+        if fused.fallback is not None:
+            return splice(model, fused.fallback)
         return f"tensor {missing[0]} is not in the ONNX model (renamed by the conversion)"
     if fused.output not in producers:
         return f"{fused.output} is a graph input"
