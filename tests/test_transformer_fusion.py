@@ -101,18 +101,44 @@ def test_fusion_off_leaves_standard_onnx_that_matches_too(bert, tmp_path, off):
     assert_matches_tf(bert, path, feeds)
 
 
-def test_gpt2_causal_attention_is_left_alone_saying_why(tmp_path):
+def test_gpt2_causal_attention_becomes_unidirectional_attention(tmp_path):
+    """Keras' causal mask (a constant lower triangle at a static length) ANDed with the padding
+    mask: Attention(unidirectional=1) with the padding mask; pre-LN blocks."""
     gpt2 = optimized("gpt2")
     result, path, feeds = export(gpt2, tmp_path)
     assert result.passed
     counts = ops_of(path)
-    assert "Attention" not in counts and counts.get("Softmax") == LAYERS
+    assert counts.get("Attention") == LAYERS and "Softmax" not in counts
+    attention = [n for n in onnx.load(str(path)).graph.node if n.op_type == "Attention"]
+    assert all(onnx.helper.get_attribute_value(a) == 1 for n in attention
+               for a in n.attribute if a.name == "unidirectional")
     assert counts.get("FastGelu", 0) + counts.get("BiasGelu", 0) == LAYERS
-    assert counts.get("LayerNormalization", 0) + counts.get("SkipLayerNormalization", 0) >= \
-        2 * LAYERS
-    why = [line for line in result.not_fused if "Softmax" in line]
-    assert len(why) == LAYERS and all("mask" in line for line in why), result.not_fused
+    assert counts.get("LayerNormalization", 0) + counts.get("SkipLayerNormalization", 0) == \
+        2 * LAYERS + 1
     assert_matches_tf(gpt2, path, feeds)
+
+
+def test_a_full_attention_mask_is_left_alone_saying_why(tmp_path):
+    """A [batch, queries, keys] mask that is no causal triangle is not a padding mask."""
+    keras = tf.keras
+    x = keras.Input((8, 16), name="x")
+    mask = keras.Input((8, 8), dtype="bool", name="mask")
+    y = keras.layers.MultiHeadAttention(2, 8)(x, x, attention_mask=mask)
+    model = keras.Model([x, mask], y)
+    r = np.random.default_rng(0)
+    for v in model.weights:
+        v.assign(r.normal(0, 0.3, v.shape).astype("float32"))
+    built = transformers.freeze(model)
+    graph_def = api.optimize(built.graph_def, interface=api.Interface(
+        inputs=built.inputs, outputs=built.outputs), checks=api.Checks(verify=False)).graph_def
+    feeds = {"x": r.normal(0, 1, (2, 8, 16)).astype(np.float32),
+             "mask": r.random((2, 8, 8)) < 0.7}
+    feeds["mask"][:, :, 0] = True                   # every query sees a key
+    path = tmp_path / "full_mask.onnx"
+    result = onnx_export.export(graph_def, built.inputs, built.outputs, path, feeds=feeds)
+    assert result.passed and "Attention" not in ops_of(path)
+    assert any("Softmax" in line and "not a key-padding mask" in line
+               for line in result.not_fused), result.not_fused
 
 
 def exact_gelu_graph(seed=0):

@@ -13,7 +13,8 @@ which is ``Attention(x, [Wq|Wk|Wv], [bq|bk|bv], mask)`` (packed weights; ``scale
 mask's ``filler`` as attributes) followed by ``MatMul(·, Wo) + bo``; the replacement produces
 ``y`` under its TensorFlow name. Matched by value: the three projections read the same ``x``,
 weights and biases are constants, the mask is a key-padding mask ``[batch, 1, keys]`` (its
-static shape says so), given to ``Attention`` as ``[batch, keys]`` int32. A causal or full
+static shape says so), given to ``Attention`` as ``[batch, keys]`` int32 — ANDed with Keras'
+causal mask (a constant lower triangle at a static length: ``unidirectional=1``). Any other
 ``[batch, queries, keys]`` mask, cross-attention or unequal head sizes are left alone, saying so.
 A row whose keys are all masked differs (Keras: uniform; ``Attention``: filler added to scores).
 """
@@ -99,13 +100,29 @@ def _unmasked(graph: Graph, ref: Ref, shapes):
         fill = producer(graph, ones, {"Fill"})
         if fill and expand and axis is not None and int(np.ravel(axis)[0]) in (-3, 1) and \
                 scalar_near(graph.const_value(graph.inputs(fill)[1]), 1.0):
-            mask = graph.inputs(expand)[0]
+            mask, causal = _without_causal(graph, graph.inputs(expand)[0])
             shape = shapes(mask)
             if shape is None or len(shape) != 3 or shape[1] != 1:
                 return scores, (f"the mask {tensor_name(mask)} is not a key-padding mask "
                                 f"[batch, 1, keys] (static shape {shape})")
-            return scores, (mask, float(np.ravel(filler)[0]))
+            return scores, (mask, float(np.ravel(filler)[0]), causal)
     return scores, "the Softmax input is a SelectV2 that is not Keras' attention mask"
+
+
+def _without_causal(graph: Graph, mask: Ref) -> Tuple[Ref, bool]:
+    """(padding mask, True) when ``mask`` is LogicalAnd(padding mask, a constant lower-triangular
+    [1, seq, seq] — Keras' causal mask at a static length); else (mask, False)."""
+    both = producer(graph, mask, {"LogicalAnd"})
+    split = const_and_other(graph, both)
+    if split is None:
+        return mask, False
+    causal, padding = split
+    square = causal.reshape(causal.shape[-2:]) if causal.ndim >= 2 and \
+        causal.size == causal.shape[-1] * causal.shape[-2] else None
+    if square is None or square.shape[0] != square.shape[1] or \
+            not np.array_equal(square.astype(bool), np.tril(np.ones(square.shape, bool))):
+        return mask, False
+    return padding, True
 
 
 def _projection(graph: Graph, ref: Ref):
@@ -186,7 +203,8 @@ def _fused(projections, scale: float, mask, output) -> Fused:
     nodes, reads, mask_index = [], [x], ""
     attributes = dict(num_heads=int(heads), scale=scale)
     if mask is not None:
-        bool_mask, filler = mask
+        bool_mask, filler, causal = mask
+        attributes["unidirectional"] = int(causal)
         reads.append(tensor_name(bool_mask))
         weights[f"{prefix}/mask_axis"] = np.array([1], np.int64)
         nodes += [helper.make_node("Squeeze", [tensor_name(bool_mask), f"{prefix}/mask_axis"],
