@@ -81,7 +81,8 @@ def model_section(label: str, *, runs: int = 20, batches=BATCHES, log=print) -> 
     optimized = api.optimize(built.graph_def, interface=api.Interface(
         inputs=built.inputs, outputs=built.outputs, feeds=feeds[batches[0]])).graph_def
     section = {"model": label, "style": style, "params": params, "runs": runs,
-               "tf_nodes": {"original": len(built.graph_def.node), "optimized": len(optimized.node)},
+               "tf_nodes": {"original": len(built.graph_def.node),
+                            "optimized": len(optimized.node)},
                "int8_slot": INT8_SLOT, "batches": {}}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

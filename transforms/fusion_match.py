@@ -1,7 +1,8 @@
 """What the fusions (``fuse_*.py``) ask of the TensorFlow graph: values, not names.
 
 A fusion proves its pattern on the graph the model's author wrote (ops, constants, which input
-feeds what), then hands the ONNX exporter a ``Fused`` replacement (``tfsurgery.export.onnx_splice``).
+feeds what), then hands the ONNX exporter a ``Fused`` replacement
+(``tfsurgery.export.onnx_splice``).
 """
 from __future__ import annotations
 
