@@ -177,3 +177,17 @@ def test_a_wrong_constant_is_not_fused(tmp_path):
     result = onnx_export.export(graph.as_graph_def(), ["x"], ["y"], path, feeds=feeds)
     assert result.passed and "Gelu" not in ops_of(path) and "Erf" in ops_of(path)
     assert any("not 0.5" in line for line in result.not_fused), result.not_fused
+
+
+def test_fused_model_takes_onnxruntime_dynamic_int8_as_qattention(bert, tmp_path):
+    """Fusion enables int8 attention: quantize_dynamic (no extra options: our com.microsoft
+    outputs carry their type) makes QAttention, which still tracks TF."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    result, path, feeds = export(bert, tmp_path)
+    quantized = tmp_path / "int8.onnx"
+    quantize_dynamic(str(path), str(quantized), weight_type=QuantType.QInt8)
+    assert ops_of(quantized).get("QAttention") == LAYERS
+    session = ort.InferenceSession(str(quantized), providers=["CPUExecutionProvider"])
+    actual = session.run(None, {f"{k}:0": v for k, v in feeds.items()})
+    expected = oracle.run(bert.graph_def, feeds, bert.outputs)
+    assert 0 < oracle.relative_error(expected[0], actual[0]) < 0.1

@@ -67,10 +67,17 @@ def finish(model) -> None:
 
 
 def declare_microsoft_opset(model) -> None:
-    from onnx import helper
-    if any(node.domain == MICROSOFT for node in model.graph.node) and \
-            not any(o.domain == MICROSOFT for o in model.opset_import):
+    """The com.microsoft opset where its ops are used, and the element type (float) of their
+    outputs: onnx's shape inference knows neither, and tools after us (onnxruntime's
+    quantizers) stop at an untyped tensor."""
+    from onnx import TensorProto, helper
+    ours = [node for node in model.graph.node if node.domain == MICROSOFT]
+    if ours and not any(o.domain == MICROSOFT for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(MICROSOFT, 1))
+    typed = {v.name for v in model.graph.value_info} | {o.name for o in model.graph.output}
+    model.graph.value_info.extend(
+        helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+        for node in ours for name in node.output if name and name not in typed)
 
 
 def remove_dead_nodes(graph) -> int:
