@@ -27,6 +27,8 @@ def token_feeds(built, seed=0, batch=2):
             feeds[name] = (np.arange(SEQ)[None] < np.array([[SEQ], [11]][:batch])).astype(np.int32)
         elif "segment" in name:
             feeds[name] = r.integers(0, 2, (batch, SEQ)).astype(np.int32)
+        elif "image" in name:
+            feeds[name] = r.standard_normal((batch, 16, 16, 3)).astype(np.float32)
         else:
             feeds[name] = r.integers(0, VOCAB, (batch, SEQ)).astype(np.int32)
     return feeds
@@ -62,7 +64,8 @@ def ops_of(path):
 def optimized(style):
     """The model as ``tfsurgery export`` converts it: frozen, then through the default
     pipeline (its verification on the same token inputs)."""
-    built = transformers.frozen(style, layers=LAYERS, hidden=32, heads=2, seq=SEQ, vocab=VOCAB)
+    sizes = dict(layers=LAYERS, hidden=32, heads=2, seq=SEQ)
+    built = transformers.frozen(style, **sizes, **({} if style == "vit" else {"vocab": VOCAB}))
     result = api.optimize(built.graph_def, interface=api.Interface(
         inputs=built.inputs, outputs=built.outputs, feeds=token_feeds(built)))
     return BuiltModel(result.graph_def, built.inputs, built.outputs, None)
@@ -139,6 +142,19 @@ def test_a_full_attention_mask_is_left_alone_saying_why(tmp_path):
     assert result.passed and "Attention" not in ops_of(path)
     assert any("Softmax" in line and "not a key-padding mask" in line
                for line in result.not_fused), result.not_fused
+
+
+@pytest.mark.parametrize("style", ["distilbert", "vit"])
+def test_exact_gelu_models_fuse_erfc_gelu_and_attention(style, tmp_path):
+    """TF 2.21's Erfc GELU (DistilBERT, ViT): the export converts it as 1 - Erf, the fusion
+    proves it on the Erfc form and writes BiasGelu; ViT's unmasked attention fuses too."""
+    built = optimized(style)
+    result, path, feeds = export(built, tmp_path)
+    assert result.passed
+    counts = ops_of(path)
+    assert counts.get("BiasGelu", 0) + counts.get("Gelu", 0) == LAYERS
+    assert counts.get("Attention") == LAYERS and "Erf" not in counts and "Softmax" not in counts
+    assert_matches_tf(built, path, feeds)
 
 
 def exact_gelu_graph(seed=0):
