@@ -143,6 +143,8 @@ class Chain:
     scale: np.ndarray
     shift: np.ndarray
     blocked: List[Tuple[str, str]]     # (batch-norm node, why it stopped the chain)
+    # (node, a, c) per step: it maps its input z to z * a + c
+    steps: List[Tuple[str, np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list)
 
 
 # Ops that only move whole pixels around, so a per-channel affine map commutes with them
@@ -195,8 +197,22 @@ def affine_chain(graph: Graph, lin: Linear, options: Options) -> Chain:
         a, c = step
         chain.scale, chain.shift = chain.scale * a, chain.shift * a + c
         chain.nodes.append(nxt)
+        chain.steps.append((nxt, a, c))
         current = nxt
         nxt = single_consumer(graph, current, options)
+
+
+def scaled_by_all(lin: Linear, chain: Chain) -> Optional[str]:
+    """The chain node whose output the linear op's own output equals once its weights took the
+    chain's whole scale: the steps up to it only scale, the steps after it only shift (Keras'
+    batch norm: Mul, then AddV2). None where there is none (a fused batch norm, a pass-through)."""
+    scales = 0
+    while scales < len(chain.steps) and not np.any(chain.steps[scales][2]):
+        scales += 1
+    if not scales or chain.start != lin.name or \
+            any(np.any(a != 1) for _, a, _ in chain.steps[scales:]):
+        return None
+    return chain.steps[scales - 1][0]
 
 
 def worth_folding(graph: Graph, chain: Chain) -> bool:
@@ -499,6 +515,9 @@ def fold_batch_norm(graph: Graph, options: Options) -> TransformReport:
             continue
         report.matched += 1
         fold_chain(graph, lin, chain, options)
+        scaled = scaled_by_all(lin, chain)
+        if scaled:      # the op's output, its weights scaled: what the scale step computed
+            report.corresponds(lin.name, scaled)
         report.rewritten.append(f"{lin.name} <- {' + '.join(chain.nodes)}")
     for node in graph.nodes_with_ops(CONCAT_OPS):
         if node.name in graph:
