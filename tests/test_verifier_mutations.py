@@ -262,3 +262,14 @@ def rename_conv(graph, options):
     report.rewritten.append("conv, bias_add -> renamed/conv, renamed/bias_add")
     return report
 '''
+
+
+def test_the_probed_sample_spreads_over_the_whole_depth():
+    """Whatever part of the sample the time budget allows covers the graph from its first layer
+    to its last: the first, the last, then the middles of the gaps left."""
+    from tfsurgery.verify import sensitivity
+    layers = list(range(53))
+    sample = sensitivity.sample_layers(layers)
+    assert sample[:5] == [0, 52, 26, 13, 39] and len(sample) == sensitivity.PROBE_MAX_LAYERS
+    assert len(set(sample)) == len(sample)
+    assert sensitivity.sample_layers(list(range(5))) == [0, 4, 2, 1, 3]      # all of a few

@@ -291,7 +291,8 @@ def _watch_sensitivity(ref, opt, reference, inputs, outputs, plan: Plan, compare
             break           # (outputs that moved already fail the check: keep that comparison)
         unnoticed, scale = found.unnoticed[0], scales.pop(0)
         watching.notes.append(f"random inputs scaled by {scale:g}: at scale "
-                              f"{watching.scale:g} a 1% change of '{unnoticed}' did not show")
+                              f"{watching.scale:g} a {found.change:.0%} change of '{unnoticed}' "
+                              "did not show")
         watching.scale = scale
         compared = _compare(ref, opt, reference, inputs, outputs, plan, watching, raw, run)
     watching.sensitivity = found

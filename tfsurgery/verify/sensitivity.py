@@ -55,6 +55,7 @@ LAYOUT_OPS = frozenset({"Conv2D", "Conv3D", "DepthwiseConv2dNative", "Conv2DBack
 SCALES = (1.0, 0.1, 0.01)            # random float inputs' scale, tried in turn
 SATURATED = 1e-3                     # a head value this close to its bound is saturated
 PROBE_CHANGE = 0.01                  # "would a 1% change in a layer's weights show?"
+PROBE_MARGIN = 10       # ...or, under a looser tolerance, a change 10× it (int8 weights: 50%)
 PROBE_SHARE = 0.25                   # of the check's own time, spent probing at most
 PROBE_MIN_SECONDS = 0.05            # ...but at least this much
 PROBE_MAX_LAYERS = 16               # probed one by one at most: beyond, a spread sample
@@ -265,9 +266,10 @@ class Sensitivity:
     layers: int = 0
     probed: int = 0
     sampled: int = 0                   # the layers chosen to probe (all, or a spread sample)
-    unnoticed: List[str] = dataclasses.field(default_factory=list)   # layers whose 1% hides
+    unnoticed: List[str] = dataclasses.field(default_factory=list)   # layers whose change hides
     smallest: float = float("inf")     # the smallest relative move of a noticed layer
     error: str = ""                    # why probing stopped early (a layer could not be fed)
+    change: float = PROBE_CHANGE       # the relative change of the weights probed
 
     @property
     def complete(self) -> bool:
@@ -275,23 +277,23 @@ class Sensitivity:
 
     @property
     def sees(self) -> bool:
-        """Every probed layer's 1% change showed (a sample of them on a large graph)."""
+        """Every probed layer's change showed (a sample of them on a large graph)."""
         return not self.unnoticed and not self.error
 
     def line(self) -> str:
         if not self.layers:
             return "no conv/matmul with constant weights to probe"
         if self.unnoticed:
-            return (f"a 1% change in the weights of '{self.unnoticed[0]}' would not show in "
-                    f"the compared values on these inputs")
+            return (f"a {self.change:.0%} change in the weights of '{self.unnoticed[0]}' would "
+                    "not show in the compared values on these inputs")
         if self.error:
             return f"sensitivity not measured ({self.error})"
         if self.probed < self.layers:
-            return (f"a 1% change in each of {self.probed} of the {self.layers} weight layers, "
-                    "spread from the first to the last, moves the compared values by at least "
-                    f"{self.smallest:.3g}; the rest were not probed (time)")
-        return (f"a 1% change in any one of the {self.layers} weight layers moves the compared "
-                f"values by at least {self.smallest:.3g}")
+            return (f"a {self.change:.0%} change in each of {self.probed} of the {self.layers} "
+                    "weight layers, spread from the first to the last, moves the compared values "
+                    f"by at least {self.smallest:.3g}; the rest were not probed (time)")
+        return (f"a {self.change:.0%} change in any one of the {self.layers} weight layers moves "
+                f"the compared values by at least {self.smallest:.3g}")
 
     def as_dict(self) -> dict:
         return {"layers": self.layers, "probed": self.probed, "sampled": self.sampled,
@@ -305,15 +307,17 @@ def probe(run, layers: Sequence[Layer], total: int, feeds: Dict[str, np.ndarray]
           budget: float, *, relative_error) -> Sensitivity:
     """``run(feeds, fetches)``: the reference's open session; ``layers``: those to probe, in
     order (``sample_layers`` of the ``total``); ``relative_error(a, b)``: the check's own
-    measure. Each layer's kernel fed 1% larger; stops at the first layer whose change would not
+    measure. Each layer's kernel fed 1% larger (PROBE_MARGIN × ``tolerance`` where that is more:
+    a change the tolerance allows cannot show); stops at the first layer whose change would not
     show, or when ``budget`` seconds are spent (after PROBE_MIN_LAYERS)."""
-    found = Sensitivity(layers=total, sampled=len(layers))
+    found = Sensitivity(layers=total, sampled=len(layers),
+                        change=max(PROBE_CHANGE, PROBE_MARGIN * tolerance))
     start = time.perf_counter()
     for layer in layers:
         if found.probed >= PROBE_MIN_LAYERS and time.perf_counter() - start > budget:
             break
         try:
-            moved = run({**feeds, layer.kernel: layer.value * (1 + PROBE_CHANGE)}, fetches)
+            moved = run({**feeds, layer.kernel: layer.value * (1 + found.change)}, fetches)
         except Exception as error:          # noqa: BLE001 - any failure: not measured, widen
             found.error = f"'{layer.name}' could not be probed: {str(error)[:120]}"
             break

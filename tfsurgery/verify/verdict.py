@@ -25,7 +25,7 @@ class Watching:
     sensitivity: Optional[sensitivity_mod.Sensitivity] = None
     notes: List[str] = dataclasses.field(default_factory=list)
     wide_rows: Optional[int] = None     # the widened comparison's first rows (None: all)
-    # sampled layers whose 1% change showed in nothing compared, at any input scale tried
+    # sampled layers whose probed change showed in nothing compared, at any input scale tried
     blind: List[str] = dataclasses.field(default_factory=list)
 
 
@@ -132,8 +132,10 @@ class Verification:
                     f"{len(self.hidden)} of {len(self.intermediate)} compared intermediate "
                     "tensors differ")
         if self.max_error <= self.allowed and self.cannot_verify:
-            return (f"cannot verify: a 1% change in the weights of '{self.blind[0]}' shows in "
-                    f"none of the compared values (the outputs, their logits and "
+            change = self.watching.sensitivity.change if self.watching and \
+                self.watching.sensitivity else 0.01
+            return (f"cannot verify: a {change:.0%} change in the weights of '{self.blind[0]}' "
+                    f"shows in none of the compared values (the outputs, their logits and "
                     f"{len(self.intermediate)} intermediate tensors) on random inputs at any "
                     "scale tried; give real inputs with --samples, or accept a check that "
                     "cannot see it with --accept-blind-spots")
