@@ -59,11 +59,13 @@ from tfsurgery.int8.config import (EQUALIZE_CHOICES, INT8_CALIBRATION_CHOICES,  
                             check_int8_speed_request, equalized_result, export_int8,
                             export_tflite_int8, int8_samples)
 from tfsurgery.int8.speed import Int8TooSlow  # noqa: F401
-from tfsurgery.export.writer import (OPENVINO_PRECISIONS, Int8Targets, Targets,  # noqa: F401
-                              Written, check_drawable, check_line, check_openvino_target,
-                              check_saved_model_target, draw, export_openvino,
-                              export_saved_model, export_tflite, pb_artefact, wants_directory,
-                              write)
+from tfsurgery.export.exporters import Exporter, Written, register as register_exporter  # noqa: F401
+from tfsurgery.export.formats import (OPENVINO_PRECISIONS, check_drawable,  # noqa: F401
+                                      check_line, check_openvino_target,
+                                      check_saved_model_target, draw, export_openvino,
+                                      export_saved_model, export_tflite, pb_artefact,
+                                      wants_directory)
+from tfsurgery.export.writer import Int8Targets, Targets, write  # noqa: F401
 from tfsurgery.bench.command import (RUNTIMES, bench, bench_int8, bench_runtimes,  # noqa: F401
                              check_plot, check_runs, check_runtimes, write_bench_plot)
 
@@ -151,8 +153,7 @@ class Checks:
     """How the result is checked: ``verify=False`` skips it (explicitly: the result cannot then
     be saved without ``allow_unverified``); ``tolerance`` relative to each output's magnitude
     (default 1e-4; 1e-2 with float16 weights, 5e-2 with int8 weights); ``timeout`` per graph
-    run in seconds; ``seed`` of the random inputs; ``accept_blind_spots``: pass although the
-    check could not see some layer (else ``CannotVerify``; docs/verification.md)."""
+    run in seconds; ``seed`` of the random inputs; ``accept_blind_spots``: see ``CannotVerify``."""
 
     verify: bool = True
     tolerance: Optional[float] = None
@@ -374,16 +375,14 @@ def _verified(result: Result, transforms: Sequence[str], pass_options: Options, 
         message = str(error) if str(error).startswith("cannot compare") else \
             f"cannot compare: {error}"
         raise VerificationFailed(message, result=result) from None
-    if result.verification.failure().startswith("cannot verify"):   # blind: nothing to localize
-        raise CannotVerify(result.verification.failure(), verification=result.verification,
-                           result=result)
     if not result.verification.passed:
-        # "cannot compare" (outputs all NaN): nothing to localize
-        result.divergence = None if result.verification.uncomparable else \
+        # "cannot compare" (outputs all NaN), "cannot verify" (blind): nothing to localize
+        blind = result.verification.failure().startswith("cannot verify")
+        result.divergence = None if result.verification.uncomparable or blind else \
             _localize(result, result.original, transforms, pass_options)
         where = f"; {result.divergence.line()}" if result.divergence else ""
-        raise VerificationFailed(result.verification.failure() + where,
-                                 verification=result.verification, result=result)
+        raise (CannotVerify if blind else VerificationFailed)(
+            result.verification.failure() + where, verification=result.verification, result=result)
     return result
 
 
