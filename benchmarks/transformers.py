@@ -49,7 +49,8 @@ TIMED_ONNX = ("tf2onnx", "tf2onnx + ort optimizer", "tfsurgery unfused",
               "tfsurgery + fuse-layer-norm", "tfsurgery + fuse-gelu",
               "tfsurgery + fuse-attention", "tfsurgery fused",
               "ort dynamic int8 (tf2onnx)", "ort dynamic int8 (tfsurgery fused)")
-INT8_SLOT = "tfsurgery int8 modes: not merged yet (branch int8-modes)"
+INT8_SLOT = ("tfsurgery's own int8 for transformers (dynamic / mixed modes, branch int8-modes): "
+             "a slot — not in main when this ran")
 
 
 def feeds_for(built, batch: int, seed: int = 0) -> Dict[str, np.ndarray]:
