@@ -85,28 +85,37 @@ def _match(graph: Graph, softmax: str, shapes):
 
 
 def _unmasked(graph: Graph, ref: Ref, shapes):
-    """(scores, None) or (scores, (mask as [batch, 1, keys] bool, filler)), or (_, why not)."""
+    """(scores, None) or (scores, (mask as [batch, 1, keys] bool, filler, causal)), or
+    (_, why not). The condition is ExpandDims(mask, -3) — as simplify-algebra leaves it — or
+    Keras' own LogicalAnd(ones_like(scores), ExpandDims(mask, -3))."""
     select = producer(graph, ref, {"SelectV2", "Select"})
     if select is None:
         return ref, None
     condition, scores, filler = graph.inputs(select)
     filler = graph.const_value(filler)
-    both = producer(graph, condition, {"LogicalAnd"})
-    if filler is None or filler.size != 1 or both is None:
+    expand = _expanded_mask(graph, condition)
+    if filler is None or filler.size != 1 or expand is None:
         return scores, "the Softmax input is a SelectV2 that is not Keras' attention mask"
-    for ones, expanded in (graph.inputs(both), graph.inputs(both)[::-1]):
-        expand = producer(graph, expanded, {"ExpandDims"})
-        axis = graph.const_value(graph.inputs(expand)[1]) if expand else None
-        fill = producer(graph, ones, {"Fill"})
-        if fill and expand and axis is not None and int(np.ravel(axis)[0]) in (-3, 1) and \
-                scalar_near(graph.const_value(graph.inputs(fill)[1]), 1.0):
-            mask, causal = _without_causal(graph, graph.inputs(expand)[0])
-            shape = shapes(mask)
-            if shape is None or len(shape) != 3 or shape[1] != 1:
-                return scores, (f"the mask {tensor_name(mask)} is not a key-padding mask "
-                                f"[batch, 1, keys] (static shape {shape})")
-            return scores, (mask, float(np.ravel(filler)[0]), causal)
-    return scores, "the Softmax input is a SelectV2 that is not Keras' attention mask"
+    mask, causal = _without_causal(graph, graph.inputs(expand)[0])
+    shape = shapes(mask)
+    if shape is None or len(shape) != 3 or shape[1] != 1:
+        return scores, (f"the mask {tensor_name(mask)} is not a key-padding mask "
+                        f"[batch, 1, keys] (static shape {shape})")
+    return scores, (mask, float(np.ravel(filler)[0]), causal)
+
+
+def _expanded_mask(graph: Graph, condition: Ref) -> Optional[str]:
+    """The ExpandDims(mask, -3 or 1) node the condition is, or is ANDed with ones_like."""
+    candidates = [condition]
+    both = producer(graph, condition, {"LogicalAnd"})
+    if both is not None:
+        for ones, expanded in (graph.inputs(both), graph.inputs(both)[::-1]):
+            fill = producer(graph, ones, {"Fill"})
+            if fill and scalar_near(graph.const_value(graph.inputs(fill)[1]), 1.0):
+                candidates = [expanded]
+    expand = producer(graph, candidates[0], {"ExpandDims"})
+    axis = graph.const_value(graph.inputs(expand)[1]) if expand else None
+    return expand if axis is not None and int(np.ravel(axis)[0]) in (-3, 1) else None
 
 
 def _without_causal(graph: Graph, mask: Ref) -> Tuple[Ref, bool]:
