@@ -153,11 +153,29 @@ def load_keras(path: Path, *, trust: bool = False, custom_objects=None) -> Loade
             keras_trust.refuse_missing(path, config, custom_objects, legacy_layers=True)
             raise InputError(f"{path}: cannot load the Keras model "
                              f"({first_line(keras3_error)})") from None
-    specs = [tf.TensorSpec(t.shape, t.dtype, name=_plain_name(t)) for t in model.inputs]
-    function = tf.function(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=False))
-    loaded = freeze_concrete_function(function.get_concrete_function(*specs), str(path))
+    loaded = freeze_concrete_function(_keras_call(model, path), str(path))
     loaded.trust_notes = notes
     return loaded
+
+
+def _keras_call(model, path: Path):
+    """The model called in inference mode with the input structure it was built with (a
+    tensor, a one-element list, a dict of named inputs as keras-hub backbones take, nested),
+    each input a placeholder named as the Keras input. Any failure: one line, no traceback."""
+    import tensorflow as tf
+    structure = getattr(model, "_inputs_struct", None)       # Keras 3 Functional, as built
+    if structure is None:
+        structure = getattr(model, "_nested_inputs", None)   # tf_keras Functional
+    try:
+        if structure is None:
+            structure = model.inputs if len(model.inputs) > 1 else model.inputs[0]
+        specs = tf.nest.map_structure(
+            lambda t: tf.TensorSpec(t.shape, t.dtype, name=_plain_name(t)), structure)
+        function = tf.function(lambda inputs: model(inputs, training=False))
+        return function.get_concrete_function(specs)
+    except Exception as error:  # noqa: BLE001 - Keras raises many types for a call it refuses
+        raise InputError(f"{path}: cannot call the Keras model on its own inputs "
+                         f"({first_line(error)})") from None
 
 
 def freeze_concrete_function(function, where: str) -> Loaded:
