@@ -208,9 +208,91 @@ def freeze_concrete_function(function, where: str) -> Loaded:
                "variable assignments TF's freezer rejects dropped)")
     except Exception as error:  # noqa: BLE001
         raise InputError(f"{where}: cannot freeze the model ({first_line(error)})") from None
+    tables = embed_tables(graph_def, function)
+    if tables:
+        how += f"; {tables} lookup table(s) kept in the graph with their keys and values"
     check_graph_def(graph_def, where)
     return Loaded(graph_def, inputs, outputs,
                   frozen_form=f"{how}; {control_flow_form(graph_def)}")
+
+
+TABLE_READER_OPS = frozenset({"LookupTableFindV2", "LookupTableSizeV2", "LookupTableExportV2"})
+
+
+def embed_tables(graph_def: graph_pb2.GraphDef, function) -> int:
+    """A lookup table the function captures (a StringLookup's, TextVectorization's vocabulary)
+    stays a resource placeholder after freezing: the graph cannot run without it. Each becomes
+    a ``HashTableV2`` filled from constants of its own keys and values (read from the live
+    table with ``LookupTableExportV2``) by a ``LookupTableImportV2`` every reader waits for —
+    the vocabulary is in the graph, the graph runs on its own. Returns how many."""
+    import tensorflow as tf
+    nodes = {node.name: node for node in graph_def.node}
+    variables = {id(v.handle) for v in function.graph.variables}
+    embedded = 0
+    for external, internal in function.graph.captures:
+        name = internal.op.name
+        if external.dtype != tf.resource or id(external) in variables or \
+                nodes.get(name) is None or nodes[name].op != "Placeholder":
+            continue
+        readers = _table_readers(graph_def, name)
+        if not readers:
+            continue
+        key_type, value_type = readers[0].attr["Tin"].type, readers[0].attr["Tout"].type
+        try:
+            keys, values = tf.raw_ops.LookupTableExportV2(
+                table_handle=external, Tkeys=tf.dtypes.as_dtype(key_type),
+                Tvalues=tf.dtypes.as_dtype(value_type))
+        except Exception:  # noqa: BLE001 - not a table we can read: left as it was
+            continue
+        _table_nodes(nodes[name], key_type, value_type)
+        init = _table_import(graph_def, name, keys.numpy(), values.numpy())
+        for reader in readers:
+            reader.input.append(f"^{init}")
+        embedded += 1
+    return embedded
+
+
+def _table_readers(graph_def, table: str) -> list:
+    """The lookups that read table handle ``table`` (through Identity forwarding)."""
+    handles, readers, changed = {table}, [], True
+    while changed:
+        changed = False
+        for node in graph_def.node:
+            if node.name not in handles and node.op == "Identity" and node.input and \
+                    node_name(node.input[0]) in handles:
+                handles.add(node.name)
+                changed = True
+    for node in graph_def.node:
+        if node.op in TABLE_READER_OPS and node.input and node_name(node.input[0]) in handles:
+            readers.append(node)
+    return [r for r in readers if r.op == "LookupTableFindV2"] or []
+
+
+def _table_nodes(placeholder, key_type, value_type) -> None:
+    """The placeholder becomes the table itself."""
+    name = placeholder.name
+    placeholder.Clear()
+    placeholder.name, placeholder.op = name, "HashTableV2"
+    placeholder.attr["key_dtype"].type = key_type
+    placeholder.attr["value_dtype"].type = value_type
+    placeholder.attr["shared_name"].s = f"tfsurgery_table_{name}".encode()
+    placeholder.attr["container"].s = b""
+    placeholder.attr["use_node_name_sharing"].b = False
+
+
+def _table_import(graph_def, table: str, keys, values) -> str:
+    import tensorflow as tf
+    for suffix, array in (("keys", keys), ("values", values)):
+        const = graph_def.node.add(name=f"{table}/embedded_{suffix}", op="Const")
+        proto = tf.make_tensor_proto(array)
+        const.attr["value"].tensor.CopyFrom(proto)
+        const.attr["dtype"].type = proto.dtype
+    init = graph_def.node.add(name=f"{table}/embedded_import", op="LookupTableImportV2",
+                              input=[table, f"{table}/embedded_keys",
+                                     f"{table}/embedded_values"])
+    init.attr["Tin"].type = tf.make_tensor_proto(keys).dtype
+    init.attr["Tout"].type = tf.make_tensor_proto(values).dtype
+    return init.name
 
 
 FUNCTIONAL_CONTROL_FLOW = FUNCTIONAL_CONTROL_FLOW_OPS      # the one set, in tfsurgery.ops

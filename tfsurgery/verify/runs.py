@@ -15,6 +15,7 @@ from tfsurgery.graph import Graph
 from tfsurgery.ops import first_line, node_name, tensor_name
 from tfsurgery.trust.outside import refuse
 from tfsurgery.tfsession import plain_session_config
+from tfsurgery.verify import string_inputs
 
 UNKNOWN_BATCH = 2
 UNKNOWN_DIMS = (16, 32, 64, 128, 256)   # tried in turn for dims the graph leaves free
@@ -92,6 +93,11 @@ def make_feeds(graph, inputs: Sequence[str], seed: int = 0, *,
             feeds[name] = _given_value(node, given[node.name], dtype)
             continue
         if dtype == tf.string:
+            strings = string_inputs.table_strings(graph, node.name,
+                                                  placeholder_shape(node, unknown_dim), rng)
+            if strings is not None:
+                feeds[name] = strings
+                continue
             raise InputError(
                 f"input '{node.name}' is a string tensor (encoded bytes: a file, a WAV, a JPEG): "
                 f"random values cannot stand in for it; feed a real one with --feed "

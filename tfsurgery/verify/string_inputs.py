@@ -1,0 +1,93 @@
+"""Test strings for a string input, built from the graph's own vocabulary.
+
+Random values cannot stand in for a string, but an input that feeds a lookup table (a
+``StringLookup``'s, a ``TextVectorization``'s, a TF1 ``index_table_from_*``) names the strings
+the model knows: the table's keys, constants in the graph (``LookupTableImportV2`` or
+``InitializeTableV2``). Each element is one key, or — when a splitter (``StringSplitV2``,
+``RegexSplitWithOffsets``, ...) lies between the input and the lookup — a few keys joined by
+spaces, as a sentence. Anything else (an encoded JPEG, a WAV): no strings, the caller says so.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from tfsurgery.ops import node_name
+
+log = logging.getLogger("tfsurgery")
+
+LOOKUP_OPS = frozenset({"LookupTableFindV2", "LookupTableFind"})
+TABLE_FILL_OPS = frozenset({"LookupTableImportV2", "InitializeTableV2", "InitializeTable"})
+SPLIT_OPS = frozenset({"StringSplit", "StringSplitV2", "RegexSplitWithOffsets",
+                       "UnicodeDecodeWithOffsets", "WhitespaceTokenizeWithOffsets"})
+FORWARDING = frozenset({"Identity", "IdentityN"})
+WORDS_PER_SENTENCE = (2, 7)        # a sentence has this many words, at least and fewer than
+
+
+def table_strings(graph, input_name: str, shape: Sequence[int],
+                  rng: np.random.Generator) -> Optional[np.ndarray]:
+    """Strings of ``shape`` for string input ``input_name`` drawn from the keys of the table it
+    feeds, or None when it feeds none. ``graph``: a GraphDef or a Graph."""
+    nodes = {node.name: node for node in (graph.node if hasattr(graph.node, "add") else graph)}
+    consumers = _consumers(nodes)
+    found = _lookup_reached(nodes, consumers, input_name)
+    if found is None:
+        return None
+    lookup, split = found
+    keys = _table_keys(nodes, consumers, nodes[lookup].input[0])
+    if not keys:
+        return None
+    size = int(np.prod(shape)) if len(shape) else 1
+    if split:
+        values = [" ".join(rng.choice(keys, rng.integers(*WORDS_PER_SENTENCE)))
+                  for _ in range(size)]
+    else:
+        values = list(rng.choice(keys, size))
+    strings = np.array([v.encode() for v in values], dtype=object).reshape(shape)
+    log.info("input '%s': %s from the %d keys of the table '%s' (e.g. %r)", input_name,
+             "sentences of 2-6 words" if split else "one key each", len(keys),
+             node_name(nodes[lookup].input[0]), values[0])
+    return strings
+
+
+def _consumers(nodes) -> Dict[str, List[str]]:
+    consumers: Dict[str, List[str]] = {}
+    for node in nodes.values():
+        for ref in node.input:
+            if not ref.startswith("^"):
+                consumers.setdefault(node_name(ref), []).append(node.name)
+    return consumers
+
+
+def _lookup_reached(nodes, consumers, start: str):
+    """(the first lookup the input's strings reach as keys, whether a splitter came before)."""
+    stack, seen = [(start, False)], {start}
+    while stack:
+        name, split = stack.pop()
+        for consumer in consumers.get(name, ()):
+            node = nodes[consumer]
+            if node.op in LOOKUP_OPS and node_name(node.input[1]) == name:
+                return consumer, split
+            if consumer not in seen and node.op not in LOOKUP_OPS:
+                seen.add(consumer)
+                stack.append((consumer, split or node.op in SPLIT_OPS))
+    return None
+
+
+def _table_keys(nodes, consumers, handle: str) -> List[str]:
+    """The table's string keys, from the constant that fills it."""
+    import tensorflow as tf
+    table = node_name(handle)
+    while nodes.get(table) is not None and nodes[table].op in FORWARDING:
+        table = node_name(nodes[table].input[0])
+    for consumer in consumers.get(table, ()):
+        node = nodes[consumer]
+        if node.op in TABLE_FILL_OPS and nodes.get(node_name(node.input[1])) is not None and \
+                nodes[node_name(node.input[1])].op == "Const":
+            array = tf.make_ndarray(nodes[node_name(node.input[1])].attr["value"].tensor)
+            if array.dtype != object:
+                return []
+            return sorted({k.decode("utf-8", "replace") for k in array.ravel()} - {""})
+    return []
