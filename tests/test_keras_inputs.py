@@ -84,3 +84,70 @@ def test_a_keras_file_that_cannot_load_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out.pb").exists()
+
+
+VOCABULARY_TEXT = ["the cat sat on the mat", "a dog ate my homework", "the dog sat still"]
+
+
+def text_classifier(seed=6):
+    keras.utils.set_random_seed(seed)
+    vectorize = keras.layers.TextVectorization(max_tokens=20, output_sequence_length=6)
+    vectorize.adapt(VOCABULARY_TEXT)
+    inputs = keras.Input((1,), dtype="string", name="text")
+    x = keras.layers.Embedding(20, 4)(vectorize(inputs))
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    outputs = keras.layers.Dense(2, bias_initializer="random_normal")(x)
+    return keras.Model(inputs, outputs), vectorize
+
+
+def test_text_classifier_optimizes_without_a_feed(tmp_path):
+    """The vocabulary stays in the frozen graph; the test strings are sentences of its words."""
+    from tfsurgery.verify import string_inputs
+    model, vectorize = text_classifier()
+    result = optimized(model, tmp_path)
+    assert result.verification.passed
+    drawn = string_inputs.table_strings(result.graph_def, "text", [4, 1],
+                                        np.random.default_rng(0))
+    words = {w for line in drawn.ravel() for w in line.decode().split()}
+    assert words and words <= set(vectorize.get_vocabulary())
+    sentences = np.array([["the cat ate"], ["zebra on my mat"], [""]], dtype=object)
+    answers = oracle.run(result.graph_def, {"text": sentences}, result.outputs)[0]
+    np.testing.assert_allclose(answers, model(sentences, training=False).numpy(), atol=1e-6)
+
+
+def test_string_lookup_input_gets_one_key_per_element(tmp_path):
+    keras.utils.set_random_seed(7)
+    lookup = keras.layers.StringLookup(vocabulary=["red", "green", "blue"])
+    inputs = keras.Input((3,), dtype="string", name="colour")
+    x = keras.layers.Flatten()(keras.layers.Embedding(5, 2)(lookup(inputs)))
+    model = keras.Model(inputs, keras.layers.Dense(2, bias_initializer="random_normal")(x))
+    result = optimized(model, tmp_path)
+    assert result.verification.passed
+    from tfsurgery.verify import string_inputs
+    drawn = string_inputs.table_strings(result.graph_def, "colour", [2, 3],
+                                        np.random.default_rng(1))
+    assert {v.decode() for v in drawn.ravel()} <= {"red", "green", "blue"}
+    colours = np.array([["red", "blue", "pink"]], dtype=object)
+    answers = oracle.run(result.graph_def, {"colour": colours}, result.outputs)[0]
+    np.testing.assert_allclose(answers, model(colours, training=False).numpy(), atol=1e-6)
+
+
+def test_onnx_names_the_token_ids_that_export_the_numeric_model(tmp_path, capsys):
+    """tf2onnx has no string ops: the failure names the --inputs after the lookup, and with it
+    the numeric model exports, matching Keras fed the same sentences."""
+    import re
+    import onnxruntime
+    model, vectorize = text_classifier()
+    path = tmp_path / "text.keras"
+    model.save(path)
+    onnx_path = tmp_path / "text.onnx"
+    assert main(["export", str(path), "-o", str(onnx_path)]) == 1
+    hint = re.search(r"--inputs (\S+) \(the token ids", capsys.readouterr().err)
+    assert hint and not onnx_path.exists()
+    assert main(["export", str(path), "-o", str(onnx_path), "--inputs", hint.group(1)]) == 0
+    sentences = np.array([["the cat ate"], ["a dog sat on my homework"]], dtype=object)
+    session = onnxruntime.InferenceSession(str(onnx_path))
+    ids = vectorize(sentences[:, 0]).numpy().astype(session.get_inputs()[0].type == "tensor(int32)"
+                                                    and "int32" or "int64")
+    answers = session.run(None, {session.get_inputs()[0].name: ids})[0]
+    np.testing.assert_allclose(answers, model(sentences, training=False).numpy(), atol=1e-5)

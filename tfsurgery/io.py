@@ -248,8 +248,21 @@ def embed_tables(graph_def: graph_pb2.GraphDef, function) -> int:
         init = _table_import(graph_def, name, keys.numpy(), values.numpy())
         for reader in readers:
             reader.input.append(f"^{init}")
+        _drop_ordering_edges(graph_def, {reader.name for reader in readers})
         embedded += 1
     return embedded
+
+
+def _drop_ordering_edges(graph_def, lookups) -> None:
+    """The function's automatic control dependencies (a NoOp the outputs wait for) order the
+    lookups like stateful ops; with the table constant a lookup is a pure function, and the
+    edge would make a cut after it (``--inputs`` the token ids) still need the strings."""
+    for node in graph_def.node:
+        if node.op == "NoOp":
+            kept = [ref for ref in node.input if ref[1:] not in lookups or ref[0] != "^"]
+            if len(kept) != len(node.input):
+                del node.input[:]
+                node.input.extend(kept)
 
 
 def _table_readers(graph_def, table: str) -> list:

@@ -91,3 +91,47 @@ def _table_keys(nodes, consumers, handle: str) -> List[str]:
                 return []
             return sorted({k.decode("utf-8", "replace") for k in array.ravel()} - {""})
     return []
+
+
+def numeric_cut(graph_def, outputs: Sequence[str], unconvertible: Sequence[str],
+                tries: int = 64) -> Optional[str]:
+    """The first tensor after every node in ``unconvertible`` (the string part: lookups,
+    splitters) through which everything the outputs need passes: given as ``--inputs``, the
+    rest is the numeric model (token ids in, scores out). None when there is none."""
+    nodes = {node.name: node for node in graph_def.node}
+    consumers = _consumers(nodes)
+    after = None
+    for name in unconvertible:
+        reach = _descendants(consumers, name)
+        after = reach if after is None else after & reach
+    valid = []
+    for candidate in sorted(after or ())[:tries]:
+        needed = _ancestors(nodes, [node_name(o) for o in outputs], stop=candidate)
+        if candidate in needed and not needed & set(unconvertible) and \
+                not any(nodes[n].op == "Placeholder" for n in needed if n != candidate):
+            valid.append(candidate)
+    # the earliest: the one with the most of the numeric model after it
+    best = max(valid, key=lambda name: len(_descendants(consumers, name)), default=None)
+    return None if best is None else best + ":0"
+
+
+def _descendants(consumers, start: str) -> set:
+    seen, stack = set(), [start]
+    while stack:
+        for consumer in consumers.get(stack.pop(), ()):
+            if consumer not in seen:
+                seen.add(consumer)
+                stack.append(consumer)
+    return seen
+
+
+def _ancestors(nodes, roots, *, stop: str) -> set:
+    seen, stack = set(), list(roots)
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in nodes:
+            continue
+        seen.add(name)
+        if name != stop:
+            stack.extend(node_name(ref) for ref in nodes[name].input if not ref.startswith("^"))
+    return seen
