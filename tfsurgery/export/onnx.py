@@ -34,8 +34,7 @@ from tfsurgery import _compat, io
 from tfsurgery.export import artefacts
 from tfsurgery.export import onnx_tidy
 from tfsurgery.trust import outside
-from tfsurgery.verify import check as verify
-from tfsurgery.verify import string_inputs
+from tfsurgery.verify import check as verify, string_inputs
 from tfsurgery.constants import evaluate
 from tfsurgery.errors import ExportError, InputError, OnnxCheckFailed, OnnxUnconvertible
 from tfsurgery.graph import Graph
@@ -298,11 +297,8 @@ def _convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset:
     # tf2onnx keeps going past unsupported ops and leaves them in as TF ops: name them all here.
     left = [n for n in onnx_tidy.all_nodes(model.graph) if not onnx.defs.has(n.op_type, n.domain)]
     if left:
-        cut = string_inputs.numeric_cut(graph_def, outputs, [n.name for n in left])
-        hint = (f"; the string part has no ONNX form: --inputs {cut} (the token ids after the "
-                "lookup) exports the numeric model") if cut else ""
         raise OnnxUnconvertible(f"tf2onnx cannot convert op(s) {_unsupported(left)} to ONNX "
-                                f"opset {opset}{hint}")
+                                f"opset {opset}" + string_inputs.onnx_hint(graph_def, outputs, left))
     return model, storage
 
 

@@ -93,6 +93,14 @@ def _table_keys(nodes, consumers, handle: str) -> List[str]:
     return []
 
 
+def onnx_hint(graph_def, outputs: Sequence[str], unconvertible) -> str:
+    """What to say when tf2onnx refuses the string part (``unconvertible``: the nodes it left
+    in, anything with a ``name``): the cut that exports the rest."""
+    cut = numeric_cut(graph_def, outputs, [node.name for node in unconvertible])
+    return (f"; the string part has no ONNX form: --inputs {cut} (the token ids after the "
+            "lookup) exports the numeric model") if cut else ""
+
+
 def numeric_cut(graph_def, outputs: Sequence[str], unconvertible: Sequence[str],
                 tries: int = 64) -> Optional[str]:
     """The first tensor after every node in ``unconvertible`` (the string part: lookups,
