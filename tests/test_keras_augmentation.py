@@ -139,3 +139,44 @@ def test_intended_randomness_is_kept_and_said(tmp_path):
     x = np.random.default_rng(2).standard_normal((4, 6)).astype("float32")
     first = optimized_answers(result, x)
     assert first.shape == (4, 3) and np.isfinite(first).all()
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "nearest", "bicubic"])
+def test_preprocessing_layers_fold_where_exact(tmp_path, interpolation):
+    """Resizing and CenterCrop at the input size are the identity; Rescaling and Normalization
+    fold into the first (VALID) conv: the input goes straight into it."""
+    keras.utils.set_random_seed(8)
+    inputs = keras.Input((SIZE, SIZE, 3), name="image")
+    x = keras.layers.Resizing(SIZE, SIZE, interpolation=interpolation)(inputs)
+    x = keras.layers.CenterCrop(SIZE, SIZE)(x)
+    x = keras.layers.Rescaling(1 / 127.5, offset=-1)(x)
+    x = keras.layers.Normalization(mean=[0.1, -0.2, 0.05], variance=[0.5, 0.8, 1.3])(x)
+    x = keras.layers.Conv2D(4, 3, bias_initializer="random_normal")(x)
+    outputs = keras.layers.Dense(2, bias_initializer="random_normal")(keras.layers.Flatten()(x))
+    model = keras.Model(inputs, outputs)
+    path = tmp_path / "pre.keras"
+    model.save(path)
+    result = api.optimize(str(path))
+    readers = [n for n in result.graph_def.node if "image" in n.input]
+    assert [n.op for n in readers] == ["Conv2D"]
+    x = images(seed=2)
+    np.testing.assert_allclose(optimized_answers(result, x), model(x, training=False).numpy(),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_a_shift_before_zero_padding_is_kept_and_said(tmp_path):
+    """Normalization's mean cannot fold into a SAME conv (its zero border would move): a Sub
+    stays before it, with the reason in the report; the scale still folds."""
+    keras.utils.set_random_seed(9)
+    inputs = keras.Input((SIZE, SIZE, 3), name="image")
+    x = keras.layers.Normalization(mean=[0.1, -0.2, 0.05], variance=[0.5, 0.8, 1.3])(inputs)
+    x = keras.layers.Conv2D(4, 3, padding="same", bias_initializer="random_normal")(x)
+    model = keras.Model(inputs, keras.layers.GlobalAveragePooling2D()(x))
+    path = tmp_path / "pre.keras"
+    model.save(path)
+    result = api.optimize(str(path))
+    fold = next(r for r in result.reports if r.name == "fold-affine-into-linear")
+    assert any("padding" in why or "pad" in why for _, why in fold.skipped)
+    x = images(seed=3)
+    np.testing.assert_allclose(optimized_answers(result, x), model(x, training=False).numpy(),
+                               rtol=1e-4, atol=1e-4)
