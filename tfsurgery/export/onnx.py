@@ -298,8 +298,9 @@ def _convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset:
     # tf2onnx keeps going past unsupported ops and leaves them in as TF ops: name them all here.
     left = [n for n in onnx_tidy.all_nodes(model.graph) if not onnx.defs.has(n.op_type, n.domain)]
     if left:
+        hint = string_inputs.onnx_hint(graph_def, outputs, left)   # the numeric model's cut
         raise OnnxUnconvertible(f"tf2onnx cannot convert op(s) {_unsupported(left)} to ONNX "
-                                f"opset {opset}" + string_inputs.onnx_hint(graph_def, outputs, left))
+                                f"opset {opset}{hint}")
     return model, storage
 
 
