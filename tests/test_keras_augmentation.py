@@ -134,11 +134,14 @@ def test_intended_randomness_is_kept_and_said(tmp_path):
     assert any("stays random" in line for line in report.warnings)
     assert {n.op for n in result.graph_def.node} & {"StatelessRandomNormalV2"}
     assert result.verification.passed
-    # the mean path alone (log_var → -inf would remove the noise) is Keras' own: the draw is
-    # still there, so two runs of the optimized graph differ like two calls of the model
+    # kept as served: the optimized graph answers as the served graph does (its stateless
+    # draw's key is a constant of the frozen graph), not as a graph without the noise
+    served = api.load(str(tmp_path / "served"))
     x = np.random.default_rng(2).standard_normal((4, 6)).astype("float32")
-    first = optimized_answers(result, x)
-    assert first.shape == (4, 3) and np.isfinite(first).all()
+    expected = oracle.run(served.graph_def, {served.inputs[0]: x}, served.outputs)[0]
+    np.testing.assert_allclose(optimized_answers(result, x), expected, rtol=1e-5, atol=1e-6)
+    mean_only = model.layers[-1](model.layers[2](x))         # z = mean: the noise removed
+    assert np.abs(expected - mean_only.numpy()).max() > 1e-3
 
 
 @pytest.mark.parametrize("interpolation", ["bilinear", "nearest", "bicubic"])
