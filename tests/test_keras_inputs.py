@@ -110,6 +110,8 @@ def test_text_classifier_optimizes_without_a_feed(tmp_path):
                                         np.random.default_rng(0))
     words = {w for line in drawn.ravel() for w in line.decode().split()}
     assert words and words <= set(vectorize.get_vocabulary())
+    said = result.as_report()["string_inputs"]["text"]
+    assert "sentences" in said and f"{len(vectorize.get_vocabulary()) - 2} keys" in said
     sentences = np.array([["the cat ate"], ["zebra on my mat"], [""]], dtype=object)
     answers = oracle.run(result.graph_def, {"text": sentences}, result.outputs)[0]
     np.testing.assert_allclose(answers, model(sentences, training=False).numpy(), atol=1e-6)

@@ -30,26 +30,41 @@ def table_strings(graph, input_name: str, shape: Sequence[int],
                   rng: np.random.Generator) -> Optional[np.ndarray]:
     """Strings of ``shape`` for string input ``input_name`` drawn from the keys of the table it
     feeds, or None when it feeds none. ``graph``: a GraphDef or a Graph."""
-    nodes = {node.name: node for node in (graph.node if hasattr(graph.node, "add") else graph)}
-    consumers = _consumers(nodes)
-    found = _lookup_reached(nodes, consumers, input_name)
+    found = _vocabulary(graph, input_name)
     if found is None:
         return None
-    lookup, split = found
-    keys = _table_keys(nodes, consumers, nodes[lookup].input[0])
-    if not keys:
-        return None
+    keys, split, _ = found
     size = int(np.prod(shape)) if len(shape) else 1
     if split:
         values = [" ".join(rng.choice(keys, rng.integers(*WORDS_PER_SENTENCE)))
                   for _ in range(size)]
     else:
         values = list(rng.choice(keys, size))
-    strings = np.array([v.encode() for v in values], dtype=object).reshape(shape)
-    log.info("input '%s': %s from the %d keys of the table '%s' (e.g. %r)", input_name,
-             "sentences of 2-6 words" if split else "one key each", len(keys),
-             node_name(nodes[lookup].input[0]), values[0])
-    return strings
+    log.info("input '%s': %s (e.g. %r)", input_name, describe(graph, input_name), values[0])
+    return np.array([v.encode() for v in values], dtype=object).reshape(shape)
+
+
+def describe(graph, input_name: str) -> Optional[str]:
+    """What ``table_strings`` draws for the input (for the report), or None."""
+    found = _vocabulary(graph, input_name)
+    if found is None:
+        return None
+    keys, split, table = found
+    what = (f"sentences of {WORDS_PER_SENTENCE[0]}-{WORDS_PER_SENTENCE[1] - 1} words"
+            if split else "one key each")
+    return f"{what} from the {len(keys)} keys of the table '{table}'"
+
+
+def _vocabulary(graph, input_name: str):
+    """(the keys, whether a splitter comes first, the table) of the table the input feeds."""
+    nodes = {node.name: node for node in (graph.node if hasattr(graph.node, "add") else graph)}
+    consumers = _consumers(nodes)
+    found = _lookup_reached(nodes, consumers, node_name(input_name))
+    if found is None:
+        return None
+    lookup, split = found
+    keys = _table_keys(nodes, consumers, nodes[lookup].input[0])
+    return (keys, split, node_name(nodes[lookup].input[0])) if keys else None
 
 
 def _consumers(nodes) -> Dict[str, List[str]]:
