@@ -368,9 +368,11 @@ def refusal(where: str, findings: Sequence[Finding]) -> str:
     """One line: the ops, their nodes, and how to allow them."""
     listed = ", ".join(f.line() for f in findings[:MOST_LISTED])
     more = f" and {len(findings) - MOST_LISTED} more" if len(findings) > MOST_LISTED else ""
-    flags = " ".join(f"--allow-op {op}" for op in sorted({f.op for f in findings}))
-    return (f"{where}: refused, running it would act outside the graph: {listed}{more}; "
-            f"nothing was run or written (if you trust the model: {flags})")
+    flags = " ".join(f"--allow-op {op}" for op in sorted({f.op for f in findings})
+                     if runs_unreviewed(op))
+    return (f"{where}: refused, it holds ops that may not run (they act outside the graph or "
+            f"are not reviewed): {listed}{more}; nothing was run or written" +
+            (f" (if you trust the model: {flags})" if flags else ""))
 
 
 def with_allowed_ops(function):
