@@ -469,6 +469,13 @@ def test_every_reviewed_entry_is_a_registered_stateful_op_with_a_reason():
         assert reason and "\n" not in reason, name
 
 
+def test_the_docs_name_every_reviewed_op():
+    from pathlib import Path
+    page = (Path(__file__).resolve().parents[1] / "docs" / "untrusted_models.md").read_text()
+    assert sorted(op for op in stateful_ops.REVIEWED if f"`{op}`" not in page) == []
+    assert "## What is not covered" in page and "--load" in page
+
+
 def test_every_stateless_op_taking_a_graph_from_a_tensor_is_scanned_or_refused():
     """Stateless ops with a string input named for a graph or a function: only
     DatasetFromGraph runs one, and its graph is decoded and scanned."""
