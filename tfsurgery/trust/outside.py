@@ -335,9 +335,10 @@ def allowing(ops: Iterable[str]):
 def check_op_names(ops: Iterable[str]) -> None:
     unknown = sorted(op for op in set(ops) if not runs_unreviewed(op))
     if unknown:
+        examples = ", ".join(sorted(OUTSIDE_OPS)[:4])
         raise UnsafeModel(f"--allow-op {unknown[0]}: not an op a model is refused to run "
-                          f"(those act outside the graph, like {', '.join(sorted(OUTSIDE_OPS)[:4])}, "
-                          "or are stateful and not reviewed; see docs/untrusted_models.md)")
+                          f"(those act outside the graph, like {examples}, or are stateful and "
+                          "not reviewed; see docs/untrusted_models.md)")
 
 
 def refuse(graph_def, outputs: Optional[Sequence[str]] = None, cut: Iterable[str] = (), *,
