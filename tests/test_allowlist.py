@@ -374,6 +374,11 @@ def test_a_tf1_saved_model_with_variables_still_loads_and_optimizes(tmp_path, ca
     export = tmp_path / "tf1"
     w = tf1_saved_model(export)
     assert outside.find_in_saved_model(read_saved(export), export) == []
+    code, out, err = run_cli(capsys, "inspect", export)              # protos only
+    assert code == 0 and "not loaded" in out and "signature serving_default: x → y" in out
+    assert "dry run —" not in out, err
+    code, out, err = run_cli(capsys, "inspect", export, "--load")
+    assert code == 0 and "dry run —" in out, err
     out = tmp_path / "out.pb"
     code, _, err = run_cli(capsys, export, "-o", out)
     assert code == 0, err

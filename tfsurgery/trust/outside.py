@@ -30,7 +30,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 from tfsurgery.errors import UnsafeModel
 from tfsurgery.ops import node_name
 from tfsurgery.trust.provenance import (CHECKPOINT_PATH_INPUTS, TABLE_FROM_FILE_OPS, Provenance,
-                                        body_name, data_inputs, is_inside, nested_functions)
+                                        data_inputs, is_inside, name_in, nested_functions)
 from tfsurgery.trust.stateful_ops import REVIEWED
 
 READS_FILES = "reads files"
@@ -249,9 +249,9 @@ def _constant_graph(node, scope: dict, function: Optional[str]):
     from tensorflow.core.framework import graph_pb2
     from google.protobuf.message import DecodeError
     inputs = data_inputs(node)
-    source = scope.get(_name_in(inputs[0], function)) if inputs else None
+    source = scope.get(name_in(inputs[0], function)) if inputs else None
     while source is not None and source.op == "Identity" and source.input:
-        source = scope.get(_name_in(source.input[0], function))
+        source = scope.get(name_in(source.input[0], function))
     if source is None or source.op != "Const":
         return None
     values = source.attr["value"].tensor.string_val
@@ -263,10 +263,6 @@ def _constant_graph(node, scope: dict, function: Optional[str]):
     except DecodeError:
         return None
     return embedded
-
-
-def _name_in(ref: str, function: Optional[str]) -> str:
-    return node_name(ref) if function is None else body_name(ref)
 
 
 def find_in_saved_model(saved_model, directory: Path) -> List[Finding]:
