@@ -356,6 +356,7 @@ def test_old_exceptions_are_gone_the_findings_name_the_op_inside(tmp_path):
     found = outside.find_in_saved_model(read_saved(restore_path_op(tmp_path, sentinel)),
                                         tmp_path / "restore_path")
     assert [(f.node, f.op) for f in found] == [("dropper", "WriteFile")]
+    assert api.scan(tmp_path / "restore_path").findings == found      # read, not loaded
     graph_def = graph_pb2.GraphDef()
     graph_def.ParseFromString(embedded_graph(tmp_path, sentinel).read_bytes())
     found = outside.find(graph_def, ["y"])
