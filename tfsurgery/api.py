@@ -46,7 +46,7 @@ from tfsurgery.report import format_table, op_histogram, summary, transform_line
 from tfsurgery.contract import Options
 # the public names of the modules the facade stands on (``api.X`` for each)
 from tfsurgery.source import (DEMO_NAME, Source, as_source, default_onnx_path,  # noqa: F401
-                              default_output_path, demo, load, signature_for)
+                              default_output_path, demo, load, scan, signature_for)
 from tfsurgery.plan import (FLOAT16_TOLERANCE, INT8_WEIGHTS_TOLERANCE,  # noqa: F401
                             WEIGHT_TRANSFORMS, WEIGHTS, choose_transforms, list_transforms,
                             load_plugins, transform_parameters, with_weights)

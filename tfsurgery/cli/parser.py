@@ -378,6 +378,10 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = command("inspect", help="show the graph's interface and what each transform "
                       "would change (dry run)")
     _common(inspect, checks=False)
+    inspect.add_argument("--load", action="store_true",
+                         help="load a SavedModel or Keras file (runs its initializers, restores "
+                              "its variables) and dry-run the transforms; without it, inspect "
+                              "reads its protos only")
     _picture_options(inspect)
 
     export = command("export", help="optimize, verify and export to ONNX, checked with "
