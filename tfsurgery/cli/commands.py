@@ -103,8 +103,8 @@ def _optimize(args, source, transforms) -> int:
             failed, written, code = error, error.written, 1
         _say_checks(args, result, written)
         if failed is not None:
-            print(f"tfsurgery: {failed.stage} FAILED: {failed}; nothing written",
-                  file=sys.stderr)
+            print(f"tfsurgery: {failed.stage} FAILED: {failed}; nothing written"
+                  f"{_alone_hint(args, source, failed.stage)}", file=sys.stderr)
         else:
             _say_written(args, written.artefacts)
         data.update(written.report())
@@ -113,6 +113,20 @@ def _optimize(args, source, transforms) -> int:
     if code == 0 and args.picture:
         _say(args, f"wrote {args.picture}")
     return code
+
+
+# the option each export stage comes from: dropping it writes the verified graph alone
+STAGE_OPTIONS = (("int8", "--quantize int8"), ("ONNX", "--onnx"), ("SavedModel", "--saved-model"),
+                 ("TFLite", "--tflite"), ("OpenVINO", "--openvino"))
+
+
+def _alone_hint(args, source, stage: str) -> str:
+    """How to get the verified graph when an export of it failed (all or nothing lost it)."""
+    if args.command == "export":
+        model = source.path or source.label
+        return f"; the verified graph alone: tfsurgery optimize {model} -o OUT.pb (same options)"
+    option = next((flag for word, flag in STAGE_OPTIONS if word in stage), None)
+    return f"; the verified graph alone: the same command without {option}" if option else ""
 
 
 def _targets(args, source):

@@ -38,6 +38,7 @@ from tfsurgery.verify.runs import (DEFAULT_TIMEOUT, UNKNOWN_BATCH, UNKNOWN_DIMS,
                             GraphTimeout, OutputError, Runner, has_free_dims, make_feeds, nudge,
                             output_error, placeholder_shape, run_graph)
 from tfsurgery.verify import sensitivity as sensitivity_mod
+from tfsurgery.verify import token_inputs
 from tfsurgery.verify.reference import comparable_reference
 # the verdict and the widening, re-exported for callers that know them here
 from tfsurgery.verify.verdict import (DEFAULT_TOLERANCE, NOISE_CAP, NOISE_FACTOR,  # noqa: F401
@@ -67,7 +68,7 @@ def run_reference(original, inputs: Sequence[str], outputs: Sequence[str],
         raise                    # a deadline is no proof the input is bad: exit 1, not 2
     except VerificationError as error:
         raise OriginalDoesNotRun(f"the input graph does not run on test inputs: {error}"
-                                 f"{_shape_hint(inputs, given)}") from None
+                                 f"{_shape_hint(inputs, given, error)}") from None
     empty = [o for o, value in zip(outputs, expected) if np.size(value) == 0]
     if empty:
         raise OriginalDoesNotRun(f"output '{empty[0]}' is empty on test inputs"
@@ -76,13 +77,16 @@ def run_reference(original, inputs: Sequence[str], outputs: Sequence[str],
 
 
 def free_dim_size(graph_def, inputs: Sequence[str], outputs: Sequence[str], given=None) -> int:
-    """The size for free dimensions: the first of UNKNOWN_DIMS for which TensorFlow's shape
-    inference gives every output a non-empty shape (five poolings leave nothing of 16). Decided
-    statically: running a kernel on an empty tensor can crash the process."""
+    """The size for free dimensions: the first of the given values' sizes, then of
+    UNKNOWN_DIMS, for which TensorFlow's shape inference gives every output a non-empty shape
+    (five poolings leave nothing of 16). Decided statically: running a kernel on an empty
+    tensor can crash the process."""
     if not has_free_dims(graph_def, inputs):
         return UNKNOWN_DIMS[0]
     import tensorflow as tf
-    for size in UNKNOWN_DIMS:
+    # a given value's sizes first: a fed padding mask [2, 8] makes the token ids [2, 8] too
+    fed_sizes = [int(d) for v in (given or {}).values() for d in np.shape(v)[1:] if d > 0]
+    for size in dict.fromkeys(fed_sizes + list(UNKNOWN_DIMS)):
         feeds = make_feeds(graph_def, inputs, given=given, unknown_dim=size)
         sized = graph_pb2.GraphDef()
         sized.CopyFrom(graph_def)
@@ -103,8 +107,11 @@ def free_dim_size(graph_def, inputs: Sequence[str], outputs: Sequence[str], give
     return UNKNOWN_DIMS[-1]
 
 
-def _shape_hint(inputs: Sequence[str], given) -> str:
+def _shape_hint(inputs: Sequence[str], given, error=None) -> str:
     free = [n for n in inputs if node_name(n) not in {node_name(k) for k in (given or {})}]
+    if free and " is not in [0, " in str(error or ""):     # a Gather's index out of its table
+        return ("; an integer input indexes a table the random ids do not fit: give real "
+                "inputs with --samples PATH or --feed NAME=VALUES.npy")
     return (f"; give real sizes with --input-shape {free[0]}=D0,D1,... or values with --feed"
             if free else "; check the --feed values")
 
@@ -141,6 +148,7 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
         plan = _plan(ref, opt, outputs, settings, watching, raw, correspondence)
         compared = _compare(ref, opt, reference, inputs, outputs, plan, watching, raw, run)
         if plan.first:
+            watching.notes += token_inputs.notes(reference, inputs, given)
             compared = _watch_sensitivity(ref, opt, reference, inputs, outputs, plan, compared,
                                           watching, raw, run, tolerance, started)
         verification = _verdict(compared, plan, outputs, tolerance, raw, watching, opt.graph)
