@@ -119,9 +119,10 @@ def _constant_draw(graph: Graph, name: str, value: float) -> None:
 
 
 def described(chosen: Dict[str, float], layers: Sequence) -> str:
-    """'random_flip: draw=0.5' per layer, for the report."""
+    """'random_flip_1 (stateless_random_uniform/StatelessRandomUniformV2=1)' per layer."""
     parts = []
     for layer in layers:
-        values = ", ".join(f"{d.rsplit('/', 1)[-1]}={chosen[d]:g}" for d in layer.draws)
+        values = ", ".join(f"{d[len(layer.name) + 1:] if d.startswith(layer.name + '/') else d}"
+                           f"={chosen[d]:g}" for d in layer.draws)
         parts.append(f"{layer.name.rsplit('/', 1)[-1]} ({values})")
     return "; ".join(parts)
