@@ -114,6 +114,19 @@ def test_augmentation_without_a_proven_neutral_draw_cannot_be_verified(tmp_path,
         api.optimize(str(exported(model, tmp_path)))
 
 
+def test_a_clipping_layer_is_proven_neutral_on_in_range_feeds(tmp_path):
+    """RandomBrightness clips to [0, 255]: with the user's in-range images as the check's feeds
+    its neutral draw is proven on them, and the result verifies and matches Keras."""
+    model = image_model(keras.layers.RandomBrightness(0.3))
+    served = exported(model, tmp_path)
+    x = images(seed=6)
+    name = api.load(str(served)).inputs[0]
+    result = api.optimize(str(served), interface=api.Interface(feeds={name: x}))
+    assert result.verification.passed and "proven" in result.verification.summary()
+    np.testing.assert_allclose(optimized_answers(result, x), model(x, training=False).numpy(),
+                               atol=1e-5)
+
+
 def _flip_model(tmp_path):
     model = image_model(keras.layers.RandomFlip("horizontal"), seed=11)
     return model, exported(model, tmp_path)

@@ -27,15 +27,17 @@ PROOF_BATCH = 2                    # the free batch size of the proof's inputs
 PROOF_SCALES = (1.0, 100.0)        # standard normal inputs, and wide ones (pixel-like values)
 
 
-def prove_neutral_draws(reference: Graph, layers, settings: Dict[str, object],
+def prove_neutral_draws(reference: Graph, layers, settings: Dict[str, object], given=None,
                         timeout: float = DEFAULT_TIMEOUT) -> Dict[str, float]:
     """For each layer (in graph order), draw name → the constant proven to make it the identity;
     then every such draw in ``reference`` becomes that constant. ``VerificationError`` naming
-    the layer when no candidate proves it."""
+    the layer when no candidate proves it. Proven on seeded random inputs, the ``given`` values
+    (the check's --feed or samples) winning for the inputs they name."""
     graph_def = reference.to_graph_def()
     inputs = [n.name for n in graph_def.node
               if n.op in PLACEHOLDER_OPS and n.name not in {node_name(k) for k in settings}]
-    feed_sets = [{**make_feeds(graph_def, inputs, 0, unknown_dim=PROOF_BATCH, scale=scale),
+    feed_sets = [{**make_feeds(graph_def, inputs, 0, given=given, unknown_dim=PROOF_BATCH,
+                                 scale=scale),
                   **settings} for scale in PROOF_SCALES]
     chosen: Dict[str, float] = {}
     with Runner(graph_def, timeout=timeout, label="the original graph (neutral draws)") as run:

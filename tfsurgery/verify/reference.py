@@ -33,18 +33,19 @@ FIXED_SEED = 87654321
 MASK_SCALE_OPS = ("Mul", "Add", "AddV2", "Sub")      # u·(max − min) + min on its way to the mask
 
 
-def comparable_reference(original, optimized,
-                         settings=None) -> Tuple[object, object, Optional[str]]:
+def comparable_reference(original, optimized, settings=None,
+                         given=None) -> Tuple[object, object, Optional[str]]:
     """The original and optimized graphs made comparable where they hold random ops (see module
     doc): (reference, optimized, note about the reference or None). ``settings`` are the values
-    the original is fed besides its inputs (a dropout's ``keep_prob``)."""
+    the original is fed besides its inputs (a dropout's ``keep_prob``); ``given``: input values
+    the check feeds (--feed, samples), which the neutral draws are proven on too."""
     kept = {n.name: n.op for n in optimized.node}
     random_nodes = [n for n in original.node if n.op in UNIFORM_OPS | NORMAL_OPS | SEEDED_OPS]
     if not random_nodes and not any(n.op in SEEDED_OPS for n in optimized.node):
         return original, optimized, None
     reference, seeded = Graph(original, check_inputs=False), None
     neutral, augmentations = [], _augmentations_off(original, random_nodes, kept)
-    proven = neutral_draws.prove_neutral_draws(reference, augmentations, settings or {}) \
+    proven = neutral_draws.prove_neutral_draws(reference, augmentations, settings or {}, given) \
         if augmentations else {}
     bypassed = set(proven)
     for node in random_nodes:
