@@ -380,3 +380,95 @@ def test_an_interrupted_batch_kills_its_model_processes(tmp_path):
 def test_chatter_does_not_change_the_fingerprint():
     assert batch.options_fingerprint(["--bn-fold", "-q"], []) == \
         batch.options_fingerprint(["--bn-fold"], []) != batch.options_fingerprint([], [])
+
+
+# ---------------------------------------------------------------- what the fingerprint covers
+PROBE_PLUGIN = '''
+import tfsurgery
+from batch_probe_helper import NOTE
+
+
+@tfsurgery.transform("batch-probe")
+def batch_probe(graph, options):
+    """Changes nothing; its note comes from a module of the user's it imports."""
+    report = tfsurgery.TransformReport("batch-probe")
+    report.notes.append(NOTE)
+    return report
+'''
+
+
+def _user_folder(tmp_path, monkeypatch):
+    """The current directory holding a plugin module that imports a helper module of its own,
+    and a samples file: what the options below name."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "batch_probe_plugin.py").write_text(PROBE_PLUGIN)
+    (tmp_path / "batch_probe_helper.py").write_text("NOTE = 'first'\n")
+    conv = tf1.conv_bn(seed=3, batch=None)
+    np.savez(tmp_path / "samples.npz", **oracle.random_feeds(conv.graph_def, conv.inputs, 5))
+    return conv
+
+
+def _changed_in_place(path, text=None, data=None):
+    """New content, the modification time set back to the epoch: only content can tell."""
+    if text is not None:
+        path.write_text(text)
+    else:
+        path.write_bytes(data)
+    os.utime(path, (0, 0))
+
+
+def test_the_fingerprint_covers_named_files_and_the_users_code(tmp_path, monkeypatch):
+    """Issue 41 item 4: the content of every file an option names (``--samples=PATH`` too) and
+    of every module ``--plugin`` loads — its own file and the user's module it imports."""
+    _user_folder(tmp_path, monkeypatch)
+    for options in (["--samples=samples.npz", "--plugin", "batch_probe_plugin"],
+                    ["--samples", "samples.npz", "--plugin=batch_probe_plugin"]):
+        first = batch.options_fingerprint(options, [])
+        assert batch.options_fingerprint(options, []) == first           # deterministic
+        samples = (tmp_path / "samples.npz").read_bytes()
+        _changed_in_place(tmp_path / "samples.npz", data=samples + b"\0")
+        changed = batch.options_fingerprint(options, [])
+        _changed_in_place(tmp_path / "samples.npz", data=samples)
+        assert changed != first == batch.options_fingerprint(options, [])
+        helper = tmp_path / "batch_probe_helper.py"
+        _changed_in_place(helper, "NOTE = 'second'\n")
+        assert batch.options_fingerprint(options, []) != first
+        _changed_in_place(helper, "NOTE = 'first'\n")
+        assert batch.options_fingerprint(options, []) == first
+    assert batch.named_paths(["--samples=samples.npz", "--feed", "x=samples.npz", "1e-3"]) == \
+        ["samples.npz"]
+    with pytest.raises(InputError, match="--import no_such_module_here"):
+        batch.options_fingerprint(["--import", "no_such_module_here"], [])
+
+
+def test_batch_reruns_a_model_whose_samples_or_plugin_changed(tmp_path, monkeypatch):
+    """Through the command line: a model is skipped while nothing changed, and optimized
+    again when the --samples file's content or a module its plugin imports changed — even
+    with their modification times set back; the outputs checked by the oracle."""
+    conv = _user_folder(tmp_path, monkeypatch)
+    from google.protobuf import text_format
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "conv.pbtxt").write_text(text_format.MessageToString(conv.graph_def))
+    argv = ["batch", "in", "-o", "out", "--bn-fold", "--samples=samples.npz",
+            "--plugin", "batch_probe_plugin", "--transforms", "default,batch-probe"]
+
+    def status():
+        assert main(argv) == 0
+        summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+        record, = summary["models"]
+        return record["status"], record
+
+    assert status()[0] == "ok"
+    assert status()[0] == "skipped"
+    np.savez(tmp_path / "samples.npz", **oracle.random_feeds(conv.graph_def, conv.inputs, 6))
+    os.utime(tmp_path / "samples.npz", (0, 0))
+    assert status()[0] == "ok"
+    _changed_in_place(tmp_path / "batch_probe_helper.py", "NOTE = 'second'\n")
+    state, record = status()
+    assert state == "ok"
+    report = json.loads((tmp_path / "out" / "conv" / "report.json").read_text())
+    assert "second" in json.dumps(report)                    # the changed helper ran
+    assert status()[0] == "skipped"
+    oracle.assert_same_outputs(conv.graph_def, _optimized_graph(tmp_path / "out", record),
+                               conv.inputs, conv.outputs, rtol=1e-5)

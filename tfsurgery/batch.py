@@ -6,7 +6,8 @@ a crash or a hang in one model cannot touch the others, and a deadline is a kill
 writes go to ``OUT_DIR/<name>/``, first into a staging folder, moved into place only when the run
 passed (a failed model leaves no outputs behind: ``OUT_DIR`` holds exactly the models the summary
 calls ok). ``OUT_DIR/summary.json`` records every model; a stamp beside each model's outputs
-(the options' fingerprint) lets a re-run skip models whose outputs are newer than their inputs.
+(the options' fingerprint: their text, the content of the files they name and of the user's
+code they load) lets a re-run skip models whose outputs are newer than their inputs.
 
 ``engine="ray"`` hands the same jobs to a Ray cluster (``ray.util.multiprocessing.Pool``): no
 scheduler of our own. This module imports no TensorFlow, so a Ray worker stays light.
@@ -46,6 +47,7 @@ RAY_MISSING = ("--engine ray needs Ray: pip install ray (or pip install -e '.[ra
                "or run without --engine ray")
 OK_STATUSES = ("ok", "skipped")
 CHATTER = ("-v", "--verbose", "-q", "--quiet")   # options that change no output
+CODE_OPTIONS = ("--plugin", "--import")          # options naming the user's code to import
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)   # so children import this code
 
 
@@ -139,12 +141,59 @@ def format_summary(summary: dict) -> str:
 
 
 def options_fingerprint(options: Sequence[str], exports: Sequence[str]) -> str:
-    """What decides a model's outputs besides the model: the options (less -v/-q), the
-    exports asked for and this tfsurgery's version."""
+    """What decides a model's outputs besides the model: the options (less -v/-q), the content
+    of every file or folder they name (``--samples PATH``, ``--samples=PATH``, ``--feed
+    x=a.npy``, ...), the source of the user's code ``--plugin``/``--import`` load (imported
+    here, as the command line does), the exports asked for and this tfsurgery's version."""
     options = [option for option in options if option not in CHATTER]
     text = json.dumps({"options": options, "exports": sorted(exports),
+                       "files": {path: _content_hash(Path(path))
+                                 for path in named_paths(options)},
+                       "code": {path: _content_hash(Path(path)) for path in _user_code(options)},
                        "tfsurgery": _version()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def named_paths(options: Sequence[str]) -> List[str]:
+    """Every existing file or folder an option names: a word itself, or what follows an "="
+    in it (``--samples=PATH``, ``--feed NAME=PATH``)."""
+    words = [option[i + 1:] for option in options for i, c in enumerate(option) if c == "="]
+    return sorted({word for word in [*options, *words] if word and os.path.exists(word)})
+
+
+def _user_code(options: Sequence[str]) -> List[str]:
+    """The source files the ``--plugin`` and ``--import`` options load (their modules and the
+    user's modules they import). Code that cannot be imported: ``InputError``."""
+    from tfsurgery.trust import user_code
+    files = set()
+    for flag, spec in _flag_values(options, CODE_OPTIONS):
+        files.update(user_code.loaded_files(spec, flag))
+    return sorted(files)
+
+
+def _flag_values(options: Sequence[str], flags: Sequence[str]) -> List[tuple]:
+    """(flag, value) of each of ``flags`` among ``options``, as ``--flag V`` or ``--flag=V``."""
+    found = []
+    for i, option in enumerate(options):
+        flag, equals, value = option.partition("=")
+        if flag in flags:
+            if equals:
+                found.append((flag, value))
+            elif i + 1 < len(options):
+                found.append((flag, options[i + 1]))
+    return found
+
+
+def _content_hash(path: Path) -> str:
+    """A file's bytes, or every file of a folder (by relative path), as one digest."""
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        digest.update(str(file.relative_to(path) if file != path else "").encode() + b"\0")
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 def up_to_date(model: Path, folder: Path, fingerprint: str, options: Sequence[str] = ()
@@ -161,7 +210,7 @@ def up_to_date(model: Path, folder: Path, fingerprint: str, options: Sequence[st
     outputs = [folder / Path(a["path"]).name for a in stamp["record"]["artefacts"]]
     if not outputs or not all(path.exists() for path in outputs):
         return None
-    inputs = [model] + [Path(option) for option in options if os.path.exists(option)]
+    inputs = [model] + [Path(path) for path in named_paths(options)]
     newest_input = max(t for path in inputs for t in _mtimes(path))
     oldest_output = min(t for path in outputs for t in _mtimes(path))
     return stamp["record"] if oldest_output > newest_input else None

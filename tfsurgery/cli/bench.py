@@ -43,7 +43,8 @@ def _say_bench(args, source, result, bench) -> int:
     threads = f", {timed[0].threads} intra-op threads" if timed else ""
     _say(args, f"{source.label}: {len(source.graph_def.node)} → {len(result.graph_def.node)} "
                f"nodes; median ± interquartile range over {args.runs} interleaved runs, ms; "
-               f"each runtime in its own process{threads}")
+               f"each runtime in its own process (onnxruntime and OpenVINO: each model, as "
+               f"a plain session runs it){threads}")
     _say(args, f"CPU: {bench.cpu['name']} ({' '.join(bench.cpu['flags']) or 'no listed flags'})")
     baseline = next((e.timing for e in bench.entries
                      if (e.runtime, e.model) == ("tensorflow", "original") and e.timing), None)
