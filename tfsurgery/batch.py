@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import io
 import json
 import logging
 import os
@@ -23,6 +24,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -98,9 +101,12 @@ def run(in_dir, out_dir, options: Sequence[str] = (), *, exports: Sequence[str] 
             records[model.name] = _report(on_done, {**previous, "status": "skipped",
                                                     "seconds": 0.0, "error": None})
         else:
-            pending.append(_job(model, name, out_dir, options, exports, timeout, fingerprint))
+            pending.append(_job(model, name, out_dir, options, exports, timeout, fingerprint,
+                                ship=engine == "ray" and bool(ray_address)))
     run_all = _run_on_ray if engine == "ray" else _run_locally
+    by_name = {job["name"]: job for job in pending}
     for record in run_all(pending, jobs, ray_address):
+        record = _received(by_name[record["output_dir"]], record)
         records[record["model"]] = _report(on_done, record)
     summary = {"tfsurgery": _version(), "input_dir": str(in_dir), "output_dir": str(out_dir),
                "options": options, "exports": sorted(exports), "fingerprint": fingerprint,
@@ -223,7 +229,7 @@ def run_job(job: dict) -> dict:
     Never raises for the model's sake: every outcome, an error of ours included, is a record."""
     started = time.monotonic()
     try:
-        record = _run_and_publish(job)
+        record = _run_and_pack(job) if job.get("ship") else _run_and_publish(job)
     except Exception as error:         # e.g. a full disk while publishing: this model only
         shutil.rmtree(job["stage"], ignore_errors=True)
         record = {"model": job["label"], "output_dir": job["name"], "status": "error",
@@ -250,6 +256,63 @@ def _run_and_publish(job: dict) -> dict:
         _remove_outputs(final)               # OUT_DIR holds the models that are ok, only
     shutil.rmtree(stage, ignore_errors=True)
     return record
+
+
+def _run_and_pack(job: dict) -> dict:
+    """On a cluster node, whose disk the driver does not see: the model runs in a staging
+    folder of the node's own; its log, and its outputs if it passed, travel back inside the
+    record (``payload``: a tar archive) for the driver to publish (:func:`_received`)."""
+    with tempfile.TemporaryDirectory(prefix="tfsurgery-batch-") as local:
+        here = dict(job, stage=os.path.join(local, "stage"), log=os.path.join(local, "log"))
+        here["argv"] = _moved(job["argv"], job["stage"], here["stage"])
+        Path(here["stage"]).mkdir()
+        command = [sys.executable, "-m", "tfsurgery", "optimize", job["model"], *here["argv"]]
+        code, timed_out = _run_with_deadline(command, here)
+        report = _read_json(Path(here["stage"]) / "report.json")
+        record = dict(_record(here, report, code, timed_out),
+                      log=os.path.relpath(job["log"], job["out_dir"]))
+        if record["status"] == "ok":      # its paths as the driver will publish them
+            _write_json_atomically(Path(here["stage"]) / "report.json",
+                                   _moved(report, here["stage"], job["stage"]))
+        record["payload"] = _packed(here["stage"] if record["status"] == "ok" else None,
+                                    here["log"])
+    return record
+
+
+def _packed(stage: Optional[str], log_path: str) -> bytes:
+    """The staging folder (as ``stage/``) and the log (as ``log``), one gzipped tar."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        archive.add(log_path, arcname="log")
+        if stage is not None:
+            archive.add(stage, arcname="stage")
+    return buffer.getvalue()
+
+
+def _received(job: dict, record: dict) -> dict:
+    """On the driver: a record that travelled from a cluster node brings its log and outputs;
+    they are unpacked into this machine's staging folder and published as a local run's are.
+    Any other record is returned as it is."""
+    payload = record.pop("payload", None)
+    if payload is None:
+        return record
+    record["received_bytes"] = len(payload)
+    stage, work = Path(job["stage"]), Path(job["stage"]).with_name(f"{job['name']}.received")
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        with tarfile.open(fileobj=io.BytesIO(payload), mode="r:gz") as archive:
+            archive.extractall(work, filter="data")
+        Path(job["log"]).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(work / "log", job["log"])
+        if record["status"] != "ok":
+            _remove_outputs(Path(job["final"]))
+            return record
+        shutil.rmtree(stage, ignore_errors=True)
+        os.replace(work / "stage", stage)
+        return _publish(job, record, _read_json(stage / "report.json"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _run_with_deadline(command: List[str], job: dict):
@@ -464,7 +527,8 @@ def _paths(model: Path, name: str, stage: Path, exports: Sequence[str]) -> List[
     return argv
 
 
-def _job(model: Path, name: str, out_dir: Path, options, exports, timeout, fingerprint) -> dict:
+def _job(model: Path, name: str, out_dir: Path, options, exports, timeout, fingerprint,
+         ship: bool = False) -> dict:
     out_dir = out_dir.resolve()
     stage = out_dir / WORK / name
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
@@ -474,7 +538,7 @@ def _job(model: Path, name: str, out_dir: Path, options, exports, timeout, finge
             "final": str(out_dir / name), "stage": str(stage),
             "log": str(out_dir / LOGS / f"{name}.log"), "cwd": os.getcwd(),
             "argv": [*options, *_paths(model, name, stage, exports)], "timeout": float(timeout),
-            "fingerprint": fingerprint, "env": env}
+            "fingerprint": fingerprint, "env": env, "ship": ship}
 
 
 # ---------------------------------------------------------------- small helpers
