@@ -32,3 +32,15 @@ def marked_example(marker: str):
     assert len(found) == 1, f"{marker} is on {[str(p) for p, _ in found] or 'no page'}"
     page, text = found[0]
     return BLOCK.search(text[text.index(marker):]).group(1), page
+
+
+def command_lines(page: Path, after: str = "", until: str = "\n## "):
+    """Every ``tfsurgery <subcommand> ...`` line of ``page`` (in a fenced or an indented block)
+    from the heading ``after`` to the next heading, as argv lists, comments dropped."""
+    import shlex
+    text = page.read_text()
+    start = text.index(after) if after else 0
+    end = text.find(until, start + len(after))
+    section = text[start:end if end >= 0 else len(text)]
+    return [shlex.split(line.strip(), comments=True) for line in section.splitlines()
+            if re.match(r"^\s*tfsurgery [a-z]", line)]

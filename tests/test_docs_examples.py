@@ -29,3 +29,40 @@ def test_the_examples_of_a_page_run(page, article, tmp_path, monkeypatch):
             source = "\n" * (line - 1) + code              # tracebacks point into the page
             exec(compile(source, str(page), "exec"), namespace)
     assert os.getcwd() == str(tmp_path)                  # no example wandered off
+
+
+# ---------------------------------------------------------------- the command lines the docs show
+def test_the_readmes_command_line_tour_runs_on_the_demo(tmp_path, monkeypatch, capsys):
+    """Issue 41 item 6: the README's tour, each line as written, on the demo model as
+    ``frozen.pb``; what it wrote checked by the tests' own oracle (TF sessions, onnxruntime)."""
+    import numpy as np
+    import onnxruntime
+    import oracle
+    from docs_examples import command_lines
+    from tfsurgery.cli import main
+    from tfsurgery.models.tf1 import article_cnn
+    demo = article_cnn()                                  # what api.demo() is built from
+    (tmp_path / "frozen.pb").write_bytes(demo.graph_def.SerializeToString())
+    monkeypatch.chdir(tmp_path)
+    tour = command_lines(ROOT / "README.md", "## A tour")
+    assert [argv[:2] for argv in tour] == [["tfsurgery", command] for command in
+                                           ("optimize", "inspect", "export", "bench")]
+    printed = {}
+    for argv in tour:
+        assert main(argv[1:]) == 0, argv
+        printed[argv[1]] = capsys.readouterr().out
+    flags = {demo.training_flag: False}
+    feeds = oracle.random_feeds(demo.graph_def, demo.inputs, seed=3)
+    import tensorflow as tf
+    optimized = tf.compat.v1.GraphDef.FromString((tmp_path / "frozen_optimized.pb").read_bytes())
+    oracle.assert_same_outputs(demo.graph_def, optimized, demo.inputs, demo.outputs,
+                               feeds=feeds, original_feeds=flags)
+    expected, = oracle.run(demo.graph_def, {**feeds, **flags}, demo.outputs)
+    session = onnxruntime.InferenceSession(str(tmp_path / "lean.onnx"),
+                                           providers=["CPUExecutionProvider"])
+    feed = {i.name: feeds[i.name.split(":")[0]] for i in session.get_inputs()}
+    assert oracle.relative_error(expected, session.run(None, feed)[0]) <= 1e-4
+    assert "dry run" in printed["inspect"] and "fastest checked" in printed["bench"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["frozen.pb", "frozen_optimized.pb",
+                                                          "lean.onnx"]
+    assert np.isfinite(expected).all()
