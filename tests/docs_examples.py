@@ -39,8 +39,14 @@ def command_lines(page: Path, after: str = "", until: str = "\n## "):
     from the heading ``after`` to the next heading, as argv lists, comments dropped."""
     import shlex
     text = page.read_text()
-    start = text.index(after) if after else 0
-    end = text.find(until, start + len(after))
-    section = text[start:end if end >= 0 else len(text)]
+    section = text
+    if after:
+        start = text.index(after)
+        end = text.find(until, start + len(after))
+        section = text[start:end if end >= 0 else len(text)]
     return [shlex.split(line.strip(), comments=True) for line in section.splitlines()
-            if re.match(r"^\s*tfsurgery [a-z]", line)]
+            if COMMAND.match(line)]
+
+
+# a command line: at a line's start (a fenced block) or indented 4 (an indented block)
+COMMAND = re.compile(r"^(?: {4})?tfsurgery (?:optimize|inspect|export|bench|compare|batch) ")

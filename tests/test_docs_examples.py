@@ -66,3 +66,71 @@ def test_the_readmes_command_line_tour_runs_on_the_demo(tmp_path, monkeypatch, c
     assert sorted(p.name for p in tmp_path.iterdir()) == ["frozen.pb", "frozen_optimized.pb",
                                                           "lean.onnx"]
     assert np.isfinite(expected).all()
+
+
+def _top1(expected, actual) -> float:
+    import numpy as np
+    return float(np.mean(np.argmax(expected, -1) == np.argmax(actual, -1)))
+
+
+def test_the_int8_and_openvino_command_lines_run_on_a_tiny_fixture(tmp_path, monkeypatch,
+                                                                     capsys):
+    """Issue 41 item 6: every command line docs/int8.md and docs/openvino.md show, as written,
+    on a tiny fixture — the small CNN trained on scikit-learn's digits as ``frozen.pb``, 797
+    rows it never saw as ``rows.npz`` (enough gate rows for the default 0.99 agreement bound).
+    What each wrote is checked by the tests' own oracle: TF sessions, onnxruntime, OpenVINO."""
+    import numpy as np
+    import onnxruntime
+    import oracle
+    from docs_examples import command_lines
+    from int8_digits import TRAIN, digits_on_disk
+    from tfsurgery.cli import main
+    from tfsurgery.export import openvino as openvino_export
+    _, images, _, graph_def = digits_on_disk(tmp_path)
+    rows = images[TRAIN:]
+    lines = command_lines(ROOT / "docs" / "int8.md") + command_lines(ROOT / "docs" /
+                                                                     "openvino.md")
+    assert len(lines) >= 5
+    for number, argv in enumerate(lines):     # each in a folder of its own: they are
+        text = " ".join(argv)                 # alternatives (two write lean_ir/)
+        if "openvino" in text and not openvino_export.installed():
+            continue
+        folder = tmp_path / f"line{number}"
+        folder.mkdir()
+        (folder / "frozen.pb").write_bytes(graph_def.SerializeToString())
+        np.savez(folder / "rows.npz", input=rows)
+        monkeypatch.chdir(folder)
+        code = main(argv[1:])
+        err = capsys.readouterr().err
+        precision = argv[argv.index("--openvino-precision") + 1] \
+            if "--openvino-precision" in argv else "f32"
+        if precision not in openvino_export.supported_precisions():
+            assert code == 2 and len(err.strip().splitlines()) == 1, (text, err)
+            continue
+        if code == 1 and "below --int8-min-speedup" in err:   # int8 not faster here: refused
+            assert "--quantize" in argv
+            continue
+        assert code == 0, (text, err)
+    # the oracle on what was written
+    outputs = [n.name for n in graph_def.node if n.op == "Identity"][-1:]
+    expected, = oracle.run(graph_def, {"input": rows}, outputs)
+    def written(name):
+        return sorted(tmp_path.glob(f"line*/{name}"))
+
+    for path in written("model_int8.onnx"):
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        actual = session.run(None, {session.get_inputs()[0].name: rows})[0]
+        assert _top1(expected, actual) >= 0.97
+    if openvino_export.installed():
+        import openvino
+        core = openvino.Core()
+        assert written("lean_ir")                   # f32 always; bf16 where the CPU has it
+        for folder in written("lean_ir") + written("lean_int8_ir"):
+            compiled = core.compile_model(str(folder / "model.xml"), "CPU",
+                                          {"INFERENCE_PRECISION_HINT": "f32"})
+            actual = compiled(rows)[0]
+            if folder.name == "lean_ir":
+                assert oracle.relative_error(expected, actual) <= 1e-3
+            else:
+                assert _top1(expected, actual) >= 0.97
+        assert written("bench.svg")[0].read_text().startswith("<svg")
