@@ -205,9 +205,19 @@ def _interface_notes(args, result) -> None:
 
 
 def _saved_model_from_output(args) -> bool:
-    """``optimize -o DIR/``: the output itself is a SavedModel (no .pb written)."""
+    """``optimize -o DIR/`` or ``--output-format saved-model``: the output itself is a
+    SavedModel (no .pb written). ``--output-format pb`` with ``-o DIR/``: exit 2."""
     from tfsurgery import api
-    return args.command == "optimize" and api.wants_directory(args.output)
+    if args.command != "optimize":
+        return False
+    chosen = getattr(args, "output_format", None)
+    if chosen == "pb" and api.wants_directory(args.output):
+        raise api.InputError(f"-o {args.output} names a directory but --output-format pb writes "
+                             "a file: give a file name, or --output-format saved-model")
+    if chosen == "saved-model" and args.output is None:
+        raise api.InputError("--output-format saved-model writes the directory -o names: "
+                             "give -o DIR")
+    return chosen == "saved-model" or (chosen is None and api.wants_directory(args.output))
 
 
 def _saved_model_path(args) -> Optional[Path]:

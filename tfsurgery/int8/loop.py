@@ -23,209 +23,20 @@ publishes the chosen model. The loop does the rest: ranking, fallback, the gate,
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tfsurgery.cpu_layout import runnable
-from tfsurgery.errors import ExportError, InputError, VerificationError
-from tfsurgery.ops import first_line, node_name, tensor_name
-from tfsurgery.trust.outside import refuse
-from tfsurgery.verify.reference import comparable_reference
+from tfsurgery.errors import ExportError, InputError
+from tfsurgery.int8.measures import (CONFIDENCE, MAX_ACCURACY_DROP, MIN_AGREEMENT,  # noqa: F401
+                                     MIN_SQNR_DB, Accuracy, OutputMeasure, Thresholds, accuracy,
+                                     compare, is_class_scores, lower_bound, rows_needed, score)
+from tfsurgery.int8.rows import (GATE_FRACTION, MIN_ROWS, SELECTION_FRACTION,  # noqa: F401
+                                 Rows, float_reference, split_rows)
 from tfsurgery.verify.samples import Samples
-from tfsurgery.tfsession import plain_session_config
 
-MIN_AGREEMENT = 0.99
-MIN_SQNR_DB = 20.0                 # signal 100× the quantization noise in power
-MAX_ACCURACY_DROP = 0.01           # NNCF's accuracy control default: one point
-CONFIDENCE = 0.95                  # the gate's one-sided lower bound
 MAX_FLOAT_FRACTION = 0.10          # default cap on layers kept float: 10% of them (at least 1)
-SELECTION_FRACTION = 0.2           # of --samples: rows that choose (the rest calibrate/gate)
-GATE_FRACTION = 0.4                # of --samples: rows that judge the chosen model
-MIN_ROWS = 8                       # at least this many selection and gate rows
-
-
-# ---------------------------------------------------------------- thresholds and measures
-@dataclasses.dataclass
-class Thresholds:
-    """None: the default, and not asked for (a threshold asked for must apply to some output).
-    ``given_agreement`` 0: no agreement gate (measured and reported, never refusing)."""
-    given_agreement: Optional[float] = None
-    given_sqnr_db: Optional[float] = None
-    max_float_layers: Optional[int] = None     # None: 10% of the layers, at least 1
-    given_accuracy_drop: Optional[float] = None
-
-    def __post_init__(self):
-        if self.given_agreement is not None and not 0 <= self.given_agreement <= 1:
-            raise InputError(f"--int8-min-agreement {self.given_agreement:g}: give a share "
-                             "between 0 and 1 (0: no agreement gate)")
-        if self.max_float_layers is not None and self.max_float_layers < 0:
-            raise InputError(f"--int8-max-float-layers {self.max_float_layers}: give 0 or more")
-        if self.given_accuracy_drop is not None and not 0 <= self.given_accuracy_drop <= 1:
-            raise InputError(f"--int8-max-accuracy-drop {self.given_accuracy_drop:g}: give a "
-                             "share between 0 and 1")
-
-    @property
-    def min_agreement(self) -> float:
-        return MIN_AGREEMENT if self.given_agreement is None else self.given_agreement
-
-    @property
-    def min_sqnr_db(self) -> float:
-        return MIN_SQNR_DB if self.given_sqnr_db is None else self.given_sqnr_db
-
-    @property
-    def max_accuracy_drop(self) -> float:
-        return MAX_ACCURACY_DROP if self.given_accuracy_drop is None else self.given_accuracy_drop
-
-    def check_applies(self, outputs: Sequence[str], expected: List[List[np.ndarray]],
-                      labels: Optional[np.ndarray] = None) -> None:
-        """A threshold asked for that no output is measured by: one line (exit 2)."""
-        classes = [is_class_scores(np.asarray(expected[0][i])) for i in range(len(outputs))]
-        if self.given_agreement and not any(classes):
-            raise InputError("--int8-min-agreement: no output is class scores (rank 2, last "
-                             f"dimension ≥ 2); {', '.join(outputs)} are checked by SQNR "
-                             "(--int8-min-sqnr)")
-        if self.given_sqnr_db is not None and all(classes):
-            raise InputError("--int8-min-sqnr: every output is class scores, checked by top-1 "
-                             "agreement (--int8-min-agreement)")
-        if self.given_accuracy_drop is not None and labels is None:
-            raise InputError("--int8-max-accuracy-drop needs labels: a 'labels' array in "
-                             "--samples (or --labels PATH)")
-        if labels is not None and not any(classes):
-            raise InputError("the samples carry labels but no output is class scores (rank 2, "
-                             "last dimension ≥ 2) to take the accuracy of")
-
-
-@dataclasses.dataclass
-class OutputMeasure:
-    """One output on a set of rows: top-1 agreement (class scores) or SQNR in dB (the rest).
-    On gate rows an agreement also carries its one-sided 95% lower bound, which is what must
-    reach the threshold, and the fewest rows that could show the threshold at all."""
-    name: str
-    measure: str             # "top1_agreement" or "sqnr_db"
-    value: float
-    threshold: float
-    relative_error: float    # ||int8 - float|| / ||float||, for ranking layers
-    compared: int = 0        # class-score rows (batch elements) compared
-    lower_bound: Optional[float] = None
-    rows_needed: Optional[int] = None
-
-    @property
-    def judged(self) -> float:
-        return self.value if self.lower_bound is None else self.lower_bound
-
-    @property
-    def passed(self) -> bool:
-        return self.judged >= self.threshold
-
-    def as_dict(self) -> dict:
-        return dict(dataclasses.asdict(self), passed=self.passed)
-
-
-@dataclasses.dataclass
-class Accuracy:
-    """Float and int8 top-1 accuracy against the user's labels on one set of rows."""
-    output: str
-    rows: int
-    float_accuracy: float
-    int8_accuracy: float
-    max_drop: float
-
-    @property
-    def drop(self) -> float:
-        return self.float_accuracy - self.int8_accuracy
-
-    @property
-    def passed(self) -> bool:
-        return self.drop <= self.max_drop + 1e-12
-
-    def as_dict(self) -> dict:
-        return dict(dataclasses.asdict(self), drop=self.drop, passed=self.passed)
-
-
-def lower_bound(agreeing: int, compared: int, confidence: float = CONFIDENCE) -> float:
-    """One-sided Clopper–Pearson lower bound of a share seen as ``agreeing`` of ``compared``."""
-    if compared <= 0 or agreeing <= 0:
-        return 0.0
-    if agreeing >= compared:
-        return (1 - confidence) ** (1 / compared)       # the closed form at k = n
-    from scipy.stats import beta
-    return float(beta.ppf(1 - confidence, agreeing, compared - agreeing + 1))
-
-
-def rows_needed(threshold: float, share: float = 1.0, confidence: float = CONFIDENCE) -> Optional[int]:
-    """The fewest rows whose lower bound reaches ``threshold`` when ``share`` of them agree
-    (1.0: every row); None when ``share`` is not above the threshold (no count suffices)."""
-    if threshold <= 0:
-        return 0
-    if share <= threshold:
-        return None
-    if share >= 1:
-        return math.ceil(math.log(1 - confidence) / math.log(threshold))
-    count = 1
-    while lower_bound(math.floor(share * count), count, confidence) < threshold:
-        count *= 2
-        if count > 10_000_000:
-            return None
-    low, high = count // 2, count
-    while high - low > 1:
-        middle = (low + high) // 2
-        if lower_bound(math.floor(share * middle), middle, confidence) >= threshold:
-            high = middle
-        else:
-            low = middle
-    return high
-
-
-def compare(outputs: Sequence[str], expected: List[List[np.ndarray]],
-            actual: List[List[np.ndarray]], thresholds: Thresholds, *,
-            bounded: bool = False) -> List[OutputMeasure]:
-    """Per output over all rows ([row][output] on both sides): agreement or SQNR; ``bounded``
-    (the gate): agreements carry their lower bound and the rows needed."""
-    result = []
-    for index, name in enumerate(outputs):
-        ref = _stacked(expected, index)
-        got = _stacked(actual, index)
-        relative = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
-        if is_class_scores(ref):
-            same = ref.argmax(-1) == got.argmax(-1)
-            measure = OutputMeasure(name, "top1_agreement", float(np.mean(same)),
-                                    thresholds.min_agreement, relative, int(same.size))
-            if bounded:
-                measure.lower_bound = lower_bound(int(same.sum()), int(same.size))
-                measure.rows_needed = rows_needed(thresholds.min_agreement)
-            result.append(measure)
-        else:
-            sqnr = 20 * math.log10(1 / relative) if relative > 0 else math.inf
-            result.append(OutputMeasure(name, "sqnr_db", sqnr, thresholds.min_sqnr_db, relative,
-                                        len(expected)))
-    return result
-
-
-def accuracy(outputs: Sequence[str], expected, actual, labels: Optional[np.ndarray],
-             thresholds: Thresholds) -> Optional[Accuracy]:
-    """Accuracy of the first class-score output against ``labels`` (one per compared row)."""
-    if labels is None:
-        return None
-    index = next(i for i in range(len(outputs))
-                 if is_class_scores(np.asarray(expected[0][i])))
-    ref, got = _stacked(expected, index), _stacked(actual, index)
-    truth = np.asarray(labels).reshape(-1)
-    if truth.size != len(ref):
-        raise InputError(f"the labels hold {truth.size} values for {len(ref)} rows of "
-                         f"'{outputs[index]}'")
-    return Accuracy(outputs[index], int(truth.size), float(np.mean(ref.argmax(-1) == truth)),
-                    float(np.mean(got.argmax(-1) == truth)), thresholds.max_accuracy_drop)
-
-
-def _stacked(rows: List[List[np.ndarray]], index: int) -> np.ndarray:
-    return np.concatenate([np.atleast_1d(row[index]) for row in rows]).astype(np.float64)
-
-
-def is_class_scores(values: np.ndarray) -> bool:
-    return values.ndim == 2 and values.shape[-1] >= 2
 
 
 # ---------------------------------------------------------------- choices and attempts
@@ -281,13 +92,6 @@ def rank(attempt: Attempt) -> tuple:
     failed = not all(o.passed for o in attempt.outputs) or \
         (attempt.accuracy is not None and not attempt.accuracy.passed)
     return (failed, primary, attempt.score)
-
-
-def score(measures: List[OutputMeasure]) -> float:
-    """A continuous error over outputs (lower is better): disagreement plus relative error, so
-    attempts and layers can be ranked even when top-1 barely moves."""
-    return sum(o.relative_error + (1 - o.value if o.measure == "top1_agreement" else 0)
-               for o in measures)
 
 
 # ---------------------------------------------------------------- the report
@@ -385,47 +189,6 @@ class Int8Refused(ExportError):
         super().__init__(f"{report.format} int8 misses its thresholds on {report.gate_rows} "
                          f"gate rows{kept}: {'; '.join(report.failures())}{sensitive}{few}")
         self.report = report
-
-
-# ---------------------------------------------------------------- rows
-@dataclasses.dataclass
-class Rows:
-    """The three disjoint sets of rows."""
-    calibration: Samples
-    selection: Samples
-    gate: Samples
-
-    def sizes(self) -> Dict[str, int]:
-        return {"calibration": self.calibration.rows, "selection": self.selection.rows,
-                "gate": self.gate.rows}
-
-
-def split_rows(samples: Samples, gate: Optional[Samples] = None, *,
-               gate_fraction: float = GATE_FRACTION,
-               selection_fraction: float = SELECTION_FRACTION, seed: int = 0) -> Rows:
-    """``samples`` cut by a seeded shuffle into calibration, selection and gate rows (or, with
-    ``gate`` given, into calibration and selection rows, ``gate`` judging)."""
-    if gate is not None:
-        if gate.rows < MIN_ROWS:
-            raise InputError(f"{gate.source}: {gate.rows} rows are too few to gate int8 on; "
-                             f"give at least {MIN_ROWS}")
-        gate_fraction = 0.0
-    if not 0 <= gate_fraction < 1 or not 0 < selection_fraction < 1 or \
-            gate_fraction + selection_fraction >= 1:
-        raise InputError(f"the gate share {gate_fraction:g} and selection share "
-                         f"{selection_fraction:g} must leave rows to calibrate on")
-    count = samples.rows
-    chosen = max(MIN_ROWS, int(round(count * selection_fraction)))
-    judged = 0 if gate is not None else max(MIN_ROWS, int(round(count * gate_fraction)))
-    if count - chosen - judged < 1:
-        raise InputError(f"{samples.source}: {count} rows are too few for {judged} gate rows, "
-                         f"{chosen} selection rows and at least one calibration row; give at "
-                         f"least {chosen + judged + 1} rows")
-    order = np.random.default_rng(seed).permutation(count)
-    selection = samples.take(order[:chosen])
-    calibration = samples.take(order[chosen + judged:])
-    judging = gate if gate is not None else samples.take(order[chosen:chosen + judged])
-    return Rows(calibration, selection, judging)
 
 
 # ---------------------------------------------------------------- the backend and the loop
@@ -613,42 +376,3 @@ def run_loop(backend, outputs: Sequence[str], rows: Rows, expected: Dict[str, li
     backend.accept(chosen.model, report)
     backend.publish(chosen.model, path)
     return report
-
-
-# ---------------------------------------------------------------- the float reference
-def float_reference(original, optimized, settings: Dict[str, object], outputs: Sequence[str],
-                    rows: Samples, timeout: float) -> List[List[np.ndarray]]:
-    """The float ORIGINAL in TensorFlow on every row, [row][output]: the graph as the user gave
-    it, fed besides each row what verification feeds it (``settings``: a ``keep_prob`` at 1,
-    a training flag False — ``Result.original_extra_feeds``), its random ops made comparable
-    with ``optimized`` as verification makes them. One session for all rows, within
-    ``timeout`` seconds per row."""
-    import tensorflow as tf
-    extra = {node_name(k): np.asarray(v) for k, v in settings.items()}
-    try:
-        reference, _, _ = comparable_reference(original, optimized, extra)
-        reference = runnable(reference, label="the original graph")
-    except VerificationError as error:
-        raise ExportError(f"no float reference for int8: {error}") from None
-    present = {n.name for n in reference.node}
-    fixed = {tensor_name(k): v for k, v in extra.items() if k in present}
-    options = tf.compat.v1.RunOptions(timeout_in_ms=max(1, int(timeout * 1000)))
-    with tf.Graph().as_default() as graph:
-        tf.compat.v1.import_graph_def(reference, name="")
-        with tf.compat.v1.Session(graph=graph, config=plain_session_config()) as session:
-            fetches = [tensor_name(o) for o in outputs]
-            result = []
-            for feeds in rows.feeds():
-                feed = dict(fixed)
-                feed.update({tensor_name(k): v for k, v in feeds.items()
-                             if node_name(k) in present})
-                if not result:
-                    refuse(reference, outputs, list(feed), where="the original graph")
-                try:
-                    result.append(session.run(fetches, feed, options=options))
-                except (tf.errors.OpError, ValueError, KeyError, TypeError) as error:
-                    raise ExportError("no float reference for int8: the original graph does "
-                                      f"not run on the samples: "
-                                      f"{first_line(getattr(error, 'message', str(error)))}"
-                                      ) from None
-            return result
