@@ -330,6 +330,7 @@ def test_the_optimize_options_batch_passes_on():
     (["IN", "-o", "OUT", "--transforms", "nobody-knows"], "unknown transform 'nobody-knows'"),
     (["IN", "-o", "OUT", "--list-transforms"], "optimizes nothing"),
     (["IN/article.pb", "-o", "OUT"], "not a directory"),
+    (["IN", "-o", "OUT", "--ray-shared-output"], "it needs --engine ray --ray-address"),
 ])
 def test_bad_batch_usage_is_one_line_and_exit_2(model_dir, tmp_path, capsys, argv, message):
     folder, _ = model_dir
@@ -511,3 +512,21 @@ def test_batch_reruns_a_model_whose_samples_or_plugin_changed(tmp_path, monkeypa
     assert status()[0] == "skipped"
     oracle.assert_same_outputs(conv.graph_def, _optimized_graph(tmp_path / "out", record),
                                conv.inputs, conv.outputs, rtol=1e-5)
+
+
+def test_a_declared_shared_output_is_checked_from_the_driver(tmp_path):
+    """``--ray-shared-output``: the nodes write to OUT_DIR themselves; a model whose outputs
+    are not visible here (at their recorded size) is an error, never ok."""
+    out = tmp_path / "out"
+    (out / "article").mkdir(parents=True)
+    (out / "article" / "article_optimized.pb").write_bytes(b"12345")
+    record = {"model": "article.pb", "status": "ok", "error": None, "artefacts": [
+        {"format": "pb", "path": "article/article_optimized.pb", "bytes": 5}]}
+    assert batch.checked_visible(record, out) == record
+    for artefact in ({"format": "pb", "path": "article/article_optimized.pb", "bytes": 9},
+                     {"format": "onnx", "path": "article/article.onnx", "bytes": 5}):
+        seen = batch.checked_visible(dict(record, artefacts=[artefact]), out)
+        assert seen["status"] == "error" and seen["artefacts"] == []
+        assert artefact["path"] in seen["error"] and "not shared" in seen["error"]
+    failed = dict(record, status="failed", artefacts=[])
+    assert batch.checked_visible(failed, out) == failed

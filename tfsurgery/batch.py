@@ -71,7 +71,7 @@ def find_models(in_dir, exclude: Optional[Path] = None) -> List[Path]:
 
 def run(in_dir, out_dir, options: Sequence[str] = (), *, exports: Sequence[str] = (),
         jobs: int = 1, timeout: float = DEFAULT_TIMEOUT, engine: str = "local",
-        ray_address: Optional[str] = None,
+        ray_address: Optional[str] = None, shared_output: bool = False,
         on_done: Optional[Callable[[dict], None]] = None) -> dict:
     """Optimize every model of ``in_dir`` (see :func:`find_models`) into ``out_dir/<name>/``.
 
@@ -80,12 +80,17 @@ def run(in_dir, out_dir, options: Sequence[str] = (), *, exports: Sequence[str] 
     (``onnx``, ``tflite``, ``saved_model``, ``openvino``, ``picture``), each checked as
     ``optimize`` checks it;
     ``jobs`` models at once; ``timeout`` seconds per model (then it is killed and reported);
-    ``engine="ray"``: on Ray (``ray_address``, else a local instance of ``jobs`` CPUs).
+    ``engine="ray"``: on Ray (``ray_address``, else a local instance of ``jobs`` CPUs); with
+    an address each node's outputs travel back here, unless ``shared_output`` declares OUT_DIR
+    shared with the nodes (then they write there and each output is checked visible here).
     ``on_done(record)`` is called as each model finishes. Returns the summary also written to
     ``out_dir/summary.json``; bad arguments raise ``InputError`` before any model runs."""
     in_dir, out_dir = Path(in_dir), Path(out_dir)
     options = [str(option) for option in options]
     _check_request(in_dir, out_dir, options, exports, jobs, timeout, engine)
+    if shared_output and not (engine == "ray" and ray_address):
+        raise InputError("--ray-shared-output declares OUT_DIR shared with a Ray cluster's "
+                         "nodes: it needs --engine ray --ray-address ADDRESS")
     models = find_models(in_dir, exclude=out_dir)
     if not models:
         raise InputError(f"{in_dir}: no models (.pb, .pbtxt, .keras, .h5 or SavedModel "
@@ -102,11 +107,14 @@ def run(in_dir, out_dir, options: Sequence[str] = (), *, exports: Sequence[str] 
                                                     "seconds": 0.0, "error": None})
         else:
             pending.append(_job(model, name, out_dir, options, exports, timeout, fingerprint,
-                                ship=engine == "ray" and bool(ray_address)))
+                                ship=engine == "ray" and bool(ray_address)
+                                and not shared_output))
     run_all = _run_on_ray if engine == "ray" else _run_locally
     by_name = {job["name"]: job for job in pending}
     for record in run_all(pending, jobs, ray_address):
         record = _received(by_name[record["output_dir"]], record)
+        if shared_output:
+            record = checked_visible(record, out_dir)
         records[record["model"]] = _report(on_done, record)
     summary = {"tfsurgery": _version(), "input_dir": str(in_dir), "output_dir": str(out_dir),
                "options": options, "exports": sorted(exports), "fingerprint": fingerprint,
@@ -179,15 +187,10 @@ def _user_code(options: Sequence[str]) -> List[str]:
 
 def _flag_values(options: Sequence[str], flags: Sequence[str]) -> List[tuple]:
     """(flag, value) of each of ``flags`` among ``options``, as ``--flag V`` or ``--flag=V``."""
-    found = []
-    for i, option in enumerate(options):
-        flag, equals, value = option.partition("=")
-        if flag in flags:
-            if equals:
-                found.append((flag, value))
-            elif i + 1 < len(options):
-                found.append((flag, options[i + 1]))
-    return found
+    pairs = [option.partition("=") + (after,) for option, after in
+             zip(options, [*options[1:], None])]
+    return [(flag, value if equals else after) for flag, equals, value, after in pairs
+            if flag in flags and (equals or after is not None)]
 
 
 def _content_hash(path: Path) -> str:
@@ -259,9 +262,8 @@ def _run_and_publish(job: dict) -> dict:
 
 
 def _run_and_pack(job: dict) -> dict:
-    """On a cluster node, whose disk the driver does not see: the model runs in a staging
-    folder of the node's own; its log, and its outputs if it passed, travel back inside the
-    record (``payload``: a tar archive) for the driver to publish (:func:`_received`)."""
+    """On a cluster node: the model runs in a staging folder on the node's own disk; its log and
+    (passed) outputs travel back in the record (``payload``, a tar) for :func:`_received`."""
     with tempfile.TemporaryDirectory(prefix="tfsurgery-batch-") as local:
         here = dict(job, stage=os.path.join(local, "stage"), log=os.path.join(local, "log"))
         here["argv"] = _moved(job["argv"], job["stage"], here["stage"])
@@ -290,15 +292,14 @@ def _packed(stage: Optional[str], log_path: str) -> bytes:
 
 
 def _received(job: dict, record: dict) -> dict:
-    """On the driver: a record that travelled from a cluster node brings its log and outputs;
-    they are unpacked into this machine's staging folder and published as a local run's are.
-    Any other record is returned as it is."""
+    """On the driver: a record from a cluster node brings its log and outputs, unpacked into
+    the staging folder here and published as a local run's are (other records: as they are)."""
     payload = record.pop("payload", None)
     if payload is None:
         return record
     record["received_bytes"] = len(payload)
     stage, work = Path(job["stage"]), Path(job["stage"]).with_name(f"{job['name']}.received")
-    shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)          # a crashed run's leftovers: never published
     try:
         with tarfile.open(fileobj=io.BytesIO(payload), mode="r:gz") as archive:
             archive.extractall(work, filter="data")
@@ -313,6 +314,19 @@ def _received(job: dict, record: dict) -> dict:
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def checked_visible(record: dict, out_dir: Path) -> dict:
+    """A declared shared OUT_DIR: every output a node wrote must be here, a file at its recorded
+    size, else the model is an error (the summary never calls ok what the driver cannot see)."""
+    paths = [(Path(out_dir) / a["path"], a.get("bytes")) for a in record["artefacts"]]
+    missing = [str(path) for path, size in paths if not path.is_dir() and not (
+        path.is_file() and size in (None, path.stat().st_size))]
+    if record["status"] != "ok" or not missing:
+        return record
+    return dict(record, status="error", artefacts=[], error=(
+        f"{missing[0]}: written on the node but not visible here: OUT_DIR is not shared with "
+        "the cluster (without --ray-shared-output the outputs travel back)"))
 
 
 def _run_with_deadline(command: List[str], job: dict):
