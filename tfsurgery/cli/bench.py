@@ -112,7 +112,8 @@ def _bench_int8(args, source, transforms) -> int:
                      f"{side.max_error:.3g}{agree}"))
     timed = [t for side in sides for t in side.timings.values()]
     _say(args, f"{source.label}: float32 against int8 weights; median ± interquartile range over "
-               f"{args.runs} interleaved runs, ms; each runtime in its own process"
+               f"{args.runs} interleaved runs, ms; each runtime in its own process "
+               f"(onnxruntime and OpenVINO: each model)"
                f"{f', {timed[0].threads} intra-op threads' if timed else ''}; int8 vs float: "
                "max error relative to each output's magnitude (worst batch) and top-1 "
                "agreement, on " + ("every --samples row" if args.samples else
