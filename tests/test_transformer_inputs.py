@@ -101,3 +101,22 @@ def test_prefixes_cover_every_row():
     mask = token_inputs.valid_prefixes(rng, (64, 5))
     _assert_prefix_mask(mask)
     assert set(mask.sum(axis=-1)) == {1, 2, 3, 4, 5}
+
+
+def test_samples_override_and_the_json_report_says_what_was_chosen(bert, tmp_path):
+    """CLI: --samples gives the token ids (rows of ids < 5) and the mask; only segment_ids is
+    left to the graph-read generator, and the JSON report's verification notes say so."""
+    import json
+    from tfsurgery.cli import main
+    model = tmp_path / "bert.pb"
+    model.write_bytes(bert.graph_def.SerializeToString())
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, 5, (3, 2, 8)).astype(np.int32)          # three rows, each a batch
+    mask = np.ones((3, 2, 8), np.int32)
+    mask[:, 1, 4:] = 0
+    np.savez(tmp_path / "rows.npz", token_ids=ids, padding_mask=mask)
+    assert main(["optimize", str(model), "-o", str(tmp_path / "lean.pb"), "-q", "--samples",
+                 str(tmp_path / "rows.npz"), "--report-json", str(tmp_path / "r.json")]) == 0
+    notes = "\n".join(json.loads((tmp_path / "r.json").read_text())["verification"]["notes"])
+    assert "input 'segment_ids': ids in [0, 2)" in notes
+    assert "input 'token_ids'" not in notes and "input 'padding_mask'" not in notes

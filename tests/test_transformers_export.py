@@ -146,13 +146,15 @@ def test_tensordot_on_free_dims_needs_only_the_known_ones(shape, left):
 
 def test_bert_with_free_batch_and_sequence_loses_its_shape_arithmetic():
     """A [None, None] BERT: every Dense's Prod/Pack shape arithmetic goes (its hidden size is
-    known), the Shapes that need the sequence length stay and say so; the result matches the
-    original at two sequence lengths (oracle)."""
+    known), and the attention's where(ones_like(scores) & mask, ...) needs no shape at all; the
+    Shapes that need the sequence length stay and say so; the result matches the original at
+    two sequence lengths (oracle)."""
     built = transformers.frozen("bert", dynamic=True, **SMALL)
     result = api.optimize(built.graph_def, interface=api.Interface(
         inputs=built.inputs, outputs=built.outputs))
     before, after = ops_of(built.graph_def), ops_of(result.graph_def)
     assert before["Prod"] > 0 and after["Prod"] == 0
+    assert before["Fill"] > 0 and not {"Fill", "LogicalAnd"} & set(after)   # the mask's ones_like
     report, = [r for r in result.reports if r.name == "materialize-shapes"]
     assert all("--input-shape" in reason for _, reason in report.skipped)
     for seq in (5, 11):
@@ -161,3 +163,22 @@ def test_bert_with_free_batch_and_sequence_loses_its_shape_arithmetic():
         actual = oracle.run(result.graph_def, feeds, result.outputs)
         for e, a in zip(expected, actual):
             assert np.abs(e - a).max() <= 1e-5 * max(1.0, np.abs(e).max())
+
+
+def test_a_mask_broadcast_by_ones_like_selects_directly():
+    """where(ones_like(x) & m, x, y) → where(m, x, y) with x and m of free, different shapes
+    (m broadcasts); the same values and shape (oracle); x's Shape and the Fill go."""
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 2, None, None], name="x")
+        m = tf.compat.v1.placeholder(tf.bool, [None, 1, 1, None], name="m")
+        ones = tf.fill(tf.shape(x), True)
+        tf.identity(tf.where(tf.logical_and(ones, m), x, -1e9), name="y")
+    result = api.optimize(graph.as_graph_def(), interface=api.Interface(
+        inputs=["x", "m"], outputs=["y"]))
+    assert not {"Fill", "Shape", "LogicalAnd"} & set(ops_of(result.graph_def))
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.standard_normal((3, 2, 5, 5)).astype(np.float32),
+             "m": rng.random((3, 1, 1, 5)) < 0.5}
+    expected, = oracle.run(graph.as_graph_def(), feeds, ["y"])
+    actual, = oracle.run(result.graph_def, feeds, ["y"])
+    assert expected.shape == actual.shape and np.array_equal(expected, actual)

@@ -148,7 +148,7 @@ def _picked(graph: Graph, reader: str, dims):
     vector = np.array(dims, dtype=object)
     if op == "GatherV2" and int(values[1]) == 0 and graph.attr(reader, "batch_dims", 0) == 0:
         indices = values[0].astype(np.int64)
-        if np.any(indices >= len(dims)) or np.any(indices < -len(dims)):
+        if np.any(indices >= len(dims)) or np.any(indices < 0):   # TF refuses negative ones
             return None
         return vector[indices].tolist()
     if op == "StridedSlice" and len(values) == 3 and all(v.shape == (1,) for v in values):
@@ -225,4 +225,6 @@ def _sizes(graph: Graph, ref: Ref, shapes):
 
 
 def _shown(dims) -> str:
+    if dims is None:                 # not even the rank is known
+        return "(unknown rank)"
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"

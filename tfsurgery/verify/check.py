@@ -79,7 +79,8 @@ def run_reference(original, inputs: Sequence[str], outputs: Sequence[str],
 def free_dim_size(graph_def, inputs: Sequence[str], outputs: Sequence[str], given=None) -> int:
     """The size for free dimensions: the first of the given values' sizes, then of
     UNKNOWN_DIMS, for which TensorFlow's shape inference gives every output a non-empty shape
-    (five poolings leave nothing of 16). Decided statically: running a kernel on an empty tensor can crash the process."""
+    (five poolings leave nothing of 16). Decided statically: running a kernel on an empty
+    tensor can crash the process."""
     if not has_free_dims(graph_def, inputs):
         return UNKNOWN_DIMS[0]
     import tensorflow as tf
@@ -139,7 +140,7 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
         raw, given = _preprocessed_feeds(original, optimized, inputs, outputs, preprocess,
                                          seed=seed, given=given)
     reference, optimized, random_note = comparable or comparable_reference(
-        original, optimized, {node_name(k): v for k, v in settings.items()})
+        original, optimized, {node_name(k): v for k, v in settings.items()}, given)
     run = dict(seed=seed, given=given, timeout=timeout, random=raw is None)
     started = time.perf_counter()
     with _open(reference, timeout) as ref, \
@@ -147,6 +148,7 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
         plan = _plan(ref, opt, outputs, settings, watching, raw, correspondence)
         compared = _compare(ref, opt, reference, inputs, outputs, plan, watching, raw, run)
         if plan.first:
+            watching.notes += token_inputs.notes(reference, inputs, given)
             compared = _watch_sensitivity(ref, opt, reference, inputs, outputs, plan, compared,
                                           watching, raw, run, tolerance, started)
         verification = _verdict(compared, plan, outputs, tolerance, raw, watching, opt.graph)
@@ -466,7 +468,8 @@ def verify_batches(original, optimized, inputs: Sequence[str], outputs: Sequence
     expected: Dict[str, list] = {name: [] for name in class_outputs}
     actual: Dict[str, list] = {name: [] for name in class_outputs}
     comparable = comparable_reference(                 # the same for every batch: made once
-        original, optimized, {node_name(k): v for k, v in _settings(settings).items()})
+        original, optimized, {node_name(k): v for k, v in _settings(settings).items()},
+        next((given for _, given, _ in batches if given), None))
     watching = Watching()                              # decided by the first batch
     for label, given, seed in batches:
         one = verify(original, optimized, inputs, outputs, settings, tolerance=tolerance,

@@ -74,8 +74,9 @@ def valid_prefixes(rng: np.random.Generator, shape: Sequence[int]) -> np.ndarray
 
 def find(graph, inputs: Sequence[str]) -> Dict[str, TokenInput]:
     """Input name → what it gets, for the integer and bool inputs that index an embedding or
-    mask an attention. ``graph``: a Graph or a GraphDef (indexed once and remembered)."""
-    graph = _indexed(graph)
+    mask an attention. ``graph``: a Graph or a GraphDef (its answer remembered)."""
+    if not isinstance(graph, Graph):
+        return _cached_find(graph, inputs)
     found = {}
     for name in inputs:
         node = graph.node(node_name(name)) if node_name(name) in graph else None
@@ -157,13 +158,17 @@ def _is_int_or_bool(node) -> bool:
     return dtype.is_integer or dtype.is_bool
 
 
-_last: list = [None, -1, None]  # (GraphDef, its node count, its index): make_feeds asks once
-                                # per size tried
+_last = [(None, None)]          # (key, what find found): make_feeds asks once per size tried
 
 
-def _indexed(graph) -> Graph:
-    if isinstance(graph, Graph):
-        return graph
-    if _last[0] is not graph or _last[1] != len(graph.node):
-        _last[:] = [graph, len(graph.node), Graph(graph, check_inputs=False)]
-    return _last[2]
+def _cached_find(graph_def, inputs: Sequence[str]) -> Dict[str, TokenInput]:
+    """``find`` on a GraphDef, remembered for the last one asked (by identity, size and end
+    nodes: no reference to it is kept, so a large graph is not held in memory)."""
+    nodes = graph_def.node
+    key = (id(graph_def), len(nodes), nodes[0].name if nodes else "",
+           nodes[-1].name if nodes else "", tuple(inputs))
+    entry = _last[0]
+    if entry[0] != key:
+        entry = (key, find(Graph(graph_def, check_inputs=False), inputs))
+        _last[0] = entry
+    return entry[1]
