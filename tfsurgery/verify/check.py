@@ -287,7 +287,7 @@ def _watch_sensitivity(ref, opt, reference, inputs, outputs, plan: Plan, compare
     one would not: widen (every tensor both graphs have, or that corresponds) and probe again;
     then smaller scales of the random inputs; a layer no scale shows leaves the check blind
     (``Watching.blind``: "cannot verify" unless the user accepts it)."""
-    watching.notes += token_inputs.notes(reference, inputs, run["given"]) + plan.unpaired
+    watching.notes += plan.unpaired
     scales = _smaller_scales(compared.feeds, inputs, run, watching)
     while True:
         found = _probe(ref, plan, compared, watching, tolerance, started)
