@@ -53,7 +53,8 @@ def run(args) -> int:
         api.check_int8_request(args.samples, args.quantize, args.command == "export" or
                                bool(args.onnx) or bool(args.tflite)
                                or bool(getattr(args, "openvino", None)),
-                               _split(args.inputs_as_nchw), weights=args.weights)
+                               _split(args.inputs_as_nchw), weights=args.weights,
+                               check_samples=args.check_samples, labels=args.labels)
         api.check_int8_speed_request(args.int8_target, args.int8_min_speedup)
     if saved_model is not None:
         api.check_saved_model_target(saved_model, force=args.force, input_path=args.input)
@@ -67,6 +68,12 @@ def run(args) -> int:
         raise
     if getattr(args, "picture", None):
         api.check_drawable(source, args.picture_scope)
+    # the rows counted in seconds, before optimizing (raw preprocessed inputs: checked later)
+    if getattr(args, "quantize", None) and not args.preprocess.given():
+        api.check_int8_rows(source, args.samples, thresholds=_int8_thresholds(api, args),
+                            check_samples=args.check_samples,
+                            check_fraction=args.check_fraction, labels=args.labels,
+                            inputs=_split(args.inputs), outputs=_split(args.outputs))
     if args.command == "inspect":
         return _inspect(args, source, transforms)
     if args.command == "bench":
@@ -164,12 +171,10 @@ def _targets(args, source):
             samples=args.samples, check_samples=args.check_samples,
             check_fraction=args.check_fraction,
             labels=args.labels,
-            thresholds=api.Int8Thresholds(args.int8_min_agreement, args.int8_min_sqnr,
-                                          args.int8_max_float_layers,
-                                          args.int8_max_accuracy_drop),
+            thresholds=_int8_thresholds(api, args),
             calibration=args.int8_calibration, equalize=args.int8_equalize,
             bias_correction=args.int8_bias_correction, tflite_io=args.tflite_io,
-            target=args.int8_target, min_speedup=args.int8_min_speedup)
+            target=args.int8_target, min_speedup=args.int8_min_speedup, modes=args.int8_mode)
     return api.Targets(
         pb=None if exporting or _saved_model_from_output(args) else (
             Path(args.output) if args.output else api.default_output_path(source)),
@@ -183,6 +188,11 @@ def _targets(args, source):
         openvino_tolerance=getattr(args, "openvino_tolerance", None),
         picture=getattr(args, "picture", None) or None,
         picture_scope=getattr(args, "picture_scope", None), allow_unverified=args.no_verify)
+
+
+def _int8_thresholds(api, args):
+    return api.Int8Thresholds(args.int8_min_agreement, args.int8_min_sqnr,
+                              args.int8_max_float_layers, args.int8_max_accuracy_drop)
 
 
 def _say_checks(args, result, written) -> None:
@@ -312,8 +322,10 @@ def _say_int8(args, report) -> None:
     equalized = " of the cross-layer-equalized graph" if report.model == "equalized" else ""
     corrected = ", biases corrected" if report.bias_corrected else ""
     io_type = f", {report.io_type} I/O" if report.format == "tflite" else ""
-    _say(args, f"int8 {FORMATS.get(report.format, report.format)}{equalized} "
-               f"({report.calibration_method} calibration{corrected}{io_type}): "
+    how = ("dynamic: activations quantized at run time" if report.mode.startswith("dynamic")
+           else f"{report.calibration_method} calibration{corrected}")
+    _say(args, f"int8 {FORMATS.get(report.format, report.format)} {report.mode}{equalized} "
+               f"({how}{io_type}): "
                f"{report.calibration_rows} calibration, {report.selection_rows} selection, "
                f"{report.gate_rows} gate rows (no choice saw the gate rows)")
     eq = report.equalization
@@ -328,6 +340,9 @@ def _say_int8(args, report) -> None:
             f"{a.label}: " + ", ".join(f"{o.measure} {o.value:.4g}"
                                                   for o in a.outputs) + f" ({a.score:.4g})"
             for a in report.tried))
+    if len(report.modes) > 1:
+        _say(args, f"  modes on the selection rows (written: {report.mode}): "
+                   f"{report.modes_line()}")
     if report.sensitivities:
         ranked = sorted(report.sensitivities.items(), key=lambda kv: -kv[1])
         _say(args, "  layer sensitivity on the selection rows (error drop with only that "
@@ -358,7 +373,7 @@ def _say_int8_speed(args, report) -> None:
     """The ONNX int8 target (what and why) and its speed against float on this machine —
     loudly, on stderr even with -q, when int8 is not faster."""
     target = report.target
-    if target:
+    if target and not report.mode.startswith("dynamic"):      # the static settings
         _say(args, f"  int8 target {target['target']}: activations {target['activations']}, "
                    f"weights {target['weights']}{' per-channel' if target['per_channel'] else ''}"
                    f"{', reduce_range' if target['reduce_range'] else ''} ({target['why']})")

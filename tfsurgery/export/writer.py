@@ -22,6 +22,7 @@ from tfsurgery.export import tflite as tflite_export
 from tfsurgery.export.artefacts import Artefact, Batch
 from tfsurgery.errors import ExportError, OnnxCheckFailed, WriteFailed
 from tfsurgery.int8.speed import Int8TooSlow
+from tfsurgery.int8.options import Int8Config
 from tfsurgery.int8.config import (Int8Refused, TfliteInt8Refused, check_int8_request, export_int8,
                             export_openvino_int8, export_tflite_int8, int8_samples)
 from tfsurgery.result import (Result, export_onnx, export_reference, feeds_for_checks,
@@ -141,7 +142,10 @@ class Int8Targets:
     ``tflite_io``: the full-integer TFLite model's inputs and outputs, "float32" or "int8".
     ``target``: the CPU the int8 ONNX is for ("auto": this machine; see ``int8_target``);
     ``min_speedup``: refuse an int8 ONNX that runs less than this many times as fast as the
-    float ONNX on this machine (None: measured and reported only)."""
+    float ONNX on this machine (None: 1.0; 0: int8 for its size, speed reported only);
+    ``modes``: "auto" (static, and dynamic when static misses), "static" or "dynamic".
+    Everything but the rows is :attr:`config` (``int8.options.Int8Config``), checked when
+    this is made."""
 
     samples: object = None
     check_samples: object = None
@@ -155,6 +159,16 @@ class Int8Targets:
     tflite_io: str = "float32"
     target: str = "auto"
     min_speedup: Optional[float] = None
+    modes: str = "auto"
+
+    def __post_init__(self):
+        self.config      # bad values: one line, exit 2, before any work
+
+    @property
+    def config(self) -> Int8Config:
+        return Int8Config(self.thresholds, self.calibration, self.equalize,
+                          self.bias_correction, self.modes, self.target, self.min_speedup,
+                          self.tflite_io)
 
 
 @dataclasses.dataclass
@@ -233,7 +247,9 @@ def write(source, result: Result, targets: Targets) -> Written:
         check_int8_request(targets.int8.samples, "int8",
                            targets.onnx is not None or targets.tflite is not None
                            or targets.openvino is not None,
-                           targets.inputs_as_nchw, weights=result.weights)
+                           targets.inputs_as_nchw, weights=result.weights,
+                           check_samples=targets.int8.check_samples,
+                           labels=targets.int8.labels)
     written = Written()
     batch = Batch()
     # the samples are read once: calibration and check rows for ONNX and TFLite alike
@@ -298,7 +314,8 @@ def _write_onnx(source: Source, result: Result, targets: Targets, path: Path, wr
 
 def _int8_rows(source: Source, result: Result, int8: Int8Targets):
     return int8_samples(source, result, int8.samples, check_samples=int8.check_samples,
-                        check_fraction=int8.check_fraction, labels=int8.labels)
+                        check_fraction=int8.check_fraction, labels=int8.labels,
+                        thresholds=int8.thresholds)
 
 
 def _write_int8_onnx(source: Source, result: Result, targets: Targets, path: Path, rows,
@@ -309,15 +326,13 @@ def _write_int8_onnx(source: Source, result: Result, targets: Targets, path: Pat
     with tempfile.TemporaryDirectory(prefix=f".{path.name}.float.", dir=path.parent) as scratch:
         _write_onnx(source, result, targets, Path(scratch) / path.name, written, None)
         report = _int8_export("int8", written, "int8", lambda: export_int8(
-            source, result, Path(scratch) / path.name, path, rows=rows,
-            thresholds=int8.thresholds, batch=batch, calibration_method=int8.calibration,
-            equalize=int8.equalize, bias_correction=int8.bias_correction, target=int8.target,
-            min_speedup=int8.min_speedup))
+            source, result, Path(scratch) / path.name, path, rows=rows, config=int8.config,
+            batch=batch))
     measures = ", ".join(f"{o.measure} {o.value:.4g}" for o in report.outputs)
     written.onnx_record.update(path=str(path), as_int8={      # what the artefact record says
         "weights": "int8", "max_error": float("nan"), "reference": "the float original",
-        "checked_by": f"onnxruntime int8 on {report.gate_rows} gate rows against the "
-                      f"float original: {measures}"})
+        "checked_by": f"onnxruntime {report.mode} int8 on {report.gate_rows} gate rows "
+                      f"against the float original: {measures}"})
 
 
 def _int8_export(stage: str, written: Written, record: str, export):
@@ -374,8 +389,7 @@ def _write_tflite_int8(source: Source, result: Result, targets: Targets, rows,
     the float original."""
     int8 = targets.int8
     report = _int8_export("TFLite int8", written, "tflite_int8", lambda: export_tflite_int8(
-        source, result, targets.tflite, rows=rows, thresholds=int8.thresholds,
-        int8_io=int8.tflite_io == "int8", batch=batch, equalize=int8.equalize))
+        source, result, targets.tflite, rows=rows, config=int8.config, batch=batch))
     written.artefacts.append(Artefact(
         "tflite", Path(targets.tflite), report.bytes, float("nan"), float("nan"), True,
         f"LiteRT int8 on {report.gate_rows} gate rows against the float original",
@@ -389,9 +403,9 @@ def _write_openvino_int8(source: Source, result: Result, targets: Targets, rows,
     int8 = targets.int8
     try:
         report = export_openvino_int8(source, result, targets.openvino, rows=rows,
-                                      thresholds=int8.thresholds,
+                                      config=int8.config,
                                       precision=targets.openvino_precision, force=targets.force,
-                                      batch=batch, equalize=int8.equalize)
+                                      batch=batch)
     except Int8Refused as refused:
         written.openvino_int8 = refused.report
         raise WriteFailed("OpenVINO int8", str(refused), written) from refused
