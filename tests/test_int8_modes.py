@@ -269,3 +269,12 @@ def test_tflite_dynamic_range_int8(digits_model, tmp_path):
         got.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"])[0])
     ref = tf_run(digits_model["graph_def"], "Identity", digits_model["unseen"])
     assert np.mean(ref.argmax(-1) == np.array(got).argmax(-1)) >= 0.95
+
+
+def test_a_missing_samples_file_is_refused_before_loading_without_int8(tmp_path, capsys):
+    broken = tmp_path / "broken.pb"
+    broken.write_bytes(b"not a graph")
+    capsys.readouterr()
+    assert main(["optimize", str(broken), "-o", str(tmp_path / "m.pb"), "--samples",
+                 str(tmp_path / "missing.npz")]) == 2
+    assert "--samples" in capsys.readouterr().err and not (tmp_path / "m.pb").exists()

@@ -43,6 +43,7 @@ def run(args) -> int:
                                        enable=args.enable + (["layout-nhwc"] if args.layout
                                                              else []), disable=args.disable)
     args.preprocess = _preprocess(args)       # bad values: exit 2 before loading the model
+    _check_named_files(args)
     saved_model = _saved_model_path(args)
     api.check_output_paths([getattr(args, option, None)         # before minutes of work
                             for option in ("output", "report_json", "onnx", "picture", "tflite")
@@ -79,6 +80,17 @@ def run(args) -> int:
     if args.command == "bench":
         return _bench(args, source, transforms)
     return _optimize(args, source, transforms)
+
+
+def _check_named_files(args) -> None:
+    """An option naming a file to read that does not exist: one line, exit 2, before the
+    model is loaded (issue 41)."""
+    from tfsurgery import api
+    for option in ("samples", "check_samples", "labels"):
+        path = getattr(args, option, None)
+        if path is not None and not Path(path).exists():
+            raise api.InputError(f"--{option.replace('_', '-')} {path}: no such file or "
+                                 "directory")
 
 
 def _check_openvino_request(api, args) -> None:

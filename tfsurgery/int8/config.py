@@ -17,7 +17,7 @@ from tfsurgery.int8 import loop as int8_loop
 from tfsurgery.int8 import speed as int8_speed
 from tfsurgery.int8 import target as int8_target
 from tfsurgery.int8.kinds import VALUES, output_kinds
-from tfsurgery.int8.options import MODES, Int8Config
+from tfsurgery.int8.options import MODES, SWITCHES, Int8Config
 from tfsurgery.int8.backends import onnx as quantize_mod
 from tfsurgery.int8.backends import openvino as quantize_openvino
 from tfsurgery.int8.backends import tflite as quantize_tflite
@@ -141,7 +141,7 @@ def float_expected(result: Result, rows: int8_loop.Rows) -> dict:
             for name in ("selection", "gate")}
 
 
-EQUALIZE_CHOICES = ("auto", "on", "off")
+EQUALIZE_CHOICES = SWITCHES
 INT8_CALIBRATION_CHOICES = quantize_mod.CALIBRATION_CHOICES
 INT8_MODES = MODES
 
