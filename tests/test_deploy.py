@@ -396,3 +396,38 @@ def test_saved_model_input_keeps_its_key_when_outputs_are_narrowed(signature_mod
 def test_bench_of_a_graph_onnx_cannot_convert_is_one_line_exit_1(files, capsys):
     code, _, err = run_cli(capsys, "bench", files["igamma"], "--runs", "1")
     assert code == 1 and len(err.strip().splitlines()) == 1 and "Igamma" in err
+
+
+def test_output_format_names_the_saved_model_without_the_trailing_slash(files, tmp_path, capsys):
+    """Issue 42: an explicit output format beside the trailing-slash rule."""
+    out = tmp_path / "lean"
+    code, _, err = run_cli(capsys, files["cnn"], "-o", out, "--output-format", "saved-model")
+    assert code == 0, err
+    assert (out / "saved_model.pb").exists() and not list(tmp_path.glob("*.pb"))
+    signature = tf.saved_model.load(str(out)).signatures["serving_default"]
+    got = signature(input=tf.constant(DEMO_INPUT))["output"].numpy()
+    np.testing.assert_allclose(got, original_output(files["cnn"], DEMO_INPUT), rtol=1e-4,
+                               atol=1e-6)
+    code, _, err = run_cli(capsys, files["cnn"], "-o", f"{tmp_path / 'dir'}/",
+                           "--output-format", "pb")
+    assert code == 2 and "--output-format pb writes a file" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "dir").exists()
+
+
+def test_store_weights_is_the_name_and_weights_still_works_with_a_warning(files, tmp_path,
+                                                                        capsys):
+    """Issue 42: ``--weights int8`` stores weights (float compute); its name now says so."""
+    sizes = {}
+    for option in ("--store-weights", "--weights"):
+        out = tmp_path / f"{option.strip('-')}.pb"
+        code, _, err = run_cli(capsys, files["cnn"], "-o", out, option, "float16")
+        assert code == 0, err
+        assert ("--weights is now --store-weights" in err) == (option == "--weights")
+        graph = tf.compat.v1.GraphDef.FromString(out.read_bytes())
+        assert any(n.op == "Const" and n.attr["dtype"].type == tf.float16.as_datatype_enum
+                   for n in graph.node)
+        got = run_graph(graph, {"input": DEMO_INPUT}, ["output"])[0]
+        np.testing.assert_allclose(got, original_output(files["cnn"], DEMO_INPUT), rtol=2e-2,
+                                   atol=2e-2)
+        sizes[option] = out.stat().st_size
+    assert sizes["--store-weights"] == sizes["--weights"]

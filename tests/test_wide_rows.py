@@ -10,6 +10,7 @@ import tensorflow as tf
 from tfsurgery import api
 from tfsurgery.verify import runs
 from tfsurgery.verify import check as verify
+from tfsurgery.verify import widen
 from tfsurgery.errors import VerificationFailed
 from tfsurgery.ops import node_name
 from tfsurgery.verify.samples import Samples
@@ -63,7 +64,7 @@ def samples(seed=0):
 @pytest.mark.parametrize("budget, wide", [(1, 1), (verify.WIDE_BYTES, ROWS)])
 def test_intermediates_on_the_rows_that_fit_outputs_on_every_row(monkeypatch, fed_rows,
                                                                  budget, wide):
-    monkeypatch.setattr(verify, "WIDE_BYTES", budget)
+    monkeypatch.setattr(widen, "WIDE_BYTES", budget)
     graph, rows = deep_cond_bn_cnn(), samples()
     result = api.optimize(api.Source(graph, "deep", **SOURCE),
                           options=api.RunOptions(samples=rows))
@@ -81,7 +82,7 @@ def test_intermediates_on_the_rows_that_fit_outputs_on_every_row(monkeypatch, fe
 
 
 def test_a_middle_layer_times_1_05_is_still_caught_on_the_first_row(monkeypatch):
-    monkeypatch.setattr(verify, "WIDE_BYTES", 1)
+    monkeypatch.setattr(widen, "WIDE_BYTES", 1)
     graph = deep_cond_bn_cnn()
     with pytest.raises(VerificationFailed) as failed:
         api.optimize(api.Source(graph, "mutated", **SOURCE),

@@ -60,11 +60,13 @@ from tfsurgery.int8.config import (EQUALIZE_CHOICES, INT8_CALIBRATION_CHOICES,  
                             equalized_result, export_int8, export_tflite_int8, int8_samples)
 from tfsurgery.int8.options import Int8Config  # noqa: F401
 from tfsurgery.int8.speed import Int8TooSlow  # noqa: F401
-from tfsurgery.export.writer import (OPENVINO_PRECISIONS, Int8Targets, Targets,  # noqa: F401
-                              Written, check_drawable, check_line, check_openvino_target,
-                              check_saved_model_target, draw, export_openvino,
-                              export_saved_model, export_tflite, pb_artefact, wants_directory,
-                              write)
+from tfsurgery.export.exporters import Exporter, Written, register as register_exporter  # noqa: F401
+from tfsurgery.export.formats import (OPENVINO_PRECISIONS, check_drawable,  # noqa: F401
+                                      check_line, check_openvino_target,
+                                      check_saved_model_target, draw, export_openvino,
+                                      export_saved_model, export_tflite, pb_artefact,
+                                      wants_directory)
+from tfsurgery.export.writer import Int8Targets, Targets, write  # noqa: F401
 from tfsurgery.bench.command import (RUNTIMES, bench, bench_int8, bench_runtimes,  # noqa: F401
                              check_plot, check_runs, check_runtimes, write_bench_plot)
 

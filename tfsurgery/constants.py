@@ -13,14 +13,14 @@ import numpy as np
 
 from tfsurgery.graph import Graph, op_def
 from tfsurgery.ops import CONTROL_FLOW_V1_OPS, PLACEHOLDER_OPS
-from tfsurgery.trust.outside import CONDITIONAL_OPS, OUTSIDE_OPS
+from tfsurgery.trust.outside import CONDITIONAL_OPS, EMBEDDED_GRAPH_OPS, OUTSIDE_OPS
 from tfsurgery.tfsession import run_nodes
 
 # ops acting outside the graph (ReadFile, ...) are never evaluated, even where the user allowed
 # them to run: a file's bytes must never end up as a constant in a result
 NEVER_FOLD = PLACEHOLDER_OPS | CONTROL_FLOW_V1_OPS | {"Const", "NoOp", "Assert", "Print",
                                                       "PrintV2"} | set(OUTSIDE_OPS) | \
-    set(CONDITIONAL_OPS)
+    set(CONDITIONAL_OPS) | EMBEDDED_GRAPH_OPS
 
 
 _FOLDABLE: Dict[str, bool] = {}

@@ -1,6 +1,7 @@
 """Command line: ``tfsurgery optimize|inspect|export|bench|compare|batch ...``, ``python -m tfsurgery``
 and ``python scripts/optimize.py ...``. The grammar is in ``parser``, the work in ``commands``
-(through the API only); here, ``main``: parse, set up logging, run, map errors to exit statuses.
+(``bench`` and ``int8_report`` print those results, ``common`` holds what they share; all through
+the API only); here, ``main``: parse, set up logging, run, map errors to exit statuses.
 
 Exit status: 0 success, 1 verification failed (TF graphs or ONNX vs TF, or ONNX conversion failed),
 2 bad input (one line on stderr, no traceback).
@@ -12,7 +13,8 @@ import os
 import sys
 from typing import List, Optional
 
-from tfsurgery.cli.commands import _speedup, run  # noqa: F401 - _speedup: tests use it
+from tfsurgery.cli.bench import _speedup  # noqa: F401 - tests use it
+from tfsurgery.cli.commands import run
 from tfsurgery.cli.parser import SUBCOMMANDS, UsageError, build_parser, parse_args  # noqa: F401
 
 log = logging.getLogger("tfsurgery")

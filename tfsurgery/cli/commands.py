@@ -6,24 +6,10 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-
-def _split(text: Optional[str]) -> List[str]:
-    return [part.strip() for part in text.split(",") if part.strip()] if text else []
-
-
-def _preprocess(args):
-    """The preprocessing options, parsed after logging is set up (parsing imports TensorFlow,
-    whose start-up chatter would otherwise reach stderr); bad text: InputError, exit 2."""
-    from tfsurgery import api
-    return api.requested_preprocessing(args.input_dtype, args.reverse_input_channels,
-                                       args.mean_values, args.scale_values)
-
-
-def _params(given) -> dict:
-    params: dict = {}
-    for transform, name, value in given:
-        params.setdefault(transform, {})[name] = value
-    return params
+from tfsurgery.cli.bench import _bench
+from tfsurgery.cli.common import (_check_verification, _checks, _interface, _optimized,
+                                  _options, _preprocess, _say, _size, _split)
+from tfsurgery.cli.int8_report import _say_int8
 
 
 def run(args) -> int:
@@ -102,38 +88,6 @@ def _check_openvino_request(api, args) -> None:
     elif getattr(args, "openvino_precision", "f32") != "f32" or \
             getattr(args, "openvino_tolerance", None) is not None:
         raise api.InputError("--openvino-precision and --openvino-tolerance need --openvino DIR")
-
-
-def _interface(args):
-    """The options that describe the graph's interface, as api.optimize takes them."""
-    from tfsurgery import api
-    return api.Interface(
-        inputs=_split(args.inputs), outputs=_split(args.outputs),
-        training_flags=[name for name, value in args.training_flag if value is None],
-        inference_values={name: value for name, value in args.training_flag
-                          if value is not None},
-        input_shapes=dict(args.input_shape), feeds=dict(getattr(args, "feed", [])))
-
-
-def _checks(args, verify: bool = True, tolerance=None):
-    from tfsurgery import api
-    return api.Checks(verify=verify, tolerance=tolerance,
-                      timeout=getattr(args, "verify_timeout", None))
-
-
-def _options(args, weights: Optional[str] = None):
-    """api.optimize's other options: what the transforms do and what the checks run on."""
-    from tfsurgery import api
-    return api.RunOptions(keep_asserts=args.keep_asserts, preprocess=args.preprocess,
-                          weights=weights or args.weights,
-                          samples=getattr(args, "samples", None),
-                          check_n=getattr(args, "check_n", 1),
-                          transform_params=_params(args.param), exact=args.exact)
-
-
-def _say(args, text: str = "") -> None:
-    if not args.quiet:
-        print(text)
 
 
 def _optimize(args, source, transforms) -> int:
@@ -273,9 +227,19 @@ def _interface_notes(args, result) -> None:
 
 
 def _saved_model_from_output(args) -> bool:
-    """``optimize -o DIR/``: the output itself is a SavedModel (no .pb written)."""
+    """``optimize -o DIR/`` or ``--output-format saved-model``: the output itself is a
+    SavedModel (no .pb written). ``--output-format pb`` with ``-o DIR/``: exit 2."""
     from tfsurgery import api
-    return args.command == "optimize" and api.wants_directory(args.output)
+    if args.command != "optimize":
+        return False
+    chosen = getattr(args, "output_format", None)
+    if chosen == "pb" and api.wants_directory(args.output):
+        raise api.InputError(f"-o {args.output} names a directory but --output-format pb writes "
+                             "a file: give a file name, or --output-format saved-model")
+    if chosen == "saved-model" and args.output is None:
+        raise api.InputError("--output-format saved-model writes the directory -o names: "
+                             "give -o DIR")
+    return chosen == "saved-model" or (chosen is None and api.wants_directory(args.output))
 
 
 def _saved_model_path(args) -> Optional[Path]:
@@ -284,115 +248,11 @@ def _saved_model_path(args) -> Optional[Path]:
     return Path(args.output) if _saved_model_from_output(args) else None
 
 
-def _size(nbytes: int) -> str:
-    return f"{nbytes / 1024:.1f} KiB" if nbytes < 1 << 20 else f"{nbytes / (1 << 20):.1f} MiB"
-
-
-def _optimized(api, source, transforms, args, *, verify: bool = True, tolerance=None,
-               weights: Optional[str] = None):
-    """The optimized result — also when its check failed (``VerificationFailed`` carries it):
-    the CLI still prints what changed and why the check failed, then writes nothing."""
-    try:
-        return api.optimize(source, transforms, interface=_interface(args),
-                            checks=_checks(args, verify, tolerance),
-                            options=_options(args, weights))
-    except api.VerificationFailed as failed:
-        if failed.result is None:
-            raise
-        return failed.result
-
-
-def _check_verification(args, result) -> int:
-    if result.verification is not None:
-        v = result.verification
-        _say(args, f"verification: {v.summary()}")
-        if not v.passed:
-            where = f"; {result.divergence.line()}" if result.divergence else ""
-            print(f"tfsurgery: verification FAILED: {v.failure()}{where}; nothing written",
-                  file=sys.stderr)
-            return 1
-    elif result.verification_error:
-        print(f"tfsurgery: verification FAILED: {result.verification_error}; nothing written",
-              file=sys.stderr)
-        return 1
-    return 0
-
-
 def _onnx_path(args, source) -> Optional[Path]:
     from tfsurgery import api
     if args.command != "export":
         return Path(args.onnx) if args.onnx else None
     return Path(args.output) if args.output else api.default_onnx_path(source)
-
-
-FORMATS = {"onnx": "ONNX", "tflite": "TFLite full-integer", "openvino": "OpenVINO IR (NNCF)"}
-
-
-def _say_int8(args, report) -> None:
-    """The int8 loop's report: the rows of each set, what was tried and chosen on the
-    selection rows, and the gate's verdict on rows no choice saw."""
-    equalized = " of the cross-layer-equalized graph" if report.model == "equalized" else ""
-    corrected = ", biases corrected" if report.bias_corrected else ""
-    io_type = f", {report.io_type} I/O" if report.format == "tflite" else ""
-    how = ("dynamic: activations quantized at run time" if report.mode.startswith("dynamic")
-           else f"{report.calibration_method} calibration{corrected}")
-    _say(args, f"int8 {FORMATS.get(report.format, report.format)} {report.mode}{equalized} "
-               f"({how}{io_type}): "
-               f"{report.calibration_rows} calibration, {report.selection_rows} selection, "
-               f"{report.gate_rows} gate rows (no choice saw the gate rows)")
-    eq = report.equalization
-    if eq.get("asked", "off") != "off":
-        how = (f"{eq.get('pairs', 0)} layer pair(s) equalized, {eq.get('refused', 0)} refused"
-               + (f"; not used: {eq['why']}" if eq.get("why") else ""))
-        _say(args, f"  cross-layer equalization ({eq['asked']}): {how}")
-        for skipped in eq.get("transform", {}).get("skipped", [])[:5]:
-            _say(args, f"    refused {skipped['node']}: {skipped['reason']}")
-    if len(report.tried) > 1:
-        _say(args, "  tried on the selection rows (error score, lower is better): " + "; ".join(
-            f"{a.label}: " + ", ".join(f"{o.measure} {o.value:.4g}"
-                                                  for o in a.outputs) + f" ({a.score:.4g})"
-            for a in report.tried))
-    if len(report.modes) > 1:
-        _say(args, f"  modes on the selection rows (written: {report.mode}): "
-                   f"{report.modes_line()}")
-    if report.sensitivities:
-        ranked = sorted(report.sensitivities.items(), key=lambda kv: -kv[1])
-        _say(args, "  layer sensitivity on the selection rows (error drop with only that "
-                   "layer float): " + ", ".join(f"{report.named(name)} {value:.3g}"
-                                                for name, value in ranked[:10]))
-    for name in report.kept_float:
-        _say(args, f"  kept float: {report.named(name)} (sensitivity "
-                   f"{report.sensitivities[name]:.3g})")
-    for selected, final in zip(report.selection_outputs, report.outputs):
-        bound = (f" (95% lower bound {final.lower_bound:.4g} on {final.compared} rows)"
-                 if final.lower_bound is not None else "")
-        _say(args, f"  gate {final.name}: {final.measure} {final.value:.4g}{bound}, threshold "
-                   f"{final.threshold:g}: {'ok' if final.passed else 'MISSED'} (selection "
-                   f"rows: {selected.value:.4g})")
-    if report.accuracy is not None:
-        a = report.accuracy
-        _say(args, f"  gate accuracy ({a.output}, {a.rows} labelled rows): float "
-                   f"{a.float_accuracy:.4g}, int8 {a.int8_accuracy:.4g}, drop {a.drop:.4g} "
-                   f"(max {a.max_drop:g}): {'ok' if a.passed else 'MISSED'}")
-    for note in report.notes:
-        _say(args, f"  note: {note}")
-    for name, q in report.io_quantization.items():
-        _say(args, f"  int8 {name}: scale {q['scale']:.6g}, zero point {q['zero_point']}")
-    _say_int8_speed(args, report)
-
-
-def _say_int8_speed(args, report) -> None:
-    """The ONNX int8 target (what and why) and its speed against float on this machine —
-    loudly, on stderr even with -q, when int8 is not faster."""
-    target = report.target
-    if target and not report.mode.startswith("dynamic"):      # the static settings
-        _say(args, f"  int8 target {target['target']}: activations {target['activations']}, "
-                   f"weights {target['weights']}{' per-channel' if target['per_channel'] else ''}"
-                   f"{', reduce_range' if target['reduce_range'] else ''} ({target['why']})")
-    if report.speed.get("faster"):
-        _say(args, f"  {report.speed['line']}")
-    elif report.speed:
-        print(f"tfsurgery: {report.speed['line']}", file=sys.stderr)
 
 
 def _side_by_side(tf_summary: dict, exported) -> List[tuple]:
@@ -469,146 +329,6 @@ def _say_outside(args, label, findings, refused_text: str) -> bool:
     return not refused
 
 
-def _bench(args, source, transforms) -> int:
-    """``bench``: every installed runtime (or --runtimes), each artefact checked then timed in
-    a process of its own; the fastest checked one named, with the CPU."""
-    from tfsurgery import api
-    api.check_runs(args.runs)                   # before the optimization runs
-    api.check_plot(args.plot)
-    if args.int8:
-        if args.plot:
-            raise api.InputError("--plot draws the runtimes' bench; bench --int8 has no plot")
-        return _bench_int8(args, source, transforms)
-    runtimes = api.check_runtimes(_split(args.runtimes))
-    if args.no_onnx:
-        runtimes = [r for r in runtimes if r != "onnxruntime"]
-    result = _optimized(api, source, transforms, args)
-    code = _check_verification(args, result)
-    if code:
-        return code
-    try:
-        bench = api.bench_runtimes(source, result, runs=args.runs, runtimes=runtimes)
-    except (api.ExportError, api.VerificationError) as error:   # e.g. an op tf2onnx cannot convert
-        print(f"tfsurgery: bench FAILED: {error}", file=sys.stderr)
-        return 1
-    if args.plot:
-        api.write_bench_plot(bench, args.plot, input_path=source.path)
-    return _say_bench(args, source, result, bench)
-
-
-def _say_bench(args, source, result, bench) -> int:
-    """The bench's header, CPU, table, what it could not time, the fastest checked artefact,
-    and its JSON (``--report-json``)."""
-    from tfsurgery import api
-    timed = [e.timing for e in bench.entries if e.timing]
-    threads = f", {timed[0].threads} intra-op threads" if timed else ""
-    _say(args, f"{source.label}: {len(source.graph_def.node)} → {len(result.graph_def.node)} "
-               f"nodes; median ± interquartile range over {args.runs} interleaved runs, ms; "
-               f"each runtime in its own process{threads}")
-    _say(args, f"CPU: {bench.cpu['name']} ({' '.join(bench.cpu['flags']) or 'no listed flags'})")
-    baseline = next((e.timing for e in bench.entries
-                     if (e.runtime, e.model) == ("tensorflow", "original") and e.timing), None)
-    rows = [(e.runtime, e.model, e.precision, e.check.line() if e.check else "the reference",
-             _timing_cell(e.timing) if e.timing else
-             ("check missed" if e.check and not e.check.passed else "not convertible"),
-             _speedup(baseline, e.timing) if baseline and e.timing else "-")
-            for e in bench.entries]
-    table = api.format_table(rows, headers=("runtime", "model", "precision",
-                                            "check (max error vs tolerance)", "ms", "speed-up"))
-    notes = [f"{e.runtime}, {e.model} graph not timed: {e.skipped}"
-             for e in bench.entries if e.skipped]
-    notes += [f"{runtime}: not installed" + (" (pip install 'tfsurgery[openvino]')"
-                                             if runtime == "openvino" else "")
-              for runtime in bench.missing]
-    fastest = bench.fastest()
-    if fastest is not None:
-        ratio = f", {baseline.median_ms / fastest.timing.median_ms:.2f}x TensorFlow's " \
-                "original" if baseline else ""
-        notes.append(f"fastest checked on this machine: {fastest.runtime} {fastest.model} "
-                     f"{fastest.precision} ({fastest.timing.median_ms:.3g} ms{ratio})")
-    if args.plot:
-        notes.append(f"wrote {args.plot}")
-    report = {**bench.as_dict(), "timings": [e.timing.as_dict() if e.timing else
-                                             _skipped_timing(e) for e in bench.entries]}
-    return _bench_table(args, source, table, notes, report)
-
-
-def _skipped_timing(entry) -> dict:
-    return {"runtime": entry.runtime, "variant": entry.variant, "median_ms": None,
-            "spread_ms": None, "threads": 0, "skipped": entry.skipped}
-
-
-def _bench_int8(args, source, transforms) -> int:
-    """``bench --int8``: per runtime, the float and the int8-weight model's size, latency and
-    the int8 model's error against the float one (top-1 agreement for class scores)."""
-    from tfsurgery import api
-    if args.weights != "float32":
-        raise api.InputError("bench --int8 compares float32 with int8 weights: drop --weights")
-    result = _optimized(api, source, transforms, args)
-    code = _check_verification(args, result)
-    if code:
-        return code
-    int8 = _optimized(api, source, transforms, args, weights="int8")
-    if int8.verification is None:
-        return _check_verification(args, int8)         # could not compare: exit 1
-    _say(args, f"int8 weights: {int8.verification.summary()}")
-    if not int8.verification.passed:
-        _say(args, f"int8 weights MISS their check ({int8.verification.failure()}): timed "
-                   "anyway; bench writes nothing, and optimize would refuse to")
-    try:
-        sides = api.bench_int8(source, result, int8, runs=args.runs, onnx=not args.no_onnx)
-    except (api.ExportError, api.VerificationError) as error:
-        print(f"tfsurgery: bench FAILED: {error}", file=sys.stderr)
-        return 1
-    rows = []
-    for side in sides:
-        if side.skipped:
-            rows.append((side.runtime, "-", "-", "not converted", "-", "-", "-"))
-            continue
-        float_t, int8_t = side.timings["float"], side.timings["int8"]
-        agree = "".join(f"; top-1 {a['agree']}/{a['rows']}" for a in side.agreement.values())
-        rows.append((side.runtime, _size(side.bytes["float"]), _size(side.bytes["int8"]),
-                     _timing_cell(float_t), _timing_cell(int8_t), _speedup(float_t, int8_t),
-                     f"{side.max_error:.3g}{agree}"))
-    timed = [t for side in sides for t in side.timings.values()]
-    _say(args, f"{source.label}: float32 against int8 weights; median ± interquartile range over "
-               f"{args.runs} interleaved runs, ms; each runtime in its own process"
-               f"{f', {timed[0].threads} intra-op threads' if timed else ''}; int8 vs float: "
-               "max error relative to each output's magnitude (worst batch) and top-1 "
-               "agreement, on " + ("every --samples row" if args.samples else
-                                   "the random bench inputs (no accuracy claim)"))
-    return _bench_table(args, source, api.format_table(
-        rows, headers=("runtime", "float size", "int8 size", "float", "int8", "speed-up",
-                       "int8 vs float")),
-        [f"{side.runtime} not timed: {side.skipped}" for side in sides if side.skipped],
-        {"int8": [side.as_dict() for side in sides]})
-
-
-def _bench_table(args, source, table: str, not_timed: List[str], report: dict) -> int:
-    """A bench's table, what it could not time, and its JSON (``--report-json``)."""
-    from tfsurgery import api
-    _say(args, table)
-    for line in not_timed:
-        _say(args, line)
-    if args.report_json:
-        api.write_json(args.report_json, {"runs": args.runs, **report}, input_path=source.path)
-    return 0
-
-
-def _speedup(original, optimized) -> str:
-    """The ratio of medians — or "≈ (n.s.)" when the interquartile ranges overlap: then the
-    spread says more than the ratio."""
-    if original.skipped or optimized.skipped:
-        return "-"
-    ratio = original.median_ms / optimized.median_ms
-    low_a, high_a = original.median_ms - original.spread_ms / 2, \
-        original.median_ms + original.spread_ms / 2
-    low_b, high_b = optimized.median_ms - optimized.spread_ms / 2, \
-        optimized.median_ms + optimized.spread_ms / 2
-    overlap = low_a <= high_b and low_b <= high_a
-    return f"≈ {ratio:.2f}x (n.s.)" if overlap else f"{ratio:.2f}x"
-
-
 def _compare(args) -> int:
     """``compare A B``: 0 when every compared tensor is within the tolerance, else 1."""
     from tfsurgery import api
@@ -628,11 +348,6 @@ def _compare(args) -> int:
         print(f"tfsurgery: {args.b} differs from {args.a}{where}", file=sys.stderr)
         return 1
     return 0
-
-
-def _timing_cell(timing) -> str:
-    return "not convertible" if timing.skipped else \
-        f"{timing.median_ms:.3f} ± {timing.spread_ms:.3f}"
 
 
 def _batch(args) -> int:

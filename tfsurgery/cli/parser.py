@@ -3,6 +3,7 @@ Usage mistakes raise ``UsageError`` (one line, exit status 2); nothing here runs
 from __future__ import annotations
 
 import argparse
+import sys
 
 EXAMPLES = """examples:
   tfsurgery optimize                         # the embedded demo model (the article's CNN)
@@ -75,11 +76,33 @@ def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="more detail")
     parser.add_argument("-q", "--quiet", action="store_true", help="errors only")
     _preprocessing_options(parser)
-    parser.add_argument("--weights", choices=("float32", "float16", "int8"), default="float32",
-                        help="float16: store float32 weights of 64+ values as float16 with a Cast "
-                             "back (about half the file; verified with tolerance 1e-2); int8: "
+    parser.add_argument("--store-weights", dest="weights", default="float32",
+                        choices=WEIGHT_STORAGE,
+                        help="how weights are stored, compute stays float: float16 stores "
+                             "float32 weights of 64+ values as float16 with a Cast back (about "
+                             "half the file; verified with tolerance 1e-2); int8 stores "
                              "conv/matmul weights of 1024+ values as int8 with per-channel "
-                             "scales, float compute (about a quarter; tolerance 5e-2)")
+                             "scales (about a quarter; tolerance 5e-2). To compute in int8: "
+                             "--quantize int8")
+    parser.add_argument("--weights", dest="weights", choices=WEIGHT_STORAGE,
+                        action=_RenamedOption, new_name="--store-weights",
+                        help=argparse.SUPPRESS)
+
+
+WEIGHT_STORAGE = ("float32", "float16", "int8")
+
+
+class _RenamedOption(argparse.Action):
+    """An option's old spelling: still works for one release, with a warning naming the new."""
+
+    def __init__(self, option_strings, dest, new_name, **kwargs):
+        self.new_name = new_name
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"warning: {option_string} is now {self.new_name} (it says what it does); "
+              f"{option_string} goes in the next release", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def _allow_op(parser: argparse.ArgumentParser) -> None:
@@ -346,6 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(optimize)
     optimize.add_argument("-o", "--output", help="output file (default: <input>_optimized.pb); "
                           "DIR/ (with the trailing slash): a SavedModel")
+    optimize.add_argument("--output-format", choices=("pb", "saved-model"), default=None,
+                          help="what -o writes: a frozen graph (pb) or a SavedModel directory "
+                               "(saved-model); default: a SavedModel when -o ends with /, else pb")
     _verify_options(optimize)
     optimize.add_argument("--onnx", metavar="PATH",
                           help="also export the optimized graph to ONNX, checked against TF")

@@ -1,18 +1,21 @@
-"""Ops that act outside the graph: what a model would do to the user's machine if it ran.
+"""What a model may run: an allowlist decided from TensorFlow's own registry, before anything runs.
 
 People optimize models they downloaded, and tfsurgery runs every model it is given (to verify it,
 fold its constants, check every artefact, calibrate int8, time it). Before anything runs, what
 would run is scanned — the nodes the fetched tensors need once the fed ones cut the graph, and
-every library function they call — for ops that read or write files, print to files, reach the
-network or call back into Python. Such a model is refused (``UnsafeModel``: one line naming the
-ops and their nodes) unless the user allows the ops by name (``--allow-op``, ``allowing(...)``).
+every library function they call, at any depth. A node may run when TensorFlow's OpDef says it
+is stateless (``is_stateful`` false) or when it is a stateful op reviewed to stay in memory
+(``stateful_ops.REVIEWED``) — and it is not one of the ops below that reach files, servers or
+Python (some of those, ``ReadFile`` among them, are stateless by TF's contract). Everything else
+is refused (``UnsafeModel``: one line naming the ops, their nodes and the ``--allow-op`` that
+allows each): unreviewed stateful ops, ops TensorFlow does not register, and a graph held in a
+tensor (``DatasetFromGraph``) unless it is a constant whose decoded graph passes the same scan.
 
-The list follows TensorFlow's own op definitions: every registered op whose inputs or attributes
-name a file, a directory, a checkpoint prefix, a log directory, a summary writer, a reader, a
-debug URL, a proto descriptor file, a database or a server address, plus the Python callbacks and
-``MatchingFiles`` (tests/test_outside_ops.py derives that set from the registry and checks it is
-covered here). ``saved_model_cli run`` refuses ``ReadFile``, ``WriteFile`` and ``PrintV2`` by
-default; we refuse those three too (``PrintV2`` when it prints to a file) and the rest below.
+The named list follows TensorFlow's op definitions: every registered op whose inputs or
+attributes name a file, a directory, a checkpoint prefix, a log directory, a summary writer, a
+reader, a debug URL, a proto descriptor file, a database or a server address, plus the Python
+callbacks and ``MatchingFiles`` (tests/test_outside_ops.py derives that set from the registry).
+It gives the refusal its reason ("reads files") and keeps stateless file ops out.
 """
 from __future__ import annotations
 
@@ -20,13 +23,15 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
-import os
 from collections import deque
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 
 from tfsurgery.errors import UnsafeModel
 from tfsurgery.ops import node_name
+from tfsurgery.trust.provenance import (CHECKPOINT_PATH_INPUTS, TABLE_FROM_FILE_OPS, Provenance,
+                                        body_name, data_inputs, is_inside, nested_functions)
+from tfsurgery.trust.stateful_ops import REVIEWED
 
 READS_FILES = "reads files"
 WRITES_FILES = "writes files"
@@ -108,11 +113,18 @@ CONDITIONAL_OPS = {
     "FixedUnigramCandidateSampler": ("vocab_file", READS_FILES, _names_a_file),
 }
 
-TABLE_FROM_FILE_OPS = frozenset({"InitializeTableFromTextFile", "InitializeTableFromTextFileV2"})
+# Stateless ops that run a graph they are given as a tensor: its graph is decoded and scanned.
+EMBEDDED_GRAPH_OPS = frozenset({"DatasetFromGraph"})
+NOT_REVIEWED = "a stateful op not reviewed to stay in memory (tfsurgery/trust/stateful_ops.py)"
+UNKNOWN_OP = "an op this TensorFlow does not register (a custom op: --import its library)"
+UNSCANNABLE = "runs a graph held in a tensor that cannot be decoded and scanned"
+MOST_NESTED = 8                        # embedded graphs inside embedded graphs: deeper is refused
 
 
-def reaches_outside(node) -> Optional[str]:
-    """What ``node`` (a NodeDef) reaches outside the graph when it runs, or None."""
+def reaches_outside(node, functions=()) -> Optional[str]:
+    """Why ``node`` (a NodeDef) may not run, or None: TensorFlow's registry decides (a stateless
+    op runs, a stateful one only when reviewed), after the ops known to reach files, servers or
+    Python. ``functions``: the library's names (a node calling one is scanned through it)."""
     reach = OUTSIDE_OPS.get(node.op)
     if reach is not None:
         return reach
@@ -121,13 +133,32 @@ def reaches_outside(node) -> Optional[str]:
         attr, reach, applies = conditional
         if attr in node.attr and applies(node.attr[attr]):
             return reach
+    if node.op in functions:
+        return None
+    definition = _op_def(node.op)
+    if definition is None:
+        return UNKNOWN_OP
+    if definition.is_stateful and node.op not in REVIEWED:
+        return NOT_REVIEWED
     return None
+
+
+def _op_def(op: str):
+    from tensorflow.python.framework import op_def_registry
+    return op_def_registry.get(op)
+
+
+def runs_unreviewed(op: str) -> bool:
+    """``op`` is one a model may not run by default (what ``--allow-op`` may name)."""
+    definition = _op_def(op)
+    return op in OUTSIDE_OPS or op in CONDITIONAL_OPS or op in EMBEDDED_GRAPH_OPS or (
+        definition is not None and definition.is_stateful and op not in REVIEWED)
 
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
-    """One node that would act outside the graph: ``node`` (``function/node`` inside a library
-    function), its ``op`` and what it ``reaches``."""
+    """One node that may not run: ``node`` (``function/node`` inside a library function), its
+    ``op`` and what it ``reaches`` (or why it is refused)."""
 
     node: str
     op: str
@@ -141,40 +172,35 @@ class Finding:
 
 
 def _called_functions(node) -> Iterator[str]:
-    """Library functions a node calls: through its function attributes (If/While bodies,
-    PartitionedCall, tf.data map functions) or as its op (a direct call)."""
+    """Library functions a node calls: as its op (a direct call) or through its function
+    attributes (If/While bodies, PartitionedCall, tf.data functions), nested ones included."""
     yield node.op
     for value in node.attr.values():
-        if value.HasField("func"):
-            yield value.func.name
-        for func in value.list.func:
+        for func in ([value.func] if value.HasField("func") else list(value.list.func)):
             yield func.name
+            yield from nested_functions(func)
 
 
 def find(graph_def, outputs: Optional[Sequence[str]] = None, cut: Iterable[str] = (), *,
-         own_assets: Optional[Path] = None, skip: Iterable[str] = (),
-         functions_too: bool = False, asset_nodes: Iterable[str] = ()) -> List[Finding]:
-    """Every node that would act outside the graph when ``outputs`` are fetched with the ``cut``
-    tensors fed (their producers do not run), and every such node in the library functions those
-    nodes call, at any depth. ``outputs`` None: the whole graph but the ``skip`` nodes (and, with
-    ``functions_too``, every library function they alone call: a SavedModel's). ``own_assets``: a
-    SavedModel's assets directory — a table filled from a file there (or from an argument the
-    loader binds to an asset) reads the model's own asset: allowed."""
+         own_assets: Optional[Path] = None, provenance: Optional[Provenance] = None,
+         all_functions: bool = False, depth: int = 0) -> List[Finding]:
+    """Every node that may not run when ``outputs`` are fetched with the ``cut`` tensors fed
+    (their producers do not run), and every such node in the library functions those nodes
+    call, at any depth. ``outputs`` None: every node; ``all_functions``: every library function
+    too, called or not (a SavedModel's loader calls some by name). Checkpoint
+    ops and tables filled from a file pass only where ``provenance`` (a SavedModel's; with
+    ``own_assets``, a frozen graph's constant paths into that directory) proves the file the
+    model's own. Embedded graphs (``DatasetFromGraph``) are decoded and scanned the same way."""
+    if provenance is None and own_assets is not None:
+        provenance = Provenance(graph_def, assets=own_assets)
     nodes = {node.name: node for node in graph_def.node}
-    skip = set(skip)
-    reached = [n for n in nodes if n not in skip] if outputs is None else \
-        _needed(nodes, outputs, cut)
     functions = {f.signature.name: f for f in graph_def.library.function}
-    findings: List[Finding] = []
-    asset_nodes = frozenset(asset_nodes)
-    called: deque = deque()
+    reached = list(nodes) if outputs is None else _needed(nodes, outputs, cut)
+    scan = _Scan(functions, provenance, depth)
+    called: deque = deque(sorted(functions) if all_functions else ())
     for name in reached:
-        _check(nodes[name], name, nodes, own_assets, findings, asset_nodes)
+        scan.check(nodes[name], name, nodes, None)
         called.extend(_called_functions(nodes[name]))
-    if functions_too:
-        only_skipped = _calls(functions, [nodes[n] for n in skip if n in nodes]) - \
-            _calls(functions, [nodes[n] for n in reached])
-        called.extend(sorted(set(functions) - only_skipped))
     seen = set()
     while called:
         function = called.popleft()
@@ -183,27 +209,71 @@ def find(graph_def, outputs: Optional[Sequence[str]] = None, cut: Iterable[str] 
         seen.add(function)
         body = {node.name: node for node in functions[function].node_def}
         for node in functions[function].node_def:
-            _check(node, f"{function}/{node.name}", body, own_assets, findings)
+            scan.check(node, f"{function}/{node.name}", body, function)
             called.extend(_called_functions(node))
-    return findings
+    return scan.findings
 
 
-def _calls(functions: dict, roots) -> set:
-    """The library functions ``roots`` (NodeDefs) call, at any depth."""
-    found, stack = set(), [name for node in roots for name in _called_functions(node)]
-    while stack:
-        name = stack.pop()
-        if name in found or name not in functions:
-            continue
-        found.add(name)
-        stack.extend(n for node in functions[name].node_def for n in _called_functions(node))
-    return found
+@dataclasses.dataclass
+class _Scan:
+    functions: dict
+    provenance: Optional[Provenance]
+    depth: int
+    findings: List[Finding] = dataclasses.field(default_factory=list)
+
+    def check(self, node, where: str, scope: dict, function: Optional[str]) -> None:
+        if node.op in EMBEDDED_GRAPH_OPS:
+            self.findings += self._embedded(node, where, scope, function)
+            return
+        reach = reaches_outside(node, self.functions)
+        if reach is None:
+            return
+        if self.provenance is not None and (node.op in TABLE_FROM_FILE_OPS or
+                                            node.op in CHECKPOINT_PATH_INPUTS) and \
+                self.provenance.proven(node, function):
+            return
+        self.findings.append(Finding(where, node.op, reach))
+
+    def _embedded(self, node, where: str, scope: dict, function: Optional[str]):
+        """The graph a ``DatasetFromGraph`` runs, decoded from its constant input and scanned
+        whole (its functions too), or a finding when it cannot be."""
+        embedded = _constant_graph(node, scope, function)
+        if embedded is None or self.depth >= MOST_NESTED:
+            return [Finding(where, node.op, UNSCANNABLE)]
+        inner = find(embedded, all_functions=True, depth=self.depth + 1)
+        return [Finding(f"{where}/{f.node}", f.op, f.reaches) for f in inner]
+
+
+def _constant_graph(node, scope: dict, function: Optional[str]):
+    """The GraphDef a node's first input holds as a constant (through Identity), or None."""
+    from tensorflow.core.framework import graph_pb2
+    from google.protobuf.message import DecodeError
+    inputs = data_inputs(node)
+    source = scope.get(_name_in(inputs[0], function)) if inputs else None
+    while source is not None and source.op == "Identity" and source.input:
+        source = scope.get(_name_in(source.input[0], function))
+    if source is None or source.op != "Const":
+        return None
+    values = source.attr["value"].tensor.string_val
+    if len(values) != 1:
+        return None
+    embedded = graph_pb2.GraphDef()
+    try:
+        embedded.ParseFromString(values[0])
+    except DecodeError:
+        return None
+    return embedded
+
+
+def _name_in(ref: str, function: Optional[str]) -> str:
+    return node_name(ref) if function is None else body_name(ref)
 
 
 def find_in_saved_model(saved_model, directory: Path) -> List[Finding]:
     """What loading and calling a SavedModel (a ``SavedModel`` proto) could run: every node and
-    function of its graphs except its own saver's (the loader restores the variables from the
-    model's own directory), tables filled from its own assets allowed. An asset whose path
+    every function of its graphs — restore and initializer functions, the saver's own graph —
+    checkpoint ops passing only when fed by the saver's own filename tensor and tables only
+    when filled from the model's own assets (tfsurgery.trust.provenance). An asset whose path
     leaves the model's assets directory is itself a finding."""
     findings: List[Finding] = []
     assets = directory / "assets"
@@ -213,20 +283,14 @@ def find_in_saved_model(saved_model, directory: Path) -> List[Finding]:
                 findings.append(Finding(asset.tensor_info.name or asset.filename,
                                         "asset file", f"reads {asset.filename!r}, outside "
                                         "the model's assets directory"))
-        fed_paths = {node_name(a.tensor_info.name) for a in meta_graph.asset_file_def}
-        findings += find(meta_graph.graph_def, None, skip=_saver_nodes(meta_graph),
-                         functions_too=True, own_assets=assets, asset_nodes=fed_paths)
+        provenance = Provenance(
+            meta_graph.graph_def, assets=assets,
+            asset_nodes=[a.tensor_info.name for a in meta_graph.asset_file_def],
+            saver_filename=meta_graph.saver_def.filename_tensor_name,
+            object_graph=meta_graph.object_graph_def
+            if meta_graph.HasField("object_graph_def") else None)
+        findings += find(meta_graph.graph_def, None, provenance=provenance, all_functions=True)
     return findings
-
-
-def _saver_nodes(meta_graph) -> set:
-    """The nodes of the SavedModel's own saver: what its save tensor and restore op need."""
-    saver = meta_graph.saver_def
-    roots = [name for name in (saver.save_tensor_name, saver.restore_op_name) if name]
-    if not roots:
-        return set()
-    nodes = {node.name: node for node in meta_graph.graph_def.node}
-    return set(_needed(nodes, roots, ()))
 
 
 def _needed(nodes: dict, outputs: Sequence[str], cut: Iterable[str]) -> List[str]:
@@ -243,46 +307,6 @@ def _needed(nodes: dict, outputs: Sequence[str], cut: Iterable[str]) -> List[str
             continue
         stack.extend(node_name(text) for text in nodes[name].input)
     return sorted(seen)
-
-
-def _check(node, where: str, scope: dict, own_assets: Optional[Path],
-           findings: List[Finding], asset_nodes: frozenset = frozenset()) -> None:
-    reach = reaches_outside(node)
-    if reach is None:
-        return
-    if node.op in TABLE_FROM_FILE_OPS and own_assets is not None and \
-            _reads_own_asset(node, scope, own_assets, asset_nodes):
-        return
-    findings.append(Finding(where, node.op, reach))
-
-
-def _reads_own_asset(node, scope: dict, assets: Path, asset_nodes: frozenset) -> bool:
-    """A table initializer whose file name is a function argument (the SavedModel loader binds
-    it to an asset) or a constant path inside the model's own assets directory."""
-    if len(node.input) < 2:
-        return False
-    source = scope.get(node_name(node.input[1]))
-    if source is None:
-        return True                       # a function argument: bound by the loader to an asset
-    if source.op != "Const":
-        return False
-    if source.name in asset_nodes:
-        return True                       # TF1: the loader feeds it the asset's own path
-    from tensorflow.python.framework import tensor_util
-    try:
-        path = tensor_util.MakeNdarray(source.attr["value"].tensor).item()
-        path = Path(path.decode() if isinstance(path, bytes) else str(path))
-    except (ValueError, TypeError, UnicodeDecodeError):
-        return False
-    return is_inside(path, assets)
-
-
-def is_inside(path: Path, directory: Path) -> bool:
-    """``path`` (resolved, symlinks followed) lies inside ``directory``."""
-    try:
-        return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(directory))
-    except (OSError, ValueError):
-        return False
 
 
 # ---------------------------------------------------------------- allowing
@@ -309,11 +333,11 @@ def allowing(ops: Iterable[str]):
 
 
 def check_op_names(ops: Iterable[str]) -> None:
-    unknown = sorted(set(ops) - set(OUTSIDE_OPS) - set(CONDITIONAL_OPS))
+    unknown = sorted(op for op in set(ops) if not runs_unreviewed(op))
     if unknown:
-        raise UnsafeModel(f"--allow-op {unknown[0]}: not an op that acts outside the graph "
-                          f"(those are: {', '.join(sorted(OUTSIDE_OPS)[:6])}, ...; see "
-                          "docs/untrusted_models.md)")
+        raise UnsafeModel(f"--allow-op {unknown[0]}: not an op a model is refused to run "
+                          f"(those act outside the graph, like {', '.join(sorted(OUTSIDE_OPS)[:4])}, "
+                          "or are stateful and not reviewed; see docs/untrusted_models.md)")
 
 
 def refuse(graph_def, outputs: Optional[Sequence[str]] = None, cut: Iterable[str] = (), *,
