@@ -258,7 +258,7 @@ def test_non_float_and_small_weights_stay_float():
 def test_no_int8_candidate_is_one_line_exit_2(tmp_path, capsys):
     model = tmp_path / "double.pb"
     model.write_bytes(non_float_graph(False).SerializeToString())
-    code = main([str(model), "--weights", "int8", "-o", str(tmp_path / "out.pb")])
+    code = main([str(model), "--store-weights", "int8", "-o", str(tmp_path / "out.pb")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "no float32 conv/matmul weight of at least 1024 values" in err
@@ -289,7 +289,7 @@ def test_skipped_weights_are_reported():
 def test_weights_int8_with_quantize_is_refused(tmp_path, capsys):
     model = tmp_path / "model.pb"
     model.write_bytes(conv_matmul().SerializeToString())
-    code = main([str(model), "--weights", "int8", "--quantize", "int8", "--samples",
+    code = main([str(model), "--store-weights", "int8", "--quantize", "int8", "--samples",
                  str(tmp_path / "none.npz"), "--onnx", str(tmp_path / "m.onnx")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "--weights" in err and len(err.splitlines()) == 1

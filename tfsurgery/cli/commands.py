@@ -29,7 +29,6 @@ def run(args) -> int:
                                        enable=args.enable + (["layout-nhwc"] if args.layout
                                                              else []), disable=args.disable)
     args.preprocess = _preprocess(args)       # bad values: exit 2 before loading the model
-    _check_named_files(args)
     saved_model = _saved_model_path(args)
     api.check_output_paths([getattr(args, option, None)         # before minutes of work
                             for option in ("output", "report_json", "onnx", "picture", "tflite")
@@ -43,6 +42,7 @@ def run(args) -> int:
                                _split(args.inputs_as_nchw), weights=args.weights,
                                check_samples=args.check_samples, labels=args.labels)
         api.check_int8_speed_request(args.int8_target, args.int8_min_speedup)
+    _check_named_files(args)
     if saved_model is not None:
         api.check_saved_model_target(saved_model, force=args.force, input_path=args.input)
     _check_openvino_request(api, args)
