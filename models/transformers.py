@@ -22,6 +22,7 @@ from tfsurgery.models.common import BuiltModel, rng
 keras = tf.keras
 L = keras.layers
 ops = keras.ops
+MAX_LENGTH = 512        # rows of the position table (keras-hub's default max_sequence_length)
 
 
 # --- blocks -----------------------------------------------------------------------------------
@@ -79,12 +80,12 @@ def _packed(inputs: dict, as_dict: bool):
 # --- the four styles --------------------------------------------------------------------------
 
 def bert(layers=2, hidden=64, heads=4, seq=16, vocab=100, segments=2, *, as_dict=True,
-         exact_gelu=False, seed=0):
+         exact_gelu=False, max_length=MAX_LENGTH, seed=0):
     """BERT-style encoder (keras-hub BertBackbone's layout). Outputs: sequence, pooled."""
     inputs = _token_inputs(seq, ("token_ids", "segment_ids", "padding_mask"))
     x = L.Embedding(vocab, hidden, name="token_embedding")(inputs["token_ids"])
     x = x + L.Embedding(segments, hidden, name="segment_embedding")(inputs["segment_ids"])
-    x = _Positions(max(seq, 8), name="position_embedding")(x)
+    x = _Positions(max(seq, max_length), name="position_embedding")(x)
     x = L.LayerNormalization(epsilon=1e-12, name="embeddings_ln")(x)
     mask = _attention_mask(inputs["padding_mask"])
     for i in range(layers):
@@ -95,11 +96,12 @@ def bert(layers=2, hidden=64, heads=4, seq=16, vocab=100, segments=2, *, as_dict
     return _randomised(model, seed)
 
 
-def gpt2(layers=2, hidden=64, heads=4, seq=16, vocab=100, *, as_dict=True, seed=0):
+def gpt2(layers=2, hidden=64, heads=4, seq=16, vocab=100, *, as_dict=True,
+         max_length=MAX_LENGTH, seed=0):
     """GPT-2-style decoder: pre-LN, causal and padding masks, tanh GELU, a final LayerNorm."""
     inputs = _token_inputs(seq, ("token_ids", "padding_mask"))
     x = L.Embedding(vocab, hidden, name="token_embedding")(inputs["token_ids"])
-    x = _Positions(max(seq, 8), name="position_embedding")(x)
+    x = _Positions(max(seq, max_length), name="position_embedding")(x)
     mask = _attention_mask(inputs["padding_mask"])
     for i in range(layers):
         x = _block(x, mask, hidden, heads, exact_gelu=False, pre_norm=True, causal=True,
@@ -108,11 +110,12 @@ def gpt2(layers=2, hidden=64, heads=4, seq=16, vocab=100, *, as_dict=True, seed=
     return _randomised(keras.Model(_packed(inputs, as_dict), x, name="gpt2"), seed)
 
 
-def distilbert(layers=2, hidden=64, heads=4, seq=16, vocab=100, *, as_dict=True, seed=0):
+def distilbert(layers=2, hidden=64, heads=4, seq=16, vocab=100, *, as_dict=True,
+               max_length=MAX_LENGTH, seed=0):
     """DistilBERT-style encoder: no segments, post-LN, exact GELU (TF 2.21 lowers it to Erfc)."""
     inputs = _token_inputs(seq, ("token_ids", "padding_mask"))
     x = L.Embedding(vocab, hidden, name="token_embedding")(inputs["token_ids"])
-    x = _Positions(max(seq, 8), name="position_embedding")(x)
+    x = _Positions(max(seq, max_length), name="position_embedding")(x)
     x = L.LayerNormalization(epsilon=1e-12, name="embeddings_ln")(x)
     mask = _attention_mask(inputs["padding_mask"])
     for i in range(layers):

@@ -52,8 +52,10 @@ FLOORS = {
 }
 GROUND = FLOORS[0]
 # Inside the graph package (floor 0), one job per module, each importing only the ones before it:
-# the input grammar, the op registry and tensor codec, the library, the structure proof, the index.
-GRAPH_LAYERS = {"refs": 0, "opdefs": 1, "tensors": 1, "library": 1, "integrity": 2, "index": 3}
+# the input grammar, the op registry and tensor codec, the library, the structure proof, order
+# and reachability, the index.
+GRAPH_LAYERS = {"refs": 0, "opdefs": 1, "tensors": 1, "library": 1, "integrity": 2, "order": 3,
+                "index": 4}
 
 
 def floor(module: str) -> int:

@@ -202,8 +202,8 @@ def test_every_graph_run_is_guarded_not_only_optimize(evil, tmp_path, capsys):
 
 def test_inspect_lists_them_without_running_anything(evil, capsys):
     path, leak = evil
-    code, out, _ = run_cli(capsys, "inspect", path)
-    assert code == 0
+    code, out, err = run_cli(capsys, "inspect", path)
+    assert code == 2 and "--allow-op ReadFile --allow-op WriteFile" in err
     assert "ReadFile 'ReadFile' (reads files) — refused" in out
     assert "WriteFile 'WriteFile' (writes files) — refused" in out
     assert "dry run —" not in out and not leak.exists()
@@ -396,9 +396,9 @@ def saved_leaky(tmp_path):
 
 def test_inspect_lists_a_saved_models_ops_without_loading_it(tmp_path, capsys):
     path, leak, _ = saved_leaky(tmp_path)
-    code, out, _ = run_cli(capsys, "inspect", path)
-    assert code == 0 and not leak.exists()
-    assert "ReadFile '" in out and "WriteFile '" in out and "it was not loaded" in out
+    code, out, err = run_cli(capsys, "inspect", path)
+    assert code == 2 and not leak.exists() and len(err.splitlines()) == 1
+    assert "ReadFile '" in out and "WriteFile '" in out and "not loaded" in out
 
 
 def test_ops_allowed_at_load_are_allowed_when_that_source_is_optimized(tmp_path):

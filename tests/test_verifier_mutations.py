@@ -8,7 +8,8 @@ import tensorflow as tf
 
 from tfsurgery import api, pipeline
 from tfsurgery.verify import check as verify
-from tfsurgery.errors import VerificationFailed
+from tfsurgery.cli import main
+from tfsurgery.errors import CannotVerify, Unverified, VerificationFailed
 from tfsurgery.graph import Graph
 from tfsurgery.contract import TransformReport, transform
 
@@ -132,3 +133,143 @@ def test_a_verifier_comparing_the_result_with_itself_is_caught_by_the_oracle(mon
     with pytest.raises(AssertionError, match="relative error"):
         oracle.assert_same_outputs(original, result.graph_def, ["input"], ["out_a"],
                                    rtol=TOLERANCE)
+
+
+# ---------------------------------------------------------------- a check that cannot see
+def saturated_relu6(seed: int = 4):
+    """input [N, 8, 8, 3] → conv (random kernel) → BiasAdd (+100: ReLU6 is at 6 for any input
+    scale) → Relu6 → mean → 'output'. The output is 6 whatever the conv's weights are: only the
+    conv and its bias's tensors can show a change of them."""
+    r = np.random.default_rng(seed)
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 3], name="input")
+        kernel = tf.constant(r.standard_normal((3, 3, 3, 4)).astype(np.float32), name="kernel")
+        conv = tf.nn.conv2d(x, kernel, 1, "SAME", name="conv")
+        bias = tf.constant((100 + r.standard_normal(4)).astype(np.float32), name="bias")
+        tf.reduce_mean(tf.nn.relu6(tf.nn.bias_add(conv, bias, name="bias_add")), axis=[1, 2],
+                       name="output")
+    return graph.as_graph_def()
+
+
+def renamed(name: str, *, declare: bool, factor: float = 1.0):
+    """A user's transform in the style of a fusion: the conv and its BiasAdd rebuilt under new
+    names (the kernel × ``factor``); with ``declare`` it says which new tensor stands for which
+    old one (``report.corresponds``), as a transform that renames must."""
+    @transform(name)
+    def rename(graph: Graph, options) -> TransformReport:
+        report = TransformReport(name)
+        x, kernel = graph.inputs("conv")
+        scaled = graph.add_const("fused/kernel", graph.const_value(kernel) * factor)
+        attrs = dict(graph.node("conv").attr)
+        conv = graph.new_node("Conv2D", "fused/conv", [x, scaled], attrs)
+        bias = graph.new_node("BiasAdd", "fused/bias_add",
+                              [conv.name, graph.inputs("bias_add")[1]], {"T": tf.float32})
+        graph.rewire("bias_add", bias.name)
+        graph.remove(["bias_add", "conv"])
+        if declare:
+            report.corresponds("fused/conv", "conv")
+            report.corresponds("fused/bias_add", "bias_add")
+        report.rewritten.append("conv + bias_add -> fused/conv + fused/bias_add")
+        return report
+    return rename
+
+
+def optimize_renamed(monkeypatch, fn, **checks):
+    monkeypatch.setitem(pipeline.REGISTRY, fn.transform_name, fn)
+    source = api.Source(saturated_relu6(), "relu6", inputs=["input"], outputs=["output"])
+    return api.optimize(source, [fn.transform_name], checks=api.Checks(**checks))
+
+
+def test_renamed_tensors_and_saturated_outputs_cannot_verify(monkeypatch, tmp_path, capsys):
+    """Nothing compared can show the conv's weights: the outputs are saturated at every input
+    scale, and the renamed tensors have no counterpart — "cannot verify", not a pass."""
+    with pytest.raises(CannotVerify) as blind:
+        optimize_renamed(monkeypatch, renamed("rename-undeclared", declare=False))
+    assert isinstance(blind.value, VerificationFailed) and isinstance(blind.value, Unverified)
+    check = blind.value.verification
+    assert check.blind == ["conv"] and not check.passed and check.max_error == 0
+    assert str(blind.value).startswith("cannot verify") and "--samples" in str(blind.value)
+    assert blind.value.result.divergence is None                   # nothing to localize
+    # the oracle: the output really cannot see the conv (its kernel ×1.05 changes nothing)
+    original = saturated_relu6()
+    mutated = optimize_renamed(monkeypatch, renamed("rename-scaled", declare=False,
+                                                    factor=1.05),
+                               accept_blind_spots=True).graph_def
+    feeds = oracle.random_feeds(original, ["input"], seed=0)
+    assert oracle.relative_error(oracle.run(original, feeds, ["output"])[0],
+                                 oracle.run(mutated, feeds, ["output"])[0]) == 0
+    assert oracle.relative_error(oracle.run(original, feeds, ["bias_add"])[0],
+                                 oracle.run(mutated, feeds, ["fused/bias_add"])[0]) > TOLERANCE
+
+
+def test_accepting_the_blind_spot_passes_and_says_so(monkeypatch):
+    result = optimize_renamed(monkeypatch, renamed("rename-accepted", declare=False),
+                              accept_blind_spots=True)
+    check = result.verification
+    assert check.passed and check.blind == ["conv"] and check.blind_accepted
+    assert check.as_dict()["cannot_verify"] is False and check.as_dict()["blind"] == ["conv"]
+
+
+def test_declared_correspondence_is_compared_and_sees_the_conv(monkeypatch):
+    result = optimize_renamed(monkeypatch, renamed("rename-declared", declare=True))
+    check = result.verification
+    assert check.passed and not check.blind, check.failure()
+    assert {"fused/conv:0", "fused/bias_add:0"} <= {e.name for e in check.intermediate}
+    assert result.reports.correspondence == {"fused/conv:0": "conv:0",
+                                             "fused/bias_add:0": "bias_add:0"}
+    oracle.assert_same_outputs(saturated_relu6(), result.graph_def, ["input"], ["bias_add"],
+                               result_outputs=["fused/bias_add"], rtol=1e-5)
+
+
+def test_a_kernel_times_1_05_behind_a_declared_correspondence_is_caught(monkeypatch):
+    with pytest.raises(VerificationFailed) as failed:
+        optimize_renamed(monkeypatch, renamed("rename-declared-scaled", declare=True,
+                                              factor=1.05))
+    assert not isinstance(failed.value, CannotVerify)
+    hidden = {e.name for e in failed.value.verification.hidden}
+    assert "fused/conv:0" in hidden and "intermediate tensor" in str(failed.value)
+    original, mutated = saturated_relu6(), failed.value.result.graph_def
+    feeds = oracle.random_feeds(original, ["input"], seed=0)
+    assert oracle.relative_error(oracle.run(original, feeds, ["conv"])[0],
+                                 oracle.run(mutated, feeds, ["fused/conv"])[0]) > 1e-2
+
+
+def test_the_cli_says_cannot_verify_with_exit_1_and_accepts_when_told(tmp_path, capsys):
+    model, plugin, out = tmp_path / "relu6.pb", tmp_path / "rename.py", tmp_path / "out.pb"
+    model.write_bytes(saturated_relu6().SerializeToString())
+    plugin.write_text(RENAME_PLUGIN)
+    args = [str(model), "--plugin", str(plugin), "--transforms", "rename-conv", "-o", str(out)]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "cannot verify" in err and "--accept-blind-spots" in err and not out.exists()
+    assert main(args + ["--accept-blind-spots"]) == 0 and out.exists()
+
+
+RENAME_PLUGIN = '''
+import tfsurgery
+
+@tfsurgery.transform("rename-conv")
+def rename_conv(graph, options):
+    """The conv and its BiasAdd under new names, nothing declared."""
+    report = tfsurgery.TransformReport("rename-conv")
+    conv = graph.new_node("Conv2D", "renamed/conv", graph.inputs("conv"),
+                          dict(graph.node("conv").attr))
+    bias = graph.new_node("BiasAdd", "renamed/bias_add",
+                          [conv.name, graph.inputs("bias_add")[1]],
+                          dict(graph.node("bias_add").attr))
+    graph.rewire("bias_add", bias.name)
+    graph.remove(["bias_add", "conv"])
+    report.rewritten.append("conv, bias_add -> renamed/conv, renamed/bias_add")
+    return report
+'''
+
+
+def test_the_probed_sample_spreads_over_the_whole_depth():
+    """Whatever part of the sample the time budget allows covers the graph from its first layer
+    to its last: the first, the last, then the middles of the gaps left."""
+    from tfsurgery.verify import sensitivity
+    layers = list(range(53))
+    sample = sensitivity.sample_layers(layers)
+    assert sample[:5] == [0, 52, 26, 13, 39] and len(sample) == sensitivity.PROBE_MAX_LAYERS
+    assert len(set(sample)) == len(sample)
+    assert sensitivity.sample_layers(list(range(5))) == [0, 4, 2, 1, 3]      # all of a few

@@ -10,7 +10,8 @@ The public names, importable from here (loaded on first use: ``import tfsurgery`
   every artefact checked, then all written or none (``WriteFailed``); a ``Written`` back;
 - ``tfsurgery.transform("name")`` — the decorator that makes a function a transform, and
   ``tfsurgery.TransformReport``, what it returns; ``tfsurgery.Graph``, what it edits;
-- ``tfsurgery.VerificationFailed``, ``tfsurgery.Unverified``, ``tfsurgery.InputError``,
+- ``tfsurgery.VerificationFailed``, ``tfsurgery.Unverified``, ``tfsurgery.CannotVerify`` (a check
+  that could not see a layer), ``tfsurgery.InputError``,
   ``tfsurgery.ExportError``, ``tfsurgery.OnnxCheckFailed`` (``export_onnx``'s failed check,
   with its numbers) and ``tfsurgery.UnsafeModel`` (a model that would act outside its graph).
 """
@@ -28,7 +29,8 @@ if _os.path.isfile(_os.path.join(_checkout, "setup.py")) and \
 
 _PUBLIC = {"transform": "contract", "TransformReport": "contract", "Options": "contract",
            "Graph": "graph", "VerificationFailed": "errors", "Unverified": "errors",
-           "InputError": "errors", "ExportError": "errors", "OnnxCheckFailed": "errors",
+           "CannotVerify": "errors", "InputError": "errors", "ExportError": "errors",
+           "OnnxCheckFailed": "errors",
            "UnsafeModel": "errors"}
 
 

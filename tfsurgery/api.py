@@ -32,10 +32,10 @@ from tfsurgery.verify import check as verify_mod
 from tfsurgery import batch  # noqa: F401 - batch: the CLI's, via api
 from tfsurgery.verify import compare as compare_mod
 from tfsurgery.export.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
-from tfsurgery.errors import (ExportError, InputError, OnnxCheckFailed,  # noqa: F401
-                              OriginalDoesNotRun, UnsafeModel,
-                              StructureError, TransformError, UnknownTransform, Unverified,
-                              VerificationError, VerificationFailed, WriteFailed)
+from tfsurgery.errors import (CannotVerify, ExportError, InputError,  # noqa: F401
+                              OnnxCheckFailed, OriginalDoesNotRun, StructureError, TransformError,
+                              UnknownTransform, UnsafeModel, Unverified, VerificationError,
+                              VerificationFailed, WriteFailed)
 from tfsurgery.graph import Graph
 from tfsurgery.trust.keras import import_modules  # noqa: F401 - the CLI's, via api
 from tfsurgery.interface import (check_fed, find_dropout_knobs, find_training_flags,
@@ -46,7 +46,7 @@ from tfsurgery.report import format_table, op_histogram, summary, transform_line
 from tfsurgery.contract import Options
 # the public names of the modules the facade stands on (``api.X`` for each)
 from tfsurgery.source import (DEMO_NAME, Source, as_source, default_onnx_path,  # noqa: F401
-                              default_output_path, demo, load, signature_for)
+                              default_output_path, demo, load, scan, signature_for)
 from tfsurgery.plan import (FLOAT16_TOLERANCE, INT8_WEIGHTS_TOLERANCE,  # noqa: F401
                             WEIGHT_TRANSFORMS, WEIGHTS, choose_transforms, list_transforms,
                             load_plugins, transform_parameters, with_weights)
@@ -154,12 +154,13 @@ class Checks:
     """How the result is checked: ``verify=False`` skips it (explicitly: the result cannot then
     be saved without ``allow_unverified``); ``tolerance`` relative to each output's magnitude
     (default 1e-4; 1e-2 with float16 weights, 5e-2 with int8 weights); ``timeout`` per graph
-    run in seconds; ``seed`` of the random inputs."""
+    run in seconds; ``seed`` of the random inputs; ``accept_blind_spots``: see ``CannotVerify``."""
 
     verify: bool = True
     tolerance: Optional[float] = None
     timeout: Optional[float] = None
     seed: int = 0
+    accept_blind_spots: bool = False
 
 
 @dataclasses.dataclass
@@ -352,8 +353,8 @@ def _optimize(source: Source, transforms: Sequence, interface: Interface, checks
                     user_feeds=dict(feeds or {}), preprocess=preprocess_hook,
                     weights=options.weights, unused_inputs=unused,
                     frozen_form=source.frozen_form, trust_notes=list(source.trust_notes),
-                    samples=samples, declared_inputs=declared,
-                    check_n=options.check_n,
+                    samples=samples, declared_inputs=declared, check_n=options.check_n,
+                    accept_blind_spots=checks.accept_blind_spots,
                     params=params, class_outputs=class_outputs,
                     transforms=list(transforms), pass_options=pass_options,
                     seed=checks.seed, outside_allowed=allowed_findings)
@@ -376,12 +377,13 @@ def _verified(result: Result, transforms: Sequence[str], pass_options: Options, 
             f"cannot compare: {error}"
         raise VerificationFailed(message, result=result) from None
     if not result.verification.passed:
-        # "cannot compare" (outputs all NaN): nothing to localize
-        result.divergence = None if result.verification.uncomparable else \
+        # "cannot compare" (outputs all NaN), "cannot verify" (blind): nothing to localize
+        blind = result.verification.failure().startswith("cannot verify")
+        result.divergence = None if result.verification.uncomparable or blind else \
             _localize(result, result.original, transforms, pass_options)
         where = f"; {result.divergence.line()}" if result.divergence else ""
-        raise VerificationFailed(result.verification.failure() + where,
-                                 verification=result.verification, result=result)
+        raise (CannotVerify if blind else VerificationFailed)(
+            result.verification.failure() + where, verification=result.verification, result=result)
     return result
 
 

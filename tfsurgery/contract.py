@@ -13,6 +13,7 @@ import dataclasses
 from typing import Callable, Dict, List, Optional, Tuple
 
 from tfsurgery.graph import Graph
+from tfsurgery.ops import tensor_name
 
 
 @dataclasses.dataclass
@@ -76,15 +77,25 @@ class TransformReport:
     # every change was an input-less Const merged into an equal one: no other node's readers
     # changed, only which of two equal constants a node reads (see ``transform``)
     shared_constants_only: bool = False
+    # result tensor → the tensor of the graph this transform was given that it stands for,
+    # where the name changed (``corresponds``); a tensor that keeps its name stands for its
+    # namesake without saying so. Verification compares every such pair.
+    correspondence: Dict[str, str] = dataclasses.field(default_factory=dict)
 
     def skip(self, node: str, reason: str) -> None:
         self.skipped.append((node, reason))
+
+    def corresponds(self, result_tensor: str, original_tensor: str) -> None:
+        """Declare that ``result_tensor`` (a node or ``node:port`` of the graph this transform
+        leaves) holds the values ``original_tensor`` held in the graph it was given — a fused
+        op's output for the subgraph's it replaced — so that verification compares the two."""
+        self.correspondence[tensor_name(result_tensor)] = tensor_name(original_tensor)
 
     def as_dict(self) -> dict:
         return {"name": self.name, "matched": self.matched, "rewritten": self.rewritten,
                 "skipped": [{"node": n, "reason": r} for n, r in self.skipped],
                 "notes": self.notes, "removed_nodes": self.removed_nodes,
-                "removed": self.removed,
+                "removed": self.removed, "correspondence": dict(self.correspondence),
                 "seconds": round(self.seconds, 4)}
 
 

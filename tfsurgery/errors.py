@@ -95,6 +95,14 @@ class Unverified(InputError):
     caller saying so (``allow_unverified=True``, the CLI's ``--no-verify``)."""
 
 
+class CannotVerify(VerificationFailed, Unverified):
+    """The check could not see: a 1% change in some layer's weights shows in nothing it compared
+    (the outputs, their logits, the intermediate tensors both graphs have), at any input scale
+    it tried — so its passing would prove nothing. The CLI: exit 1, nothing written. Give real
+    inputs (``samples``/``--samples``) or accept it (``Checks(accept_blind_spots=True)``,
+    ``--accept-blind-spots``)."""
+
+
 class WriteFailed(ExportError):
     """``api.write`` stopped: an export failed or missed its check, so nothing was written.
     ``stage`` names it ("ONNX check", "SavedModel export", "int8", ...); ``written`` (an

@@ -95,8 +95,13 @@ def load_saved_model(path: Path, signature: str = "serving_default") -> Loaded:
 
 def check_saved_model(path: Path) -> None:
     """Before TensorFlow loads it (loading runs its table initializers and restores its
-    variables): nothing in the SavedModel acts outside its graph unless allowed (its own saver
-    and tables filled from its own assets excepted) — ``UnsafeModel`` otherwise."""
+    variables): everything the SavedModel holds may run (tfsurgery.trust.outside: its own
+    checkpoint ops and tables filled from its own assets proven) — ``UnsafeModel`` otherwise."""
+    outside.refuse_findings(outside.find_in_saved_model(read_saved_model(path), path), str(path))
+
+
+def read_saved_model(path: Path):
+    """The ``SavedModel`` proto of a SavedModel directory, parsed without loading anything."""
     from tensorflow.core.protobuf import saved_model_pb2
     saved_model = saved_model_pb2.SavedModel()
     binary = path / "saved_model.pb"
@@ -107,7 +112,7 @@ def check_saved_model(path: Path) -> None:
             text_format.Parse((path / "saved_model.pbtxt").read_text(), saved_model)
     except (OSError, message.DecodeError, text_format.ParseError, UnicodeDecodeError) as error:
         raise InputError(f"{path}: not a valid SavedModel ({first_line(error)})") from None
-    outside.refuse_findings(outside.find_in_saved_model(saved_model, path), str(path))
+    return saved_model
 
 
 def signature_names(function, key: str, loaded: Loaded) -> dict:
@@ -145,6 +150,7 @@ def load_keras(path: Path, *, trust: bool = False, custom_objects=None) -> Loade
         model = tf.keras.models.load_model(str(path), compile=False, safe_mode=not trust,
                                            custom_objects=custom_objects or None)
     except Exception as keras3_error:  # noqa: BLE001
+        keras_trust.refuse_fallback(path, keras3_error)     # tf_keras only for legacy files
         try:
             import tf_keras
             model = tf_keras.models.load_model(str(path), compile=False, safe_mode=not trust,

@@ -9,6 +9,11 @@ makes two nodes duplicates), so after the first pass the transforms marked ``rep
 in order, while the graph keeps changing — bounded by ``MAX_ROUNDS``. Only a transform that some
 OTHER pass changed the graph for re-runs (each reaches its own fixpoint). Each transform keeps one
 report: later rounds add their rewrites, removed nodes and time to it (and a note per round).
+
+Correspondence: each transform may declare which tensor of its result stands for which tensor of
+the graph it was given (``TransformReport.corresponds``); the pipeline composes them in the order
+the passes ran into ``Reports.correspondence`` — result tensor → the original's tensor — for the
+tensors whose names changed. Verification compares every such pair, besides same-named tensors.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from tfsurgery import progress
 from tfsurgery.contract import Options, Transform, TransformReport
 from tfsurgery.errors import InputError, StructureError, UnknownTransform
 from tfsurgery.graph import Graph, gc_paused
-from tfsurgery.ops import first_line
+from tfsurgery.ops import first_line, node_name
 from tfsurgery.transforms import DEFAULT_TRANSFORMS, ORDER, REGISTRY
 from tfsurgery.trust.user_code import import_user_code
 
@@ -135,6 +140,25 @@ def resolve_transforms(names: Optional[Sequence[str]] = None, *, bn_fold: bool =
     return [name for name in chosen if name not in disable]
 
 
+class Reports(list):
+    """The transforms' reports in order, and ``correspondence``: each tensor of the result whose
+    name changed → the tensor of the original it stands for, composed over every pass."""
+
+    def __init__(self, reports=(), correspondence: Optional[Dict[str, str]] = None):
+        super().__init__(reports)
+        self.correspondence: Dict[str, str] = dict(correspondence or {})
+
+
+def compose(traced: Dict[str, str], declared: Dict[str, str]) -> Dict[str, str]:
+    """``traced`` (tensor → the original's tensor) after a pass that ``declared`` result tensor
+    → the tensor of its input it stands for: a declared source that was itself traced maps on
+    to the original; others name the original's tensor directly (they kept their names)."""
+    if not declared:
+        return traced
+    return {**traced, **{result: traced.get(source, source)
+                         for result, source in declared.items()}}
+
+
 def run(graph_def: graph_pb2.GraphDef, transforms: Sequence[str],
         options: Options) -> Tuple[graph_pb2.GraphDef, List[TransformReport]]:
     """Apply ``transforms`` in order to a copy of ``graph_def``."""
@@ -149,7 +173,7 @@ def run(graph_def: graph_pb2.GraphDef, transforms: Sequence[str],
     return result, reports
 
 
-def apply(graph: Graph, transforms: Sequence[str], options: Options) -> List[TransformReport]:
+def apply(graph: Graph, transforms: Sequence[str], options: Options) -> Reports:
     """Apply ``transforms`` in order to ``graph``, in place: the run's one index, which the
     caller built (checking its inputs) and may have read before (api.optimize detects the
     interface on it); the caller's GraphDef underneath is never mutated (copy-on-write)."""
@@ -166,8 +190,9 @@ def _check_known(transforms: Sequence[str]) -> None:
         raise UnknownTransform(f"unknown transform '{unknown[0]}'")
 
 
-def _run(graph: Graph, transforms: Sequence[str], options: Options) -> List[TransformReport]:
+def _run(graph: Graph, transforms: Sequence[str], options: Options) -> Reports:
     reports: Dict[str, TransformReport] = {}
+    traced: Dict[str, str] = {}             # result tensor → the original's, where names changed
     seen_changes: Dict[str, int] = {}       # name → the change count it saw when it last ran
     changes = 0              # passes that changed the graph
     beyond_constants = 0     # of those, the ones that did more than merge equal constants
@@ -184,6 +209,7 @@ def _run(graph: Graph, transforms: Sequence[str], options: Options) -> List[Tran
                 continue                   # no other pass changed the graph since it last ran
             rounds = round_
             report = _run_pass(graph, name, options)
+            traced = compose(traced, report.correspondence)
             if report.rewritten or report.removed_nodes or report.pruned:
                 changes += 1
                 if not report.shared_constants_only:
@@ -200,7 +226,8 @@ def _run(graph: Graph, transforms: Sequence[str], options: Options) -> List[Tran
         last.notes.append(f"pipeline: {rounds} round(s), " + (
             f"stopped at the bound of {MAX_ROUNDS} before a fixpoint" if unsettled
             else "fixpoint reached"))
-    return list(reports.values())
+    return Reports(reports.values(), {result: source for result, source in traced.items()
+                                      if node_name(result) in graph and result != source})
 
 
 def _run_pass(graph: Graph, name: str, options: Options) -> TransformReport:
@@ -268,6 +295,7 @@ def _book(reports: Dict[str, TransformReport], name: str, report: TransformRepor
     first.notes.extend(note for note in report.notes if note not in first.notes)
     first.removed_nodes += report.removed_nodes
     first.pruned.extend(report.pruned)
+    first.correspondence.update(report.correspondence)
     first.seconds += report.seconds
     if report.rewritten or report.removed_nodes:
         first.notes.append(f"round {round_}: {len(report.rewritten)} more rewritten, "

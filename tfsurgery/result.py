@@ -55,6 +55,8 @@ class Result:
     samples: Optional[samples_mod.Samples] = None   # the user's input values (--samples)
     params: Dict[str, object] = dataclasses.field(default_factory=dict)   # transforms' own
     check_n: int = 1                    # seeded random batches compared (--check-n)
+    # a layer whose change the check cannot see does not make it "cannot verify" (the user said so)
+    accept_blind_spots: bool = False
     # outputs that may be class scores (top-1 agreement is checked): found on the run's index
     class_outputs: Optional[List[str]] = None
     # how the graph was made, to make it again without a transform (the ONNX fallback)
@@ -142,6 +144,8 @@ def verify_result(result: Result, *, feeds: Optional[Mapping[str, object]] = Non
             batches=check_batches(result, feeds, seed), tolerance=result.tolerance,
             class_outputs=class_outputs_of(result), timeout=result.timeout,
             preprocess=result.preprocess,
+            correspondence=getattr(result.reports, "correspondence", {}),
+            accept_blind=result.samples is not None or result.accept_blind_spots,
             reference_note=_reference_note(result.original_extra_feeds, bool(result.preprocess)))
     except OriginalDoesNotRun as error:
         raise InputError(str(error)) from None

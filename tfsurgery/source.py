@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, List, Optional, Sequence
 from tensorflow.core.framework import graph_pb2
 
 from tfsurgery import io, progress
+from tfsurgery.errors import InputError
+from tfsurgery.trust import keras as keras_trust
 from tfsurgery.trust import outside
 from tfsurgery.export import savedmodel as savedmodel_export
 
@@ -53,6 +55,51 @@ def load(path, signature: str = "serving_default", *, trust: bool = False,
                   outputs=loaded.outputs, signature=loaded.signature,
                   frozen_form=loaded.frozen_form, trust_notes=loaded.trust_notes,
                   allowed_ops=sorted(set(allow_ops)))
+
+
+@dataclasses.dataclass
+class Scanned:
+    """A SavedModel or Keras file read from its protos or config, not loaded (loading runs a
+    SavedModel's initializers and a Keras file's layers): what ``inspect`` shows without
+    ``--load``."""
+
+    label: str
+    lines: List[str]                                    # what it holds, one line each
+    findings: List[outside.Finding] = dataclasses.field(default_factory=list)
+
+
+def scan(path) -> Optional[Scanned]:
+    """``path`` read without loading it: a SavedModel's graphs, signatures and every node that
+    may not run (tfsurgery.trust.outside); a Keras file's config (stored Python code refused:
+    ``UnsafeModel``). None for a frozen GraphDef (loading one only parses it)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory")
+    if path.is_dir() and ((path / "saved_model.pb").exists() or
+                          (path / "saved_model.pbtxt").exists()):
+        saved = io.read_saved_model(path)
+        return Scanned(path.name, _saved_model_lines(saved),
+                       outside.find_in_saved_model(saved, path))
+    if path.suffix.lower() in io.KERAS_SUFFIXES:
+        config = keras_trust.read_config(path)
+        keras_trust.refuse_unsafe(path, config)
+        layers = [item for item, _ in keras_trust.walk(config or {})
+                  if "class_name" in item and isinstance(item.get("config"), dict)]
+        return Scanned(path.name, [f"a Keras file: {len(layers)} objects in its config, no "
+                                   "stored Python code"])
+    return None
+
+
+def _saved_model_lines(saved) -> List[str]:
+    lines = []
+    for meta in saved.meta_graphs:
+        tags = ",".join(meta.meta_info_def.tags) or "(no tags)"
+        lines.append(f"meta graph [{tags}]: {len(meta.graph_def.node)} nodes, "
+                     f"{len(meta.graph_def.library.function)} functions")
+        for key, signature in sorted(meta.signature_def.items()):
+            lines.append(f"  signature {key}: {', '.join(sorted(signature.inputs)) or '-'} → "
+                         f"{', '.join(sorted(signature.outputs)) or '-'}")
+    return lines
 
 
 def as_source(model, *, trust: bool = False, imports: Sequence[str] = ()) -> Source:

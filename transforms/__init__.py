@@ -11,8 +11,8 @@ from tfsurgery.transforms import (add_preprocessing, flatten_atrous_conv, fold_a
                                   remove_identity, remove_noop_shape_ops,
                                   remove_switch_merge, simplify_algebra, simplify_arithmetic,
                                   strip_debug, to_nhwc)
-from tfsurgery.transforms import (equalize_cross_layer, float16_weights, inline_functions,
-                                  int8_weights)
+from tfsurgery.transforms import (equalize_cross_layer, erfc_as_erf, float16_weights,
+                                  inline_functions, int8_weights)
 
 PIPELINE = (
     add_preprocessing.add_preprocessing,
@@ -28,6 +28,8 @@ PIPELINE = (
     remove_noop_shape_ops.remove_noop_shape_ops,
     simplify_arithmetic.simplify_arithmetic,
     simplify_algebra.simplify_algebra,
+    # not by default: the ONNX exporter's (ONNX has no Erfc); by name, the .pb's too
+    erfc_as_erf.erfc_as_erf,
     # before BN folding: the batch norm after a BatchToSpaceND then follows the dilated conv
     flatten_atrous_conv.flatten_atrous_conv,
     fold_batch_norm.fold_batch_norm,

@@ -34,65 +34,12 @@ import numpy as np
 from tfsurgery.graph import Graph, Ref, attr_value
 from tfsurgery.ops import FUSED_BATCH_NORM_OPS
 from tfsurgery.contract import Options, TransformReport, transform
+# the linear ops' view, re-exported for the transforms that import it from here
+from tfsurgery.transforms.linear_ops import (LINEAR_OPS, Linear, _data_format_axis,  # noqa: F401
+                                             linear_op)
 
 GLOBAL_NORM = "BatchNormWithGlobalNormalization"     # the pre-fused op of old frozen graphs
 BATCH_NORM_OPS = tuple(FUSED_BATCH_NORM_OPS) + (GLOBAL_NORM,)
-LINEAR_OPS = ("Conv2D", "DepthwiseConv2dNative", "Conv3D", "MatMul", "Conv2DBackpropInput",
-              "Conv3DBackpropInputV2")
-
-
-# ---------------------------------------------------------------- the linear ops
-@dataclasses.dataclass
-class Linear:
-    """A linear op's view for folding: where its weights are and how output channels lie."""
-
-    name: str
-    weight: Ref              # the weight input (as the node reads it)
-    weights: Optional[np.ndarray]   # its value, decoded once (None: not a constant)
-    rank: int                # rank of the op's output
-    channel_axis: int        # output-channel axis of the op's output
-    channels: int
-    dtype: object            # the op's T attribute (AttrValue)
-    scale_weights: callable  # (W, s) -> W * s along the output-channel axis (a new array)
-
-
-def _data_format_axis(graph: Graph, name: str, rank: int) -> int:
-    """Channel axis for NHWC/NDHWC (last) or NCHW/NCDHW (1)."""
-    return 1 if graph.attr(name, "data_format", "NHWC").startswith("NC") else rank - 1
-
-
-def linear_op(graph: Graph, name: str) -> Optional[Linear]:
-    op = graph.op(name)
-    if op not in LINEAR_OPS:
-        return None
-    weight_ref = graph.inputs(name)[1]
-    weight = graph.const_value(weight_ref)
-    shape = weight.shape if weight is not None else None
-    dtype = graph.node(name).attr["T"]
-
-    def along(axis):
-        def scale(w, s):
-            if axis == w.ndim - 1:
-                return w * s            # broadcasting runs along the last axis already
-            return w * s.reshape([-1 if i == axis else 1 for i in range(w.ndim)])
-        return scale
-
-    if op == "MatMul":
-        axis = 0 if graph.attr(name, "transpose_b", False) else 1
-        return Linear(name, weight_ref, weight, 2, 1, shape[axis] if shape else 0, dtype,
-                      along(axis))
-    rank = 5 if op.startswith("Conv3D") else 4
-    channel_axis = _data_format_axis(graph, name, rank)
-    if op == "DepthwiseConv2dNative":       # kernel [h, w, in, multiplier]: channel = in*mult + m
-        def scale_depthwise(w, s):
-            return w * s.reshape(1, 1, w.shape[2], w.shape[3])
-        return Linear(name, weight_ref, weight, 4, channel_axis,
-                      shape[2] * shape[3] if shape else 0, dtype, scale_depthwise)
-    if op in ("Conv2DBackpropInput", "Conv3DBackpropInputV2"):    # kernel [h, w, (d,) out, in]
-        return Linear(name, weight_ref, weight, rank, channel_axis,
-                      shape[rank - 2] if shape else 0, dtype, along(rank - 2))
-    return Linear(name, weight_ref, weight, rank, channel_axis, shape[-1] if shape else 0, dtype,
-                  along(rank - 1))
 
 
 # ---------------------------------------------------------------- per-channel affine steps
@@ -196,6 +143,8 @@ class Chain:
     scale: np.ndarray
     shift: np.ndarray
     blocked: List[Tuple[str, str]]     # (batch-norm node, why it stopped the chain)
+    # (node, a, c) per step: it maps its input z to z * a + c
+    steps: List[Tuple[str, np.ndarray, np.ndarray]] = dataclasses.field(default_factory=list)
 
 
 # Ops that only move whole pixels around, so a per-channel affine map commutes with them
@@ -248,8 +197,22 @@ def affine_chain(graph: Graph, lin: Linear, options: Options) -> Chain:
         a, c = step
         chain.scale, chain.shift = chain.scale * a, chain.shift * a + c
         chain.nodes.append(nxt)
+        chain.steps.append((nxt, a, c))
         current = nxt
         nxt = single_consumer(graph, current, options)
+
+
+def scaled_by_all(lin: Linear, chain: Chain) -> Optional[str]:
+    """The chain node whose output the linear op's own output equals once its weights took the
+    chain's whole scale: the steps up to it only scale, the steps after it only shift (Keras'
+    batch norm: Mul, then AddV2). None where there is none (a fused batch norm, a pass-through)."""
+    scales = 0
+    while scales < len(chain.steps) and not np.any(chain.steps[scales][2]):
+        scales += 1
+    if not scales or chain.start != lin.name or \
+            any(np.any(a != 1) for _, a, _ in chain.steps[scales:]):
+        return None
+    return chain.steps[scales - 1][0]
 
 
 def worth_folding(graph: Graph, chain: Chain) -> bool:
@@ -552,6 +515,9 @@ def fold_batch_norm(graph: Graph, options: Options) -> TransformReport:
             continue
         report.matched += 1
         fold_chain(graph, lin, chain, options)
+        scaled = scaled_by_all(lin, chain)
+        if scaled:      # the op's output, its weights scaled: what the scale step computed
+            report.corresponds(lin.name, scaled)
         report.rewritten.append(f"{lin.name} <- {' + '.join(chain.nodes)}")
     for node in graph.nodes_with_ops(CONCAT_OPS):
         if node.name in graph:

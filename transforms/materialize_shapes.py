@@ -38,6 +38,8 @@ def materialize_shapes(graph: Graph, options: Options) -> TransformReport:
             continue
         if graph.op(name) == "Reshape":
             _identity_reshape(graph, name, shapes, options, report)
+            if name in graph and graph.op(name) == "Reshape":
+                _one_computed_dim(graph, name, shapes, report)
         elif graph.op(name) == "ShapeN":
             _shape_n(graph, name, shapes, report)
         else:
@@ -72,8 +74,11 @@ def _shape_of(graph: Graph, name: str, shapes, options: Options, report) -> None
     found = _value(op, _known(shapes, x), graph.node(name).attr["out_type"].type
                    if op != "Rank" else None)
     if found is None:
-        if name in shapes:
-            report.skip(name, f"{op} of {x}: its static shape is not fully known")
+        if op == "Shape" and _known(shapes, x) is not None:
+            _known_parts(graph, name, _known(shapes, x), report)   # the known trailing dims
+        if name in shapes and graph.consumers(name):
+            report.skip(name, f"{op} of {x}: its static shape {_shown(_known(shapes, x))} is "
+                              "not fully known (a fixed --input-shape would make it constant)")
         return
     value, dtype = found
     device = graph.node(name).device
@@ -110,3 +115,114 @@ def _identity_reshape(graph: Graph, name: str, shapes, options: Options, report)
                  else None)
     report.matched += 1
     report.rewritten.append(f"{name}: Reshape of {x} to its own static shape {before}")
+
+
+# ---------------------------------------------------------------- known dims of a free shape
+def _known_parts(graph: Graph, name: str, dims, report) -> None:
+    """``Shape(x)`` of ``[?, ?, 16]`` stays, but what picks only known dims from it — a
+    ``GatherV2`` with constant indices (Keras' Tensordot: ``gather(shape(x), [2])``) or a
+    ``StridedSlice`` with constant bounds — is a constant. Needs the rank and those dims only."""
+    out_type = graph.node(name).attr["out_type"].type
+    for consumer in graph.consumers(name):
+        reader = consumer.node
+        if consumer.index != 0 or graph.control_inputs(reader):
+            continue
+        picked = _picked(graph, reader, dims)
+        if picked is None or any(d is None for d in np.ravel(picked).tolist()):
+            continue
+        value = np.array(picked, dtype=np.int64)
+        device = graph.node(reader).device
+        graph.remove([reader])       # readers (and an output) keep the name: now a Const
+        graph.add_const(reader, value, dtype=out_type, device=device)
+        report.matched += 1
+        report.rewritten.append(f"{reader}: the known dims {value.tolist()} of {name} "
+                                f"(of static shape {_shown(dims)})")
+
+
+def _picked(graph: Graph, reader: str, dims):
+    """The dims (a list, or one dim) ``reader`` takes from a shape vector ``dims``, or None."""
+    op, inputs = graph.op(reader), graph.inputs(reader)
+    values = [graph.const_value(ref) for ref in inputs[1:]]
+    if any(v is None for v in values):
+        return None
+    vector = np.array(dims, dtype=object)
+    if op == "GatherV2" and int(values[1]) == 0 and graph.attr(reader, "batch_dims", 0) == 0:
+        indices = values[0].astype(np.int64)
+        if np.any(indices >= len(dims)) or np.any(indices < 0):   # TF refuses negative ones
+            return None
+        return vector[indices].tolist()
+    if op == "StridedSlice" and len(values) == 3 and all(v.shape == (1,) for v in values):
+        masks = {k: graph.attr(reader, k, 0) for k in ("begin_mask", "end_mask",
+                 "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")}
+        if masks["ellipsis_mask"] or masks["new_axis_mask"]:
+            return None
+        begin, end, stride = (int(v[0]) for v in values)
+        if masks["shrink_axis_mask"] & 1:
+            return vector[begin] if -len(dims) <= begin < len(dims) else None
+        return vector[slice(None if masks["begin_mask"] & 1 else begin,
+                            None if masks["end_mask"] & 1 else end, stride)].tolist()
+    return None
+
+
+def _one_computed_dim(graph: Graph, name: str, shapes, report) -> None:
+    """``Reshape(x, stack([n, 16]))`` with ``n`` computed (Keras' Tensordot: the product of
+    the free dims), or ``Reshape(y, concat([shape(x)[0:2], [128]]))`` where only the batch of
+    ``x`` is unknown, is ``Reshape(x, [-1, 16])`` / ``[-1, 16, 128]``: the element count pins
+    the one size left free. Needs the known sizes only, none zero (-1 would be ambiguous)."""
+    if _own_batch(graph, name):
+        return                      # simplify-arithmetic's rule, with its own report line
+    sizes = _sizes(graph, graph.inputs(name)[1], shapes)
+    if sizes is None or sum(d is None for d in sizes) != 1 or \
+            any(d is not None and d <= 0 for d in sizes):
+        return
+    sizes = [-1 if d is None else d for d in sizes]
+    dtype = graph.node(name).attr["Tshape"].type
+    const = graph.add_const(f"{name}/shape", np.array(sizes, np.int64), dtype=dtype,
+                            device=graph.node(name).device)
+    graph.set_input(name, 1, const)
+    report.matched += 1
+    report.rewritten.append(f"{name}: Reshape to {sizes} (its one computed size is what the "
+                            "element count leaves)")
+
+
+def _own_batch(graph: Graph, name: str) -> bool:
+    """``Reshape(x, stack([shape(x)[0], ...]))``: its size taken from its own input."""
+    x, shape = graph.inputs(name)
+    if graph.op(shape) != "Pack" or shape.port:
+        return False
+    for part in graph.inputs(shape.node):
+        if graph.op(part) in ("StridedSlice", "GatherV2"):
+            source = graph.inputs(part.node)[0]
+            if graph.op(source) == "Shape" and graph.inputs(source.node)[0] == x:
+                return True
+    return False
+
+
+def _sizes(graph: Graph, ref: Ref, shapes):
+    """The entries of a shape vector, None where computed: a constant, a ``Pack`` of scalars,
+    a ``ConcatV2`` of such parts and of known dims picked from a ``Shape``; else None."""
+    value = graph.const_value(ref)
+    if value is not None:
+        return [int(v) for v in np.ravel(value)] if value.ndim == 1 else None
+    if ref.port:
+        return None
+    op, inputs = graph.op(ref.node), graph.inputs(ref.node)
+    if op == "Pack" and graph.attr(ref.node, "axis", 0) == 0:
+        values = [graph.const_value(part) for part in inputs]
+        if any(v is not None and v.ndim for v in values):
+            return None
+        return [None if v is None else int(v) for v in values]
+    if op == "ConcatV2" and graph.const_value(inputs[-1]) is not None and \
+            int(graph.const_value(inputs[-1])) == 0:
+        parts = [_sizes(graph, part, shapes) for part in inputs[:-1]]
+        return None if any(p is None for p in parts) else [d for p in parts for d in p]
+    source = inputs[0] if inputs else None
+    if op in ("GatherV2", "StridedSlice") and graph.op(source) == "Shape" and not source.port:
+        dims = _known(shapes, graph.inputs(source.node)[0])
+        picked = _picked(graph, ref.node, dims) if dims is not None else None
+        return picked if isinstance(picked, list) else None
+    return None
+
+
+def _shown(dims) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"

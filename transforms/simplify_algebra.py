@@ -68,8 +68,8 @@ FLOATS = {types_pb2.DT_HALF, types_pb2.DT_BFLOAT16, types_pb2.DT_FLOAT, types_pb
 COMPLEX = {types_pb2.DT_COMPLEX64, types_pb2.DT_COMPLEX128}
 INTEGERS = {types_pb2.DT_INT8, types_pb2.DT_INT16, types_pb2.DT_INT32, types_pb2.DT_INT64,
             types_pb2.DT_UINT8, types_pb2.DT_UINT16, types_pb2.DT_UINT32, types_pb2.DT_UINT64}
-RULE_OPS = frozenset(ADDS) | {"Sub", "Mul", "LogicalNot"} | frozenset(INVOLUTIONS) | \
-    frozenset(ONE_PIECE) | frozenset(MATMULS)
+RULE_OPS = frozenset(ADDS) | {"Sub", "Mul", "LogicalNot", "SelectV2"} | \
+    frozenset(INVOLUTIONS) | frozenset(ONE_PIECE) | frozenset(MATMULS)
 MAX_ROUNDS = 10
 
 
@@ -117,6 +117,8 @@ class _Rules:
             return self._minus_negation(name)
         if op == "Mul":
             return self._times_ones_like(name) or self._push_down_constant(name)
+        if op == "SelectV2":
+            return self._select_on_broadcast_mask(name)
         if op == "LogicalNot" and self._not_comparison(name):
             return True
         if op in INVOLUTIONS:
@@ -363,6 +365,40 @@ class _Rules:
                 self.reassociated += 1
             return self._bypass(name, x, f"x {'*' if like == 'OnesLike' else '+'} {like}(x)")
         return False
+
+    def _select_on_broadcast_mask(self, name: str) -> bool:
+        """``where(ones_like(x) & m, x, y)`` → ``where(m, x, y)`` (Keras' MultiHeadAttention
+        broadcasts its padding mask to the scores so): the all-true tensor shaped like x only
+        broadcasts m to x's shape, which the select does anyway. Exact, for any shapes."""
+        graph = self.graph
+        cond, x, y = graph.inputs(name)
+        if graph.op(cond) != "LogicalAnd" or cond.port:
+            return False
+        for position in (0, 1):
+            ones, mask = graph.inputs(cond.node)[position], graph.inputs(cond.node)[1 - position]
+            if self._all_true_like(ones) in (x, y):
+                graph.set_input(name, 0, mask)
+                self.report.matched += 1
+                self.report.rewritten.append(f"{name}: where(ones_like(x) & m, x, y) → "
+                                             "where(m, x, y)")
+                return True
+        return False
+
+    def _all_true_like(self, ref: Ref):
+        """x where ``ref`` is ``OnesLike(x)`` or ``Fill(Shape(x), True)`` (bool); else None."""
+        graph = self.graph
+        if ref.port:
+            return None
+        if graph.op(ref) == "OnesLike":
+            return graph.inputs(ref.node)[0]
+        if graph.op(ref) != "Fill":
+            return None
+        shape, value = graph.inputs(ref.node)
+        fill = graph.const_value(value)
+        if fill is None or fill.dtype != np.bool_ or not bool(fill) or \
+                graph.op(shape) != "Shape" or shape.port:
+            return None
+        return graph.inputs(shape.node)[0]
 
     def _same_static_shape(self, a: Ref, b: Ref) -> bool:
         """Both fully known and equal (the dtypes are equal: both are operands of one op)."""

@@ -46,12 +46,16 @@ def run(args) -> int:
     if saved_model is not None:
         api.check_saved_model_target(saved_model, force=args.force, input_path=args.input)
     _check_openvino_request(api, args)
+    if args.command == "inspect" and args.input and not args.load:
+        scanned = api.scan(args.input)            # a SavedModel or Keras file: not loaded
+        if scanned is not None:
+            return _inspect_unloaded(args, scanned)
     try:
         source = api.load(args.input, args.signature, trust=args.trust_model,
                           imports=args.imports) if args.input else api.demo()
     except api.UnsafeModel as refused:
-        if args.command == "inspect" and _lists_outside_ops(args, refused):
-            return 0
+        if args.command == "inspect":
+            _lists_outside_ops(args, refused)
         raise
     if getattr(args, "picture", None):
         api.check_drawable(source, args.picture_scope)
@@ -115,8 +119,8 @@ def _optimize(args, source, transforms) -> int:
             failed, written, code = error, error.written, 1
         _say_checks(args, result, written)
         if failed is not None:
-            print(f"tfsurgery: {failed.stage} FAILED: {failed}; nothing written",
-                  file=sys.stderr)
+            print(f"tfsurgery: {failed.stage} FAILED: {failed}; nothing written"
+                  f"{_alone_hint(args, source, failed.stage)}", file=sys.stderr)
         else:
             _say_written(args, written.artefacts)
         data.update(written.report())
@@ -125,6 +129,20 @@ def _optimize(args, source, transforms) -> int:
     if code == 0 and args.picture:
         _say(args, f"wrote {args.picture}")
     return code
+
+
+# the option each export stage comes from: dropping it writes the verified graph alone
+STAGE_OPTIONS = (("int8", "--quantize int8"), ("ONNX", "--onnx"), ("SavedModel", "--saved-model"),
+                 ("TFLite", "--tflite"), ("OpenVINO", "--openvino"))
+
+
+def _alone_hint(args, source, stage: str) -> str:
+    """How to get the verified graph when an export of it failed (all or nothing lost it)."""
+    if args.command == "export":
+        model = source.path or source.label
+        return f"; the verified graph alone: tfsurgery optimize {model} -o OUT.pb (same options)"
+    option = next((flag for word, flag in STAGE_OPTIONS if word in stage), None)
+    return f"; the verified graph alone: the same command without {option}" if option else ""
 
 
 def _targets(args, source):
@@ -268,8 +286,7 @@ def _side_by_side(tf_summary: dict, exported) -> List[tuple]:
 
 def _inspect(args, source, transforms) -> int:
     from tfsurgery import api
-    if not _outside_listed(args, source):
-        return 0
+    _outside_listed(args, source.label, api.outside_ops(source, _interface(args)))
     result = api.optimize(source, transforms, interface=_interface(args),
                           checks=_checks(args, verify=False), options=_options(args))
     hist = api.op_histogram(source.graph_def)
@@ -292,41 +309,46 @@ def _inspect(args, source, transforms) -> int:
     return 0
 
 
-def _lists_outside_ops(args, refused) -> bool:
-    """inspect of a SavedModel that would act outside its graph: its nodes, listed (it was not
-    loaded: loading runs its initializers). False for other refusals (Keras code)."""
+def _inspect_unloaded(args, scanned) -> int:
+    """inspect of a SavedModel or Keras file without --load: its protos, read, not loaded."""
+    _say(args, f"{scanned.label}: not loaded (--load loads it, which runs its initializers, "
+               "and dry-runs the transforms)")
+    for line in scanned.lines:
+        _say(args, line)
+    _outside_listed(args, scanned.label, scanned.findings)
+    return 0
+
+
+def _lists_outside_ops(args, refused) -> None:
+    """inspect of a SavedModel refused while loading: its nodes, listed (it was not loaded)."""
     from tfsurgery import api
     findings = [f for f in refused.findings if isinstance(f, api.outside.Finding)]
-    return bool(findings) and not _say_outside(
-        args, args.input, findings, "it was not loaded (loading runs its initializers) and "
-                                    "nothing ran; allow them with")
+    if findings:
+        _say_outside(args, findings)
 
 
-def _outside_listed(args, source) -> bool:
-    """inspect: the ops that would act outside the graph, found without running anything.
-    False (no dry run: it would run the graph's constant parts) when some are not allowed."""
+def _outside_listed(args, label, findings) -> None:
+    """inspect: every node that may not run, found without running anything, each allowed or
+    refused; ``UnsafeModel`` (exit 2: no dry run, it would run the graph's constant parts)
+    when some are refused."""
     from tfsurgery import api
-    findings = api.outside_ops(source, _interface(args))
     if not findings:
-        _say(args, "acts outside the graph: nothing (no file, network or Python-callback ops)")
-        return True
-    return _say_outside(args, source.label, findings, "nothing was run (no dry run); optimizing "
-                                                      "it is refused unless you allow them:")
+        _say(args, "may run: everything (stateless or reviewed ops; nothing reaching files, "
+                   "servers or Python)")
+        return
+    refused = _say_outside(args, findings)
+    if refused:
+        raise api.UnsafeModel(api.outside.refusal(label, refused), findings=refused)
 
 
-def _say_outside(args, label, findings, refused_text: str) -> bool:
-    """Each node acting outside the graph, allowed or refused; then, where some are refused,
-    what happened and the flags that allow them. True when all are allowed."""
+def _say_outside(args, findings) -> list:
+    """Each node that may not run, allowed or refused; the refused ones."""
     from tfsurgery import api
     allowed = api.outside.allowed()
     for finding in findings:
         verdict = "allowed (--allow-op)" if finding.op in allowed else "refused"
-        _say(args, f"acts outside the graph: {finding.line()} — {verdict}")
-    refused = sorted({f.op for f in findings if f.op not in allowed})
-    if refused:
-        _say(args, f"{label}: {len(findings)} node(s) act outside the graph; {refused_text} "
-                   + " ".join(f"--allow-op {op}" for op in refused))
-    return not refused
+        _say(args, f"may not run: {finding.line()} — {verdict}")
+    return [f for f in findings if f.op not in allowed]
 
 
 def _compare(args) -> int:

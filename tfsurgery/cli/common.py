@@ -39,7 +39,8 @@ def _interface(args):
 def _checks(args, verify: bool = True, tolerance=None):
     from tfsurgery import api
     return api.Checks(verify=verify, tolerance=tolerance,
-                      timeout=getattr(args, "verify_timeout", None))
+                      timeout=getattr(args, "verify_timeout", None),
+                      accept_blind_spots=getattr(args, "accept_blind_spots", False))
 
 
 def _options(args, weights: Optional[str] = None):

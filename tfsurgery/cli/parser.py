@@ -259,6 +259,10 @@ def _verify_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tolerance", type=_positive, default=None,
                         help="max allowed output error relative to the output's magnitude "
                              "(default 1e-4; also used for ONNX vs TensorFlow)")
+    parser.add_argument("--accept-blind-spots", action="store_true",
+                        help="pass a check although a 1%% change in some layer's weights shows "
+                             "in nothing it compares on random inputs (else: 'cannot verify', "
+                             "exit 1; --samples gives real inputs instead)")
 
 
 def _onnx_options(parser: argparse.ArgumentParser) -> None:
@@ -383,6 +387,10 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = command("inspect", help="show the graph's interface and what each transform "
                       "would change (dry run)")
     _common(inspect, checks=False)
+    inspect.add_argument("--load", action="store_true",
+                         help="load a SavedModel or Keras file (runs its initializers, restores "
+                              "its variables) and dry-run the transforms; without it, inspect "
+                              "reads its protos only")
     _picture_options(inspect)
 
     export = command("export", help="optimize, verify and export to ONNX, checked with "

@@ -40,6 +40,8 @@ from tfsurgery.verify import check as verify
 from tfsurgery.constants import evaluate
 from tfsurgery.errors import ExportError, InputError, OnnxCheckFailed, OnnxUnconvertible
 from tfsurgery.graph import Graph
+from tfsurgery.contract import Options
+from tfsurgery.transforms.erfc_as_erf import erfc_as_erf
 from tfsurgery.io import PROTOBUF_LIMIT, check_protobuf_size, output_directory, refuse_input
 from tfsurgery.ops import first_line, tensor_name
 from tfsurgery.export.tensor_list_loops import as_tensor_arrays
@@ -248,7 +250,7 @@ def convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset: 
     """tf2onnx's (ModelProto, ExternalTensorStorage or None); unsupported ops → ExportError.
     TensorList loops frozen with lowering are converted in their TensorArray form
     (``tensor_list_loops``); should that fail too, the error names the graph's own ops."""
-    graph_def = dequantized_weights(graph_def)
+    graph_def = erf_forms(dequantized_weights(graph_def))
     prepared = as_tensor_arrays(graph_def)
     settings = dict(opset=opset, inputs_as_nchw=inputs_as_nchw, large_model=large_model)
     if prepared is graph_def:
@@ -352,6 +354,16 @@ def dequantized_weights(graph_def):
     for name, value in zip(weights, evaluate(graph, weights)):
         graph.remove([name])
         graph.add_const(name, value)
+    return graph.to_graph_def()
+
+
+def erf_forms(graph_def):
+    """ONNX has no ``Erfc`` (exact GELU in TF 2.21) and tf2onnx 1.17 no handler for it: the
+    conversion gets ``1 - Erf`` instead (``transforms/erfc_as_erf``). The ``.pb`` keeps Erfc."""
+    if not any(node.op == "Erfc" for node in graph_def.node):
+        return graph_def
+    graph = Graph(graph_def, check_inputs=False)
+    erfc_as_erf(graph, Options())
     return graph.to_graph_def()
 
 

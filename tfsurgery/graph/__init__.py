@@ -3,7 +3,8 @@
 - ``index``: ``Graph``, the name/consumer/op index over a GraphDef and its edits;
 - ``integrity``: the structure check, incremental after edits (topological positions, producers
   to recheck) and from scratch; ``check_structure`` for a GraphDef as loaded;
-- ``library``: the function library;
+- ``order``: order and reachability (ancestors, prune, topological order), a mixin of ``Graph``;
+- ``library``: the function library (and ``Graph``'s methods over it);
 - ``tensors``: Const values decoded and encoded as TensorFlow does;
 - ``opdefs``: what TensorFlow's op registry says about a node (outputs, attribute kinds);
 - ``refs``: the input-string grammar (``"a"``, ``"a:1"``, ``"^a"``) and colocation names.

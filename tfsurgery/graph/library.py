@@ -65,3 +65,27 @@ def called_by(node: node_def_pb2.NodeDef, library_names=()) -> List[str]:
         elif value.WhichOneof("value") == "list":
             names.extend(f.name for f in value.list.func)
     return names
+
+
+class LibraryMethods:
+    """``Graph``'s function-library methods (tfsurgery.graph.index): over its ``_library`` (a
+    ``FunctionLibrary``) and its ``nodes``."""
+
+    def function(self, name: str):
+        """The library's FunctionDef called ``name`` (None if there is none)."""
+        return self._library.function(name)
+
+    def library(self):
+        """The FunctionDefLibrary (read it; change it through the methods here)."""
+        return self._library.proto
+
+    def function_names(self) -> Set[str]:
+        return self._library.names()
+
+    def called_functions(self) -> Set[str]:
+        """Library functions the nodes call, directly or through other functions' bodies."""
+        return self._library.called_by_nodes(self.nodes.values())
+
+    def remove_functions(self, names: Iterable[str]) -> None:
+        """Drop functions (and their gradients) from the library."""
+        self._library.remove(names)

@@ -212,6 +212,23 @@ def refuse_missing(path: Path, config, custom_objects: Dict[str, object],
                          "module that defines it with --import MODULE")
 
 
+# Keras 3's words when safe mode refuses what a file would run (serialization_lib, Lambda)
+SAFE_MODE_REFUSALS = ("safe_mode", "enable_unsafe_deserialization")
+
+
+def refuse_fallback(path: Path, keras3_error: Exception) -> None:
+    """tf_keras (no safe mode for much of what it reads) loads only what Keras 3 cannot read as
+    a format: a legacy HDF5 file. After Keras 3 refused the file in safe mode, or failed on a
+    ``.keras`` archive (its own format), the fallback never runs: ``UnsafeModel`` or
+    ``InputError``, one line."""
+    text = str(keras3_error)
+    if any(word in text for word in SAFE_MODE_REFUSALS):
+        raise UnsafeModel(f"{path}: Keras 3 refused it in safe mode ({first_line(text)}); "
+                          f"{TRUST_HINT}")
+    if zipfile.is_zipfile(path):
+        raise InputError(f"{path}: cannot load the Keras model ({first_line(text)})")
+
+
 # ------------------------------------------------------------------ code the user names
 
 def import_modules(specs: Sequence[str]) -> list:

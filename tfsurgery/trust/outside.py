@@ -30,7 +30,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 from tfsurgery.errors import UnsafeModel
 from tfsurgery.ops import node_name
 from tfsurgery.trust.provenance import (CHECKPOINT_PATH_INPUTS, TABLE_FROM_FILE_OPS, Provenance,
-                                        body_name, data_inputs, is_inside, nested_functions)
+                                        data_inputs, is_inside, name_in, nested_functions)
 from tfsurgery.trust.stateful_ops import REVIEWED
 
 READS_FILES = "reads files"
@@ -249,9 +249,9 @@ def _constant_graph(node, scope: dict, function: Optional[str]):
     from tensorflow.core.framework import graph_pb2
     from google.protobuf.message import DecodeError
     inputs = data_inputs(node)
-    source = scope.get(_name_in(inputs[0], function)) if inputs else None
+    source = scope.get(name_in(inputs[0], function)) if inputs else None
     while source is not None and source.op == "Identity" and source.input:
-        source = scope.get(_name_in(source.input[0], function))
+        source = scope.get(name_in(source.input[0], function))
     if source is None or source.op != "Const":
         return None
     values = source.attr["value"].tensor.string_val
@@ -263,10 +263,6 @@ def _constant_graph(node, scope: dict, function: Optional[str]):
     except DecodeError:
         return None
     return embedded
-
-
-def _name_in(ref: str, function: Optional[str]) -> str:
-    return node_name(ref) if function is None else body_name(ref)
 
 
 def find_in_saved_model(saved_model, directory: Path) -> List[Finding]:
@@ -335,9 +331,10 @@ def allowing(ops: Iterable[str]):
 def check_op_names(ops: Iterable[str]) -> None:
     unknown = sorted(op for op in set(ops) if not runs_unreviewed(op))
     if unknown:
+        examples = ", ".join(sorted(OUTSIDE_OPS)[:4])
         raise UnsafeModel(f"--allow-op {unknown[0]}: not an op a model is refused to run "
-                          f"(those act outside the graph, like {', '.join(sorted(OUTSIDE_OPS)[:4])}, "
-                          "or are stateful and not reviewed; see docs/untrusted_models.md)")
+                          f"(those act outside the graph, like {examples}, or are stateful and "
+                          "not reviewed; see docs/untrusted_models.md)")
 
 
 def refuse(graph_def, outputs: Optional[Sequence[str]] = None, cut: Iterable[str] = (), *,
@@ -368,9 +365,11 @@ def refusal(where: str, findings: Sequence[Finding]) -> str:
     """One line: the ops, their nodes, and how to allow them."""
     listed = ", ".join(f.line() for f in findings[:MOST_LISTED])
     more = f" and {len(findings) - MOST_LISTED} more" if len(findings) > MOST_LISTED else ""
-    flags = " ".join(f"--allow-op {op}" for op in sorted({f.op for f in findings}))
-    return (f"{where}: refused, running it would act outside the graph: {listed}{more}; "
-            f"nothing was run or written (if you trust the model: {flags})")
+    flags = " ".join(f"--allow-op {op}" for op in sorted({f.op for f in findings})
+                     if runs_unreviewed(op))
+    return (f"{where}: refused, it holds ops that may not run (they act outside the graph or "
+            f"are not reviewed): {listed}{more}; nothing was run or written" +
+            (f" (if you trust the model: {flags})" if flags else ""))
 
 
 def with_allowed_ops(function):

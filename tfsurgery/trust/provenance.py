@@ -46,6 +46,11 @@ def body_name(ref: str) -> str:
     return ref.lstrip("^").split(":")[0]
 
 
+def name_in(ref: str, scope: Scope) -> str:
+    """The node (or, in a function, the argument) an input names, in the graph or a body."""
+    return node_name(ref) if scope is None else body_name(ref)
+
+
 def data_inputs(node) -> List[str]:
     return [ref for ref in node.input if not ref.startswith("^")]
 
@@ -93,7 +98,7 @@ class Provenance:
                 through: frozenset = frozenset({"Identity"})) -> bool:
         """The tensor ``ref`` in ``scope`` comes only from sources (``is_source``), through
         ``through`` ops (whose other inputs are harmless constants) and function calls."""
-        name = node_name(ref) if scope is None else body_name(ref)
+        name = name_in(ref, scope)
         if (scope, name) in seen:
             return False                    # a cycle proves nothing
         seen = seen | {(scope, name)}
@@ -110,8 +115,8 @@ class Provenance:
             return False
         inputs = data_inputs(node)
         traced = [self._traces(ref, scope, is_source, seen, through) for ref in inputs]
-        return any(traced) and all(t or _harmless_constant(body.get(
-            node_name(ref) if scope is None else body_name(ref))) for t, ref in zip(traced, inputs))
+        others = [body.get(name_in(ref, scope)) for ref, ok in zip(inputs, traced) if not ok]
+        return any(traced) and all(_harmless_constant(other) for other in others)
 
     def _argument_traces(self, function: str, argument: str, is_source, seen, through) -> bool:
         """A function argument: proven at every call site, and where the TF2 loader calls the

@@ -30,6 +30,19 @@ REVIEWED: Dict[str, str] = {
                 "ResourceScatterNdUpdate ResourceStridedSliceAssign ResourceCountUpTo",
                 "writes a variable in memory"),
     **_reviewed("DestroyResourceOp DisableCopyOnRead", "releases or marks a resource in memory"),
+    **_reviewed("ResourceApplyGradientDescent ResourceApplyMomentum ResourceApplyKerasMomentum "
+                "ResourceApplyAdam ResourceApplyAdamWithAmsgrad ResourceApplyAdaMax "
+                "ResourceApplyAdagrad ResourceApplyAdagradV2 ResourceApplyAdagradDA "
+                "ResourceApplyAdadelta ResourceApplyRMSProp ResourceApplyCenteredRMSProp "
+                "ResourceApplyFtrl ResourceApplyFtrlV2 ResourceApplyAddSign ResourceApplyPowerSign "
+                "ResourceApplyProximalAdagrad ResourceApplyProximalGradientDescent "
+                "ResourceSparseApplyMomentum ResourceSparseApplyKerasMomentum "
+                "ResourceSparseApplyAdagrad ResourceSparseApplyAdagradV2 "
+                "ResourceSparseApplyAdagradDA ResourceSparseApplyAdadelta "
+                "ResourceSparseApplyRMSProp ResourceSparseApplyCenteredRMSProp "
+                "ResourceSparseApplyFtrl ResourceSparseApplyFtrlV2 "
+                "ResourceSparseApplyProximalAdagrad ResourceSparseApplyProximalGradientDescent",
+                "an optimizer step on variables in memory"),
     # random numbers: a generator's state in memory
     **_reviewed("RandomUniform RandomUniformInt RandomStandardNormal TruncatedNormal "
                 "ParameterizedTruncatedNormal RandomGamma RandomPoisson RandomPoissonV2 "

@@ -38,13 +38,14 @@ from tfsurgery.verify.runs import (DEFAULT_TIMEOUT, UNKNOWN_BATCH, UNKNOWN_DIMS,
                             GraphTimeout, OutputError, Runner, has_free_dims, make_feeds, nudge,
                             output_error, placeholder_shape, run_graph)
 from tfsurgery.verify import sensitivity as sensitivity_mod
+from tfsurgery.verify import token_inputs
 from tfsurgery.verify.reference import comparable_reference
 # the verdict and the widening, re-exported for callers that know them here
 from tfsurgery.verify.verdict import (DEFAULT_TOLERANCE, NOISE_CAP, NOISE_FACTOR,  # noqa: F401
                                       Verification, Watching, compared_real_numbers,
                                       is_class_scores, top1_agreement, worst_error)
 from tfsurgery.verify.widen import (WIDE_BYTES, _consumed_error, _excuse,  # noqa: F401
-                                    _same_shapes, _stacked_rows, _widened, _widened_note,
+                                    _same_shapes, _stacked_rows, _widened_note,
                                     first_rows, wide_rows)
 
 
@@ -67,7 +68,7 @@ def run_reference(original, inputs: Sequence[str], outputs: Sequence[str],
         raise                    # a deadline is no proof the input is bad: exit 1, not 2
     except VerificationError as error:
         raise OriginalDoesNotRun(f"the input graph does not run on test inputs: {error}"
-                                 f"{_shape_hint(inputs, given)}") from None
+                                 f"{_shape_hint(inputs, given, error)}") from None
     empty = [o for o, value in zip(outputs, expected) if np.size(value) == 0]
     if empty:
         raise OriginalDoesNotRun(f"output '{empty[0]}' is empty on test inputs"
@@ -76,13 +77,16 @@ def run_reference(original, inputs: Sequence[str], outputs: Sequence[str],
 
 
 def free_dim_size(graph_def, inputs: Sequence[str], outputs: Sequence[str], given=None) -> int:
-    """The size for free dimensions: the first of UNKNOWN_DIMS for which TensorFlow's shape
-    inference gives every output a non-empty shape (five poolings leave nothing of 16). Decided
-    statically: running a kernel on an empty tensor can crash the process."""
+    """The size for free dimensions: the first of the given values' sizes, then of
+    UNKNOWN_DIMS, for which TensorFlow's shape inference gives every output a non-empty shape
+    (five poolings leave nothing of 16). Decided statically: running a kernel on an empty
+    tensor can crash the process."""
     if not has_free_dims(graph_def, inputs):
         return UNKNOWN_DIMS[0]
     import tensorflow as tf
-    for size in UNKNOWN_DIMS:
+    # a given value's sizes first: a fed padding mask [2, 8] makes the token ids [2, 8] too
+    fed_sizes = [int(d) for v in (given or {}).values() for d in np.shape(v)[1:] if d > 0]
+    for size in dict.fromkeys(fed_sizes + list(UNKNOWN_DIMS)):
         feeds = make_feeds(graph_def, inputs, given=given, unknown_dim=size)
         sized = graph_pb2.GraphDef()
         sized.CopyFrom(graph_def)
@@ -103,8 +107,11 @@ def free_dim_size(graph_def, inputs: Sequence[str], outputs: Sequence[str], give
     return UNKNOWN_DIMS[-1]
 
 
-def _shape_hint(inputs: Sequence[str], given) -> str:
+def _shape_hint(inputs: Sequence[str], given, error=None) -> str:
     free = [n for n in inputs if node_name(n) not in {node_name(k) for k in (given or {})}]
+    if free and " is not in [0, " in str(error or ""):     # a Gather's index out of its table
+        return ("; an integer input indexes a table the random ids do not fit: give real "
+                "inputs with --samples PATH or --feed NAME=VALUES.npy")
     return (f"; give real sizes with --input-shape {free[0]}=D0,D1,... or values with --feed"
             if free else "; check the --feed values")
 
@@ -113,16 +120,19 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
            settings: Mapping[str, object] = (), *, tolerance: float = DEFAULT_TOLERANCE,
            seed: int = 0, given: Optional[Mapping[str, np.ndarray]] = None,
            timeout: float = DEFAULT_TIMEOUT, reference_note: Optional[str] = None,
-           preprocess=None, comparable=None, watching: Optional[Watching] = None) -> Verification:
+           preprocess=None, comparable=None, watching: Optional[Watching] = None,
+           correspondence: Optional[Mapping[str, str]] = None) -> Verification:
     """Compare every output of ``optimized`` with ``original`` on the same feeds — and what an
     output-only comparison is blind to (tfsurgery.verify.sensitivity): the logits under saturating
     heads, argmax and integer outputs; where a 1% change of a layer's weights would not show,
-    every tensor both graphs have. ``settings`` are values the original is fed besides the
-    inputs: training flags False, dropout knobs at their inference value (a list of names means
-    bool flags set False). ``preprocess`` (see tfsurgery.preprocessing.Preprocessor): the
-    optimized graph takes raw inputs, the original their preprocessed values, computed by the
-    hook in NumPy. ``comparable``: what ``comparable_reference`` made of the two for these
-    settings, when the caller has it. ``watching``: the first batch's decisions, for the next."""
+    every tensor both graphs have, by name or by ``correspondence`` (optimized tensor → the
+    original's it stands for, declared by the transforms). ``settings`` are values the original
+    is fed besides the inputs: training flags False, dropout knobs at their inference value (a
+    list of names means bool flags set False). ``preprocess`` (see
+    tfsurgery.preprocessing.Preprocessor): the optimized graph takes raw inputs, the original
+    their preprocessed values, computed by the hook in NumPy. ``comparable``: what
+    ``comparable_reference`` made of the two for these settings, when the caller has it.
+    ``watching``: the first batch's decisions, for the next."""
     settings = _settings(settings)
     watching = Watching() if watching is None else watching
     raw = None
@@ -131,88 +141,228 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
                                          seed=seed, given=given)
     reference, optimized, random_note = comparable or comparable_reference(
         original, optimized, {node_name(k): v for k, v in settings.items()})
+    run = dict(seed=seed, given=given, timeout=timeout, random=raw is None)
     started = time.perf_counter()
-    try:
-        ref = Runner(reference, timeout=timeout, label="the original graph")
-    except VerificationError as error:
-        raise OriginalDoesNotRun(f"the input graph does not run on test inputs: {error}") \
-            from None
-    with ref, Runner(optimized, timeout=timeout, label="the optimized graph") as opt:
-        watches, unpaired = sensitivity_mod.watched(ref.graph, opt.graph, outputs)
-        first = watching.sensitivity is None        # the first batch measures, and widens
-        layers = sensitivity_mod.weight_layers(ref.graph) if first else []
-        # the kernels fed at their own values: the probes then reuse the reference's first
-        # run's executor (TensorFlow builds one per set of fed and fetched tensors)
-        fed = {**settings, **sensitivity_mod.kernel_feeds(layers)}
-        fetch_ref = list(outputs) + [w.reference for w in watches]
-        fetch_opt = list(outputs) + [w.optimized for w in watches]
-        names = list(outputs) + [w.label for w in watches]
-        # too many layers to probe them all in the time: widen at once, in the same runs
-        wide_names = sensitivity_mod.comparable_tensors(ref.graph, opt.graph, fetch_opt,
-                                                        settings) \
-            if first and raw is None and len(layers) > sensitivity_mod.PROBE_MAX_LAYERS else []
-        run = dict(seed=seed, given=given, timeout=timeout, random=raw is None)
-        if wide_names:
-            watching.wide_rows = wide_rows(given or {}, ref.graph, wide_names)
-        joined = wide_names if watching.wide_rows is None else []   # fetched with the outputs
-        try:
-            feeds, expected, size = _scaled_reference(ref, reference, inputs, outputs,
-                                                      fetch_ref + joined, fed, watching, **run)
-            actual = opt.run(feeds if raw is None else raw, fetch_opt + joined)
-            if wide_names and not joined:
-                if _stacked_rows(feeds, ref.graph) is None:   # an input's rows are not free
-                    watching.wide_rows = None
-                part = first_rows(feeds, watching.wide_rows)
-                expected = list(expected) + ref.run({**part, **fed}, wide_names)
-                actual = list(actual) + opt.run(part, wide_names)
-        except (OriginalDoesNotRun, VerificationError) as error:
-            if isinstance(error, GraphTimeout) or \
-                    len(fetch_ref) + len(wide_names) == len(outputs):
-                raise
-            # a tensor besides the outputs had no value on these inputs: the outputs alone
-            watching.notes.append(f"only the outputs were compared: {error}")
-            fetch_ref, fetch_opt, names, wide_names = list(outputs), list(outputs), \
-                list(outputs), []
-            feeds, expected, size = _scaled_reference(ref, reference, inputs, outputs,
-                                                      fetch_ref, fed, watching, **run)
-            actual = opt.run(feeds if raw is None else raw, fetch_opt)
-        count = len(fetch_ref)
-        wide = _same_shapes(wide_names, expected[count:], actual[count:])
-        expected, actual = expected[:count], actual[:count]
-        errors = [output_error(n, e, a) for n, e, a in zip(names, expected, actual)]
-        if first:
-            watching.notes += unpaired
-            if wide_names:
-                watching.sensitivity = sensitivity_mod.Sensitivity(layers=len(layers))
-                watching.notes.append(_widened_note(watching, len(wide)))
-            else:
-                budget = max(sensitivity_mod.PROBE_MIN_SECONDS,
-                             sensitivity_mod.PROBE_SHARE * (time.perf_counter() - started))
-                watching.sensitivity = sensitivity_mod.probe(
-                    ref.run, layers, {**feeds, **fed}, fetch_ref, expected, tolerance, budget,
-                    relative_error=lambda e, m: output_error("", e, m).max_rel)
-                if watching.sensitivity.complete:
-                    watching.notes.append(f"sensitivity: {watching.sensitivity.line()}")
-                else:
-                    wide = _widened(ref, opt, feeds, raw, fed, fetch_opt, watching)
-        verification = Verification(errors, tolerance, feeds=feeds if raw is None else raw,
-                                    expected=dict(zip(outputs, expected)),
-                                    actual=dict(zip(outputs, actual)))
-        verification.watching = watching
-        verification.intermediate = [_consumed_error(n, e, a) for n, (e, a) in wide.items()]
-        _excuse(verification, opt.graph)
+    with _open(reference, timeout) as ref, \
+            Runner(optimized, timeout=timeout, label="the optimized graph") as opt:
+        plan = _plan(ref, opt, outputs, settings, watching, raw, correspondence)
+        compared = _compare(ref, opt, reference, inputs, outputs, plan, watching, raw, run)
+        if plan.first:
+            watching.notes += token_inputs.notes(reference, inputs, given)
+            compared = _watch_sensitivity(ref, opt, reference, inputs, outputs, plan, compared,
+                                          watching, raw, run, tolerance, started)
+        verification = _verdict(compared, plan, outputs, tolerance, raw, watching, opt.graph)
         if verification.max_error > tolerance or verification.hidden:
-            _noise_floor(verification, ref, feeds, fed, fetch_ref, names, expected,
-                         {n: wide[n] for n in {e.name for e in verification.hidden}},
-                         watching.wide_rows, fixed=given or {})
+            _noise_floor(verification, ref, compared.feeds, plan.fed, plan.reference,
+                         plan.names, compared.expected,
+                         {n: compared.wide[n] for n in {e.name for e in verification.hidden}},
+                         dict(plan.wide), watching.wide_rows, fixed=given or {})
             _excuse(verification, opt.graph)
     if raw is None:
         more_errors, verification.more_feeds = _second_size(
-            reference, optimized, inputs, (fetch_ref, fetch_opt, names), settings, size,
-            seed=seed, given=given, timeout=timeout, scale=watching.scale or 1.0)
+            reference, optimized, inputs, (plan.reference, plan.optimized, plan.names),
+            settings, compared.size, seed=seed, given=given, timeout=timeout,
+            scale=watching.scale or 1.0)
         verification.outputs += more_errors
     verification.reference = _reference_text(reference_note, settings, random_note)
     return verification
+
+
+@dataclasses.dataclass
+class Plan:
+    """What one batch fetches: the outputs and the logits under them (labels ``names``; the
+    tensors in each graph), what the reference is fed besides the inputs (``fed``: settings,
+    the probed kernels at their own values), and on the first batch the layers to probe and the
+    intermediate pairs (optimized tensor, the original's) compared besides."""
+    names: List[str]
+    reference: List[str]
+    optimized: List[str]
+    fed: Dict[str, np.ndarray]
+    first: bool
+    layers: list = dataclasses.field(default_factory=list)      # sampled, in probing order
+    total_layers: int = 0
+    wide: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
+    unpaired: List[str] = dataclasses.field(default_factory=list)
+    correspondence: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Compared:
+    """One comparison's values: the feeds, the reference's and the optimized graph's values of
+    the plan's outputs and logits, and of its intermediate pairs (optimized name → both)."""
+    feeds: Dict[str, np.ndarray]
+    expected: list
+    actual: list
+    size: int
+    wide: Dict[str, tuple]
+
+
+def _open(reference, timeout: float) -> Runner:
+    try:
+        return Runner(reference, timeout=timeout, label="the original graph")
+    except VerificationError as error:
+        raise OriginalDoesNotRun(f"the input graph does not run on test inputs: {error}") \
+            from None
+
+
+def _plan(ref, opt, outputs, settings, watching, raw, correspondence) -> Plan:
+    """The outputs and their logits; on the first batch, the layers to probe (their kernels
+    fed at their own values, so the probes reuse the first run's executor) and — with more
+    layers than are probed one by one — the intermediate pairs, fetched in the same runs."""
+    watches, unpaired = sensitivity_mod.watched(ref.graph, opt.graph, outputs)
+    first = watching.sensitivity is None
+    layers = sensitivity_mod.weight_layers(ref.graph) if first else []
+    sampled = sensitivity_mod.sample_layers(layers)
+    plan = Plan(names=list(outputs) + [w.label for w in watches],
+                reference=list(outputs) + [w.reference for w in watches],
+                optimized=list(outputs) + [w.optimized for w in watches],
+                fed={**settings, **sensitivity_mod.kernel_feeds(sampled)}, first=first,
+                layers=sampled, total_layers=len(layers), unpaired=unpaired,
+                correspondence=dict(correspondence or {}))
+    if first and raw is None and len(layers) > sensitivity_mod.PROBE_MAX_LAYERS:
+        plan.wide = _pairs(ref, opt, plan, settings)
+    return plan
+
+
+def _pairs(ref, opt, plan: Plan, settings) -> List[Tuple[str, str]]:
+    return sensitivity_mod.comparable_tensors(ref.graph, opt.graph, plan.optimized, settings,
+                                              plan.correspondence)
+
+
+def _compare(ref, opt, reference, inputs, outputs, plan: Plan, watching, raw, run) -> Compared:
+    """Both graphs on one batch: the plan's outputs and logits on every row, its intermediate
+    pairs on the rows that fit WIDE_BYTES (in the same runs when all do)."""
+    wide_ref, wide_opt = [r for _, r in plan.wide], [o for o, _ in plan.wide]
+    if plan.wide:
+        watching.wide_rows = wide_rows(run["given"] or {}, ref.graph, wide_ref)
+    joined = watching.wide_rows is None
+    try:
+        feeds, expected, size = _scaled_reference(
+            ref, reference, inputs, outputs, plan.reference + (wide_ref if joined else []),
+            plan.fed, watching, **run)
+        actual = opt.run(feeds if raw is None else raw,
+                         plan.optimized + (wide_opt if joined else []))
+        if plan.wide and not joined:
+            if _stacked_rows(feeds, ref.graph) is None:       # an input's rows are not free
+                watching.wide_rows = None
+            part = first_rows(feeds, watching.wide_rows)
+            expected = list(expected) + ref.run({**part, **plan.fed}, wide_ref)
+            actual = list(actual) + opt.run(part, wide_opt)
+    except (OriginalDoesNotRun, VerificationError) as error:
+        if isinstance(error, GraphTimeout) or \
+                len(plan.reference) + len(plan.wide) == len(outputs):
+            raise
+        # a tensor besides the outputs had no value on these inputs: the outputs alone
+        watching.notes.append(f"only the outputs were compared: {error}")
+        plan.names, plan.reference, plan.optimized, plan.wide = \
+            list(outputs), list(outputs), list(outputs), []
+        feeds, expected, size = _scaled_reference(ref, reference, inputs, outputs,
+                                                  plan.reference, plan.fed, watching, **run)
+        actual = opt.run(feeds if raw is None else raw, plan.optimized)
+    count = len(plan.reference)
+    return Compared(feeds, list(expected[:count]), list(actual[:count]), size,
+                    _same_shapes(plan.wide, expected[count:], actual[count:]))
+
+
+def _verdict(compared: Compared, plan: Plan, outputs, tolerance, raw, watching,
+             graph) -> Verification:
+    errors = [output_error(n, e, a)
+              for n, e, a in zip(plan.names, compared.expected, compared.actual)]
+    verification = Verification(errors, tolerance,
+                                feeds=compared.feeds if raw is None else raw,
+                                expected=dict(zip(outputs, compared.expected)),
+                                actual=dict(zip(outputs, compared.actual)))
+    verification.watching = watching
+    verification.blind = list(watching.blind)
+    verification.intermediate = [_consumed_error(n, e, a)
+                                 for n, (e, a) in compared.wide.items()]
+    _excuse(verification, graph)
+    return verification
+
+
+# ---------------------------------------------------------------- can the check see a change?
+def _watch_sensitivity(ref, opt, reference, inputs, outputs, plan: Plan, compared: Compared,
+                       watching, raw, run, tolerance, started) -> Compared:
+    """The first batch: would a 1% change of each sampled layer show in what is compared? Where
+    one would not: widen (every tensor both graphs have, or that corresponds) and probe again;
+    then smaller scales of the random inputs; a layer no scale shows leaves the check blind
+    (``Watching.blind``: "cannot verify" unless the user accepts it)."""
+    watching.notes += plan.unpaired
+    scales = _smaller_scales(compared.feeds, inputs, run, watching)
+    while True:
+        found = _probe(ref, plan, compared, watching, tolerance, started)
+        if not found.sees and not plan.wide and raw is None:
+            plan.wide = _pairs(ref, opt, plan, plan.fed)
+            compared = _widen(ref, opt, plan, compared, watching)
+            found = _probe(ref, plan, compared, watching, tolerance, started)
+        if found.sees or found.error or not scales or _outputs_moved(plan, compared, tolerance):
+            break           # (outputs that moved already fail the check: keep that comparison)
+        unnoticed, scale = found.unnoticed[0], scales.pop(0)
+        watching.notes.append(f"random inputs scaled by {scale:g}: at scale "
+                              f"{watching.scale:g} a {found.change:.0%} change of '{unnoticed}' "
+                              "did not show")
+        watching.scale = scale
+        compared = _compare(ref, opt, reference, inputs, outputs, plan, watching, raw, run)
+    watching.sensitivity = found
+    watching.blind = [] if found.sees or found.error else list(found.unnoticed)
+    watching.notes.append(_widened_note(watching, len(compared.wide)) if plan.wide else
+                          f"sensitivity: {found.line()}")
+    if not found.sees and raw is not None:
+        watching.notes.append("the comparison was not widened (the inputs are preprocessed); "
+                              "give real inputs with --samples")
+    return compared
+
+
+def _outputs_moved(plan: Plan, compared: Compared, tolerance: float) -> bool:
+    return any(output_error(n, e, a).max_rel > tolerance
+               for n, e, a in zip(plan.names, compared.expected, compared.actual))
+
+
+def _smaller_scales(feeds, inputs, run, watching) -> List[float]:
+    """The input scales left to try for the probes: smaller ones, where random floats are fed."""
+    fixed = {node_name(k) for k in (run["given"] or {})}
+    floats = [n for n in inputs if feeds[n].dtype.kind == "f" and node_name(n) not in fixed]
+    if not (run["random"] and floats):
+        return []
+    return [s for s in sensitivity_mod.SCALES if s < (watching.scale or 1.0)]
+
+
+def _widen(ref, opt, plan: Plan, compared: Compared, watching) -> Compared:
+    """``compared`` with the plan's intermediate pairs on the rows that fit WIDE_BYTES; the
+    outputs alone where they have no value."""
+    wide_ref, wide_opt = [r for _, r in plan.wide], [o for o, _ in plan.wide]
+    watching.wide_rows = wide_rows(compared.feeds, ref.graph, wide_ref)
+    part = first_rows(compared.feeds, watching.wide_rows)
+    try:
+        expected = ref.run({**part, **plan.fed}, wide_ref)
+        actual = opt.run(part, wide_opt)
+    except VerificationError as error:
+        watching.notes.append(f"the comparison could not be widened ({error})")
+        plan.wide = []
+        return compared
+    compared.wide = _same_shapes(plan.wide, expected, actual)
+    return compared
+
+
+def _probe(ref, plan: Plan, compared: Compared, watching, tolerance, started):
+    """The sampled layers probed against every compared value: the outputs and logits on every
+    row, the intermediate tensors on the rows they were compared on."""
+    fetches, baseline, feeds = list(plan.reference), list(compared.expected), compared.feeds
+    if compared.wide:
+        sources = dict(plan.wide)
+        wide_ref = [sources[n] for n in compared.wide]
+        if watching.wide_rows is None:
+            fetches += wide_ref
+            baseline += [e for e, _ in compared.wide.values()]
+        else:           # the intermediate values are of the first rows: probe on those
+            feeds = first_rows(compared.feeds, watching.wide_rows)
+            fetches = wide_ref
+            baseline = [e for e, _ in compared.wide.values()]
+    budget = max(sensitivity_mod.PROBE_MIN_SECONDS,
+                 sensitivity_mod.PROBE_SHARE * (time.perf_counter() - started))
+    return sensitivity_mod.probe(
+        ref.run, plan.layers, plan.total_layers, {**feeds, **plan.fed}, fetches, baseline,
+        tolerance, budget, relative_error=lambda e, m: output_error("", e, m).max_rel)
 
 
 def _scaled_reference(ref, reference, inputs, outputs, fetches, settings, watching, *, seed,
@@ -249,21 +399,24 @@ def _scaled_reference(ref, reference, inputs, outputs, fetches, settings, watchi
     return first
 
 
-def _noise_floor(verification, ref, feeds, settings, fetches, names, expected, wide,
+def _noise_floor(verification, ref, feeds, settings, fetches, names, expected, wide, sources,
                  rows: Optional[int] = None, fixed: Mapping[str, object] = ()) -> None:
     """Two more runs of the reference (only when something exceeds the tolerance): are its runs
     deterministic, and how far do its values move for a one-rounding-step change of the float
     inputs? The outputs share one floor; each intermediate tensor gets its own. The values the
     user ``fixed`` (--feed: a scale a ``tf.case`` selects on, say) are not moved; where the
-    moved inputs still make the reference fail, there is no floor (the tolerance alone)."""
+    moved inputs still make the reference fail, there is no floor (the tolerance alone).
+    ``wide``: optimized name → values of the intermediate tensors; ``sources``: their names in
+    the reference."""
     wide_names = list(wide)
+    wide_sources = [sources.get(n, n) for n in wide_names]
     values = list(expected) + [wide[n][0] for n in wide_names]
 
     def reference(feeds):     # the outputs on every row, intermediate tensors on those compared
         if rows is None or not wide_names:
-            return ref.run({**feeds, **settings}, list(fetches) + wide_names)
+            return ref.run({**feeds, **settings}, list(fetches) + wide_sources)
         return list(ref.run({**feeds, **settings}, list(fetches))) + \
-            ref.run({**first_rows(feeds, rows), **settings}, wide_names)
+            ref.run({**first_rows(feeds, rows), **settings}, wide_sources)
     again = reference(feeds)
     verification.deterministic = all(_identical(a, b) for a, b in zip(values, again))
     if not verification.deterministic:
@@ -303,12 +456,14 @@ def verify_batches(original, optimized, inputs: Sequence[str], outputs: Sequence
                    settings: Mapping[str, object] = (), *,
                    batches: Sequence[Tuple[str, Optional[Mapping[str, np.ndarray]], int]],
                    class_outputs: Sequence[str] = (), tolerance: float = DEFAULT_TOLERANCE,
-                   **options) -> Verification:
+                   accept_blind: bool = False, **options) -> Verification:
     """``verify`` on each batch — (label, given values, seed of the random rest): N seeded
     random batches (--check-n), the rows of the user's samples — merged into one verdict: every
     output on every batch, the worst batch named, and top-1 agreement over all rows of each
     class-score output in ``class_outputs`` (a flip where the original's top-2 margin exceeds
-    the tolerance fails the check). The first batch's feeds are what exports are checked on."""
+    the tolerance fails the check). The first batch's feeds are what exports are checked on.
+    ``accept_blind``: a layer whose change the check cannot see is noted, not "cannot verify"
+    (the user's own samples were compared, or the user said so)."""
     merged = None
     expected: Dict[str, list] = {name: [] for name in class_outputs}
     actual: Dict[str, list] = {name: [] for name in class_outputs}
@@ -338,6 +493,7 @@ def verify_batches(original, optimized, inputs: Sequence[str], outputs: Sequence
         if all(is_class_scores(value) for value in expected[name] + actual[name]):
             merged.agreement[name] = top1_agreement(np.concatenate(expected[name]),
                                                     np.concatenate(actual[name]), tolerance)
+    merged.blind_accepted = accept_blind
     return merged
 
 

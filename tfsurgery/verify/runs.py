@@ -8,6 +8,7 @@ import dataclasses
 from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
+from tensorflow.core.framework import types_pb2
 
 from tfsurgery.cpu_layout import runnable
 from tfsurgery.errors import InputError, VerificationError
@@ -16,6 +17,10 @@ from tfsurgery.ops import first_line, node_name, tensor_name
 from tfsurgery.trust.outside import refuse
 from tfsurgery.tfsession import plain_session_config
 
+# the inputs token ids and masks come in (token_inputs looks at these only)
+_INT_OR_BOOL = frozenset({types_pb2.DT_INT32, types_pb2.DT_INT64, types_pb2.DT_INT16,
+                          types_pb2.DT_INT8, types_pb2.DT_UINT8, types_pb2.DT_UINT16,
+                          types_pb2.DT_UINT32, types_pb2.DT_UINT64, types_pb2.DT_BOOL})
 UNKNOWN_BATCH = 2
 UNKNOWN_DIMS = (16, 32, 64, 128, 256)   # tried in turn for dims the graph leaves free
 DEFAULT_TIMEOUT = 120.0                 # seconds per graph run
@@ -84,6 +89,7 @@ def make_feeds(graph, inputs: Sequence[str], seed: int = 0, *,
     given = {node_name(k): v for k, v in (given or {}).items()}
     rng = np.random.default_rng(seed)
     lookup = _node_lookup(graph)
+    tokens = _token_inputs(graph, inputs, lookup, given)
     feeds = {}
     for name in inputs:
         node = lookup(node_name(name))
@@ -100,7 +106,9 @@ def make_feeds(graph, inputs: Sequence[str], seed: int = 0, *,
         unknown_rank = "shape" not in node.attr or node.attr["shape"].shape.unknown_rank
         shape = [] if scalar_if_unknown_rank and unknown_rank else \
             placeholder_shape(node, unknown_dim)
-        if dtype.is_bool:
+        if name in tokens:                  # ids within their table, masks with valid rows
+            value = tokens[name].values(rng, shape, dtype.as_numpy_dtype)
+        elif dtype.is_bool:
             value = rng.random(shape) < 0.5
         elif dtype.is_integer:
             value = rng.integers(0, 10, size=shape)
@@ -108,6 +116,15 @@ def make_feeds(graph, inputs: Sequence[str], seed: int = 0, *,
             value = rng.standard_normal(shape) * scale
         feeds[name] = np.asarray(value).astype(dtype.as_numpy_dtype)
     return feeds
+
+
+def _token_inputs(graph, inputs, lookup, given) -> dict:
+    """What ``token_inputs`` reads from the graph for the integer and bool inputs not given
+    (looked for only when there are such inputs)."""
+    from tfsurgery.verify import token_inputs
+    wanted = [n for n in inputs if node_name(n) not in given and
+              lookup(node_name(n)).attr["dtype"].type in _INT_OR_BOOL]
+    return token_inputs.find(graph, wanted) if wanted else {}
 
 
 def _given_value(node, value, dtype) -> np.ndarray:

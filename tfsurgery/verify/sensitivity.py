@@ -11,14 +11,17 @@ of a change on. So verification also:
    found in each graph separately: outputs keep their names, the tensors feeding them may not.
 2. picks the random inputs' scale (1, then 0.1, 0.01) so that the outputs of such heads are not all
    saturated; when they are at every scale, the report says so (the logits were compared).
-3. measures its own sensitivity: each weight layer (a conv/matmul with a constant kernel) of the
-   reference is run with its kernel 1% larger, on the same inputs, nearest the inputs first
-   (within a time budget): does a compared value move beyond the tolerance? Where one would not,
-   or not every layer could be probed, it widens what it compares: every tensor both graphs
-   have under the same name, dtype and shape (as localization does), and says so, with the advice
-   to give real ``--samples``. A tensor a legitimate rewrite changed (a conv whose weights took a
-   batch norm's scale) is excused where every compared reader of it — the node that took the
-   folded op's name, an affine op — matches.
+3. measures its own sensitivity: weight layers (a conv/matmul with a constant kernel) of the
+   reference are run with their kernel 1% larger, on the same inputs — all of them up to
+   PROBE_MAX_LAYERS, else a sample spread from the first to the last (``sample_layers``), as many
+   as the time budget allows (at least PROBE_MIN_LAYERS): does a compared value move beyond the
+   tolerance? Where one would not, or the graph has more layers than are probed one by one, it
+   widens what it compares: every tensor both graphs have — under the same name, dtype and
+   shape, or paired by a transform's declared correspondence (``TransformReport.corresponds``)
+   — and probes again; where a sampled layer still does not show, smaller input scales are
+   tried, and where none shows it the check says it cannot verify. A tensor a legitimate
+   rewrite changed (a conv whose weights took a batch norm's scale) is excused where every
+   compared reader of it — the node that took the folded op's name, an affine op — matches.
 """
 from __future__ import annotations
 
@@ -52,9 +55,11 @@ LAYOUT_OPS = frozenset({"Conv2D", "Conv3D", "DepthwiseConv2dNative", "Conv2DBack
 SCALES = (1.0, 0.1, 0.01)            # random float inputs' scale, tried in turn
 SATURATED = 1e-3                     # a head value this close to its bound is saturated
 PROBE_CHANGE = 0.01                  # "would a 1% change in a layer's weights show?"
+PROBE_MARGIN = 10       # ...or, under a looser tolerance, a change 10× it (int8 weights: 50%)
 PROBE_SHARE = 0.25                   # of the check's own time, spent probing at most
 PROBE_MIN_SECONDS = 0.05            # ...but at least this much
-PROBE_MAX_LAYERS = 16               # more weight layers: widen at once, without probing
+PROBE_MAX_LAYERS = 16               # probed one by one at most: beyond, a spread sample
+PROBE_MIN_LAYERS = 3                # probed whatever the time: the first, the last, the middle
 FEED_BYTES = 64 << 20               # kernels fed on every reference run, at most
 MAX_WALK = 64                        # nodes walked back from an integer output
 MAX_WIDE = 5000                      # tensors compared when widened
@@ -227,6 +232,24 @@ def weight_layers(graph) -> List[Layer]:
     return layers
 
 
+def sample_layers(layers: Sequence[Layer], count: int = PROBE_MAX_LAYERS) -> List[Layer]:
+    """Up to ``count`` of ``layers`` in the order they are probed: the first, the last, then the
+    middles of the gaps left, halving them — so whatever part the time budget allows is spread
+    over the whole depth of the graph (all of them when there are no more than ``count``)."""
+    if len(layers) <= 1:
+        return list(layers)
+    picked, gaps = [0, len(layers) - 1], [(0, len(layers) - 1)]
+    while gaps and len(picked) < count:
+        halves = []
+        for low, high in gaps:
+            middle = (low + high) // 2
+            if low < middle < high:
+                picked.append(middle)
+                halves += [(low, middle), (middle, high)]
+        gaps = halves
+    return [layers[i] for i in picked[:count]]
+
+
 def kernel_feeds(layers: Sequence[Layer]) -> Dict[str, np.ndarray]:
     """Every probed kernel at its own value, to feed the reference on every run (one executor
     for the base run and the probes); none when that would copy more than FEED_BYTES a run."""
@@ -242,47 +265,59 @@ class Sensitivity:
     """What a 1% change in each weight layer does to the compared values, on these inputs."""
     layers: int = 0
     probed: int = 0
-    unnoticed: List[str] = dataclasses.field(default_factory=list)   # layers whose 1% hides
+    sampled: int = 0                   # the layers chosen to probe (all, or a spread sample)
+    unnoticed: List[str] = dataclasses.field(default_factory=list)   # layers whose change hides
     smallest: float = float("inf")     # the smallest relative move of a noticed layer
     error: str = ""                    # why probing stopped early (a layer could not be fed)
+    change: float = PROBE_CHANGE       # the relative change of the weights probed
 
     @property
     def complete(self) -> bool:
         return self.probed == self.layers and not self.unnoticed and not self.error
 
+    @property
+    def sees(self) -> bool:
+        """Every probed layer's change showed (a sample of them on a large graph)."""
+        return not self.unnoticed and not self.error
+
     def line(self) -> str:
         if not self.layers:
             return "no conv/matmul with constant weights to probe"
         if self.unnoticed:
-            return (f"a 1% change in the weights of '{self.unnoticed[0]}' would not show in "
-                    f"the compared values on these inputs")
+            return (f"a {self.change:.0%} change in the weights of '{self.unnoticed[0]}' would "
+                    "not show in the compared values on these inputs")
         if self.error:
             return f"sensitivity not measured ({self.error})"
         if self.probed < self.layers:
-            return (f"a 1% change in each of the first {self.probed} of {self.layers} weight "
-                    "layers shows in the compared values; the rest were not probed (time)")
-        return (f"a 1% change in any one of the {self.layers} weight layers moves the compared "
-                f"values by at least {self.smallest:.3g}")
+            return (f"a {self.change:.0%} change in each of {self.probed} of the {self.layers} "
+                    "weight layers, spread from the first to the last, moves the compared values "
+                    f"by at least {self.smallest:.3g}; the rest were not probed (time)")
+        return (f"a {self.change:.0%} change in any one of the {self.layers} weight layers moves "
+                f"the compared values by at least {self.smallest:.3g}")
 
     def as_dict(self) -> dict:
-        return {"layers": self.layers, "probed": self.probed, "unnoticed": self.unnoticed,
+        return {"layers": self.layers, "probed": self.probed, "sampled": self.sampled,
+                "unnoticed": self.unnoticed,
                 "smallest_move": None if self.smallest == float("inf") else self.smallest,
                 "complete": self.complete, "error": self.error}
 
 
-def probe(run, layers: Sequence[Layer], feeds: Dict[str, np.ndarray], fetches: Sequence[str],
-          expected: Sequence[np.ndarray], tolerance: float, budget: float, *,
-          relative_error) -> Sensitivity:
-    """``run(feeds, fetches)``: the reference's open session; ``relative_error(a, b)``: the
-    check's own measure. Each layer's kernel fed 1% larger; stops at the first layer whose
-    change would not show, or when ``budget`` seconds are spent."""
-    found = Sensitivity(layers=len(layers))
+def probe(run, layers: Sequence[Layer], total: int, feeds: Dict[str, np.ndarray],
+          fetches: Sequence[str], expected: Sequence[np.ndarray], tolerance: float,
+          budget: float, *, relative_error) -> Sensitivity:
+    """``run(feeds, fetches)``: the reference's open session; ``layers``: those to probe, in
+    order (``sample_layers`` of the ``total``); ``relative_error(a, b)``: the check's own
+    measure. Each layer's kernel fed 1% larger (PROBE_MARGIN × ``tolerance`` where that is more:
+    a change the tolerance allows cannot show); stops at the first layer whose change would not
+    show, or when ``budget`` seconds are spent (after PROBE_MIN_LAYERS)."""
+    found = Sensitivity(layers=total, sampled=len(layers),
+                        change=max(PROBE_CHANGE, PROBE_MARGIN * tolerance))
     start = time.perf_counter()
     for layer in layers:
-        if time.perf_counter() - start > budget:
+        if found.probed >= PROBE_MIN_LAYERS and time.perf_counter() - start > budget:
             break
         try:
-            moved = run({**feeds, layer.kernel: layer.value * (1 + PROBE_CHANGE)}, fetches)
+            moved = run({**feeds, layer.kernel: layer.value * (1 + found.change)}, fetches)
         except Exception as error:          # noqa: BLE001 - any failure: not measured, widen
             found.error = f"'{layer.name}' could not be probed: {str(error)[:120]}"
             break
@@ -297,36 +332,58 @@ def probe(run, layers: Sequence[Layer], feeds: Dict[str, np.ndarray], fetches: S
 
 # ---------------------------------------------------------------- widening
 def comparable_tensors(reference_graph, optimized_graph, exclude: Sequence[str],
-                       settings: Optional[Dict[str, object]] = None) -> List[str]:
-    """``name:0`` of every linear or affine op (conv, matmul, bias, batch norm, add, mul, pad,
-    reshape: where a layer's change shows first, and what excuses a rewrite) both imported
-    graphs have with a float first output of the same dtype and static shape, outside loops and
-    dead branches, in the optimized graph's order. An activation's output is left out: it is a
-    function of one compared here. Where a node's data_format differs between the graphs
-    (layout-nhwc), 4-D and 5-D tensors are left out: same-named tensors may hold another
-    layout."""
+                       settings: Optional[Dict[str, object]] = None,
+                       correspondence: Optional[Dict[str, str]] = None) -> List[Tuple[str, str]]:
+    """(optimized tensor, reference tensor) pairs to compare, in the optimized graph's order:
+    every tensor a transform declared to stand for one of the original (``correspondence``:
+    optimized → reference, any op), and ``name:0`` of every linear or affine op (conv, matmul,
+    bias, batch norm, add, mul, pad, reshape: where a layer's change shows first, and what
+    excuses a rewrite) both imported graphs have under the same name — each with a float value of
+    the same dtype and static shape, outside loops and dead branches. An activation's output is
+    left out: it is a function of one compared here. Where a node's data_format differs between
+    the graphs (layout-nhwc), 4-D and 5-D tensors are left out: they may hold another layout."""
     inside = branches_and_loops(reference_graph, settings) | \
         branches_and_loops(optimized_graph)
+    declared = {tensor_name(k): tensor_name(v) for k, v in (correspondence or {}).items()}
     relaid = False
-    names = []
+    pairs = []
     excluded = {tensor_name(n) for n in exclude}
     for op in optimized_graph.get_operations():
         try:
-            theirs = reference_graph.get_operation_by_name(op.name)
+            namesake = reference_graph.get_operation_by_name(op.name)
         except KeyError:
-            continue
-        if _data_format(op) != _data_format(theirs):
+            namesake = None
+        if namesake is not None and _relaid(op, namesake):
             relaid = True
-        if not op.outputs or not theirs.outputs or op.type not in LINEAR_READERS or \
-                op.name in inside:
-            continue
-        mine, other = op.outputs[0], theirs.outputs[0]
-        if mine.name in excluded or not mine.dtype.is_floating or mine.dtype != other.dtype or \
-                not mine.shape.is_compatible_with(other.shape) or \
-                not optimized_graph.is_fetchable(mine) or not reference_graph.is_fetchable(other):
-            continue
-        names.append((mine.name, mine.shape.rank))
-    return [name for name, rank in names if not (relaid and rank in (None, 4, 5))][:MAX_WIDE]
+        for mine in op.outputs:
+            source = declared.get(mine.name)
+            if source is None:
+                if namesake is None or mine.value_index or op.type not in LINEAR_READERS:
+                    continue
+                source = mine.name
+            try:
+                other = reference_graph.get_tensor_by_name(source)
+            except (KeyError, ValueError):
+                continue
+            if mine.name in excluded or op.name in inside or other.op.name in inside or \
+                    not _comparable(mine, other, optimized_graph, reference_graph):
+                continue
+            pairs.append((mine.name, other.name, mine.shape.rank))
+    return [(mine, other) for mine, other, rank in pairs
+            if not (relaid and rank in (None, 4, 5))][:MAX_WIDE]
+
+
+def _comparable(mine, other, optimized_graph, reference_graph) -> bool:
+    return mine.dtype.is_floating and mine.dtype == other.dtype and \
+        mine.shape.is_compatible_with(other.shape) and optimized_graph.is_fetchable(mine) and \
+        reference_graph.is_fetchable(other)
+
+
+def _relaid(op, namesake) -> bool:
+    """Both ops lay their tensors out by a data_format, and not the same one (layout-nhwc). A
+    BiasAdd that took a Keras batch norm's AddV2's name has one where the AddV2 has none."""
+    mine, theirs = _data_format(op), _data_format(namesake)
+    return mine is not None and theirs is not None and mine != theirs
 
 
 def _data_format(op) -> Optional[bytes]:

@@ -25,7 +25,8 @@ class Watching:
     sensitivity: Optional[sensitivity_mod.Sensitivity] = None
     notes: List[str] = dataclasses.field(default_factory=list)
     wide_rows: Optional[int] = None     # the widened comparison's first rows (None: all)
-
+    # sampled layers whose probed change showed in nothing compared, at any input scale tried
+    blind: List[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -58,6 +59,10 @@ class Verification:
     intermediate: List[OutputError] = dataclasses.field(default_factory=list)
     intermediate_allowed: Dict[str, float] = dataclasses.field(default_factory=dict)
     excused: List[str] = dataclasses.field(default_factory=list)
+    # layers the check could not see a change of (Watching.blind): "cannot verify" unless the
+    # user accepted it (--accept-blind-spots) or gave the data the model is meant for (--samples)
+    blind: List[str] = dataclasses.field(default_factory=list)
+    blind_accepted: bool = False
 
     @property
     def max_error(self) -> float:
@@ -81,7 +86,12 @@ class Verification:
     @property
     def passed(self) -> bool:
         return compared_real_numbers(self.outputs) and self.max_error <= self.allowed and \
-            not self.flips and not self.hidden
+            not self.flips and not self.hidden and not self.cannot_verify
+
+    @property
+    def cannot_verify(self) -> bool:
+        """The check could not see a change in some layer's weights, and nobody accepted that."""
+        return bool(self.blind) and not self.blind_accepted
 
     @property
     def hidden(self) -> List[OutputError]:
@@ -121,6 +131,14 @@ class Verification:
                     f"(max error {self.max_error:.3g}): a change the outputs hide; "
                     f"{len(self.hidden)} of {len(self.intermediate)} compared intermediate "
                     "tensors differ")
+        if self.max_error <= self.allowed and self.cannot_verify:
+            change = self.watching.sensitivity.change if self.watching and \
+                self.watching.sensitivity else 0.01
+            return (f"cannot verify: a {change:.0%} change in the weights of '{self.blind[0]}' "
+                    f"shows in none of the compared values (the outputs, their logits and "
+                    f"{len(self.intermediate)} intermediate tensors) on random inputs at any "
+                    "scale tried; give real inputs with --samples, or accept a check that "
+                    "cannot see it with --accept-blind-spots")
         return f"max error {self.max_error:.3g} exceeds {self.allowed:.3g}{where}{nonfinite}"
 
     @property
@@ -170,6 +188,8 @@ class Verification:
                                 if self.watching and self.watching.sensitivity else None),
                 "input_scale": self.watching.scale if self.watching else None,
                 "saturated": self.watching.saturated if self.watching else [],
+                "blind": self.blind, "blind_accepted": self.blind_accepted,
+                "cannot_verify": self.cannot_verify,
                 "notes": self.notes()}
 
 

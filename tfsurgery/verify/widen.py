@@ -7,7 +7,6 @@ from typing import Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tfsurgery.errors import VerificationError
 from tfsurgery.ops import tensor_name
 from tfsurgery.verify import sensitivity as sensitivity_mod
 from tfsurgery.verify.runs import OutputError, output_error
@@ -16,28 +15,6 @@ from tfsurgery.verify.verdict import Verification, Watching
 # The widened comparison's values, both graphs together: a Keras ResNet50 at 224 holds 186 MiB
 # of them per row and graph, so 32 stacked --samples rows took 12.7 GB (docs/int8.md, Memory).
 WIDE_BYTES = 1 << 30
-
-
-def _widened(ref, opt, feeds, raw, settings, exclude, watching) -> Dict[str, tuple]:
-    """Every tensor both graphs have (tfsurgery.verify.sensitivity.comparable_tensors) on the first
-    batch: name → (reference value, optimized value); {} where that cannot be done."""
-    why = watching.sensitivity.line()
-    if raw is not None:
-        watching.notes.append(f"{why}; the comparison was not widened (the inputs are "
-                              "preprocessed); give real inputs with --samples")
-        return {}
-    names = sensitivity_mod.comparable_tensors(ref.graph, opt.graph, exclude, settings)
-    watching.wide_rows = wide_rows(feeds, ref.graph, names)
-    part = first_rows(feeds, watching.wide_rows)
-    try:
-        expected = ref.run({**part, **settings}, names)
-        actual = opt.run(part, names)
-    except VerificationError as error:
-        watching.notes.append(f"{why}; the comparison could not be widened ({error})")
-        return {}
-    same = _same_shapes(names, expected, actual)
-    watching.notes.append(_widened_note(watching, len(same)))
-    return same
 
 
 def _consumed_error(name: str, reference: np.ndarray, result: np.ndarray) -> OutputError:
@@ -57,8 +34,10 @@ def _consumed_error(name: str, reference: np.ndarray, result: np.ndarray) -> Out
                        tuple(reference.shape))
 
 
-def _same_shapes(names, expected, actual) -> Dict[str, tuple]:
-    return {n: (e, a) for n, e, a in zip(names, expected, actual)
+def _same_shapes(pairs, expected, actual) -> Dict[str, tuple]:
+    """Optimized name → (reference value, optimized value) of each (optimized, reference) pair
+    whose values have one shape and are not empty."""
+    return {mine: (e, a) for (mine, _), e, a in zip(pairs, expected, actual)
             if np.shape(e) == np.shape(a) and np.size(e)}
 
 
@@ -103,14 +82,12 @@ def _row_bytes(tensor) -> int:
 
 def _widened_note(watching: Watching, count: int) -> str:
     found = watching.sensitivity
-    why = found.line() if found.probed or found.error else (
-        f"{found.layers} weight layers, too many to probe each within the check's time")
     rows = "" if watching.wide_rows is None else \
         (f" on the first {watching.wide_rows} row(s) of the batch (their values within "
          f"{WIDE_BYTES >> 20} MiB)")
-    return (f"{why}: also compared {count} intermediate tensors both graphs have under the "
-            f"same name and shape{rows}; give real inputs with --samples for a check on the data "
-            "the model is meant for")
+    return (f"{found.line()}: also compared {count} intermediate tensors both graphs have "
+            f"(under the same name and shape, or declared to correspond by a transform){rows}; "
+            "give real inputs with --samples for a check on the data the model is meant for")
 
 
 def _excuse(verification: Verification, graph) -> None:
