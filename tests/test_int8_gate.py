@@ -61,10 +61,11 @@ def test_the_three_sets_are_disjoint_and_cover_the_rows():
 def digits_model(tmp_path_factory):
     folder = tmp_path_factory.mktemp("digits_gate")
     pb, images, labels, graph_def = digits_on_disk(folder)
-    assert main(["export", str(pb), "-o", str(folder / "float.onnx"), "-q"]) == 0
+    rows = ["--samples", str(folder / "calibration.npz")]     # real digits: a check that sees
+    assert main(["export", str(pb), "-o", str(folder / "float.onnx"), "-q", *rows]) == 0
     last_relu = [n.name for n in graph_def.node if n.op == "Relu"][-1]
     assert main(["export", str(pb), "-o", str(folder / "relu.onnx"), "--outputs", last_relu,
-                 "-q"]) == 0
+                 "-q", *rows]) == 0
     return dict(pb=pb, graph_def=graph_def, onnx=folder / "float.onnx", folder=folder,
                 relu_onnx=folder / "relu.onnx",
                 images=images[TRAIN:], labels=labels[TRAIN:], last_relu=last_relu)

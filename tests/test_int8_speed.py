@@ -73,8 +73,7 @@ def test_an_impossible_minimum_speedup_refuses_and_writes_nothing(digits_model, 
     assert int8["speed"]["min_speedup"] == 1000 and not int8["speed"]["passed"]
     assert int8["target"]["target"] == "arm" and int8["target"]["activations"] == "int8"
     err = capsys.readouterr().err
-    assert "below --int8-min-speedup 1000 (float" in err and err.rstrip().endswith(
-        "nothing written")
+    assert "below --int8-min-speedup 1000 (float" in err and "nothing written" in err
 
 
 def test_bad_speed_options_exit_2_before_any_work(digits_model, tmp_path, capsys):
