@@ -107,6 +107,9 @@ def _optimize(args, source, transforms) -> int:
     _say(args, api.comparison_table(source.graph_def, result.graph_def))
     for line in api.transform_lines(result.reports, verbose=args.verbose):
         _say(args, line)
+    for report in result.reports:           # loud, even with -q: the model's answers changed
+        for line in report.warnings:
+            print(f"tfsurgery: warning: {report.name}: {line}", file=sys.stderr)
     _interface_notes(args, result)
     data = result.as_report()
     data["artefacts"] = []

@@ -36,7 +36,7 @@ from tfsurgery.export import onnx_tidy
 from tfsurgery.export.onnx_weights import (  # noqa: F401 - part of this module's API
     EXTERNAL_MIN_BYTES, weights_to_float16, weights_to_int8)
 from tfsurgery.trust import outside
-from tfsurgery.verify import check as verify
+from tfsurgery.verify import check as verify, string_inputs
 from tfsurgery.constants import evaluate
 from tfsurgery.errors import ExportError, InputError, OnnxCheckFailed, OnnxUnconvertible
 from tfsurgery.graph import Graph
@@ -300,8 +300,9 @@ def _convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset:
     # tf2onnx keeps going past unsupported ops and leaves them in as TF ops: name them all here.
     left = [n for n in onnx_tidy.all_nodes(model.graph) if not onnx.defs.has(n.op_type, n.domain)]
     if left:
+        hint = string_inputs.onnx_hint(graph_def, outputs, left)   # the numeric model's cut
         raise OnnxUnconvertible(f"tf2onnx cannot convert op(s) {_unsupported(left)} to ONNX "
-                                f"opset {opset}")
+                                f"opset {opset}{hint}")
     return model, storage
 
 
