@@ -43,7 +43,7 @@ class Result:
     verification_error: Optional[str] = None    # why the check could not compare (then raised)
     verify_skipped: bool = False        # verify=False / --no-verify: the caller chose no check
     preprocess: Optional[preprocessing.Preprocessor] = None   # raw inputs → the original's
-    weights: str = "float32"            # "float16"/"int8": float16-/int8-weights ran (--weights)
+    weights: str = "float32"            # "float16"/"int8": float16-/int8-weights ran (--store-weights)
     # inputs no output reads after optimization → the stand-in value the original was fed
     unused_inputs: Dict[str, object] = dataclasses.field(default_factory=dict)
     frozen_form: str = ""               # how the source was frozen (io.Loaded.frozen_form)

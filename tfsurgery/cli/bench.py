@@ -82,7 +82,7 @@ def _bench_int8(args, source, transforms) -> int:
     the int8 model's error against the float one (top-1 agreement for class scores)."""
     from tfsurgery import api
     if args.weights != "float32":
-        raise api.InputError("bench --int8 compares float32 with int8 weights: drop --weights")
+        raise api.InputError("bench --int8 compares float32 with int8 weights: drop --store-weights")
     result = _optimized(api, source, transforms, args)
     code = _check_verification(args, result)
     if code:

@@ -16,7 +16,7 @@ EXAMPLES = """examples:
   tfsurgery bench frozen.pb --bn-fold        # every installed runtime; the fastest checked one
   tfsurgery bench frozen.pb --int8           # float vs int8 weights and static int8
   tfsurgery optimize saved_model_dir -o lean_saved_model/   # a SavedModel back out, checked
-  tfsurgery optimize frozen.pb --tflite lean.tflite --weights float16   # TFLite, float16 weights
+  tfsurgery optimize frozen.pb --tflite lean.tflite --store-weights float16   # TFLite, float16 weights
   tfsurgery optimize frozen.pb --openvino lean_ir/   # OpenVINO IR, checked at f32
   tfsurgery batch models/ -o lean/ --jobs 2 --bn-fold --onnx   # every model in a folder
 """
@@ -437,7 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--plot", metavar="OUT.svg",
                        help="also draw the timings as a bar chart (SVG)")
     bench.add_argument("--int8", action="store_true",
-                       help="the optimized float model against its --weights int8 twin in "
+                       help="the optimized float model against its --store-weights int8 twin in "
                             "TensorFlow, onnxruntime and TFLite, and against static int8 "
                             "(--quantize int8's QDQ for this CPU) in onnxruntime and NNCF's "
                             "in OpenVINO (when installed): size, latency, agreement")

@@ -96,9 +96,9 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
     ``feeds`` default to ``verify.make_feeds(graph_def, inputs, seed)`` (NHWC; transposed for
     onnxruntime where ``inputs_as_nchw`` made the ONNX input NCHW). The model is written only if
     ``passed``; ``input_path`` is never overwritten. ``float16_min_elements``: float32 initializers
-    of at least that many values are stored as float16 with a Cast back (--weights float16).
+    of at least that many values are stored as float16 with a Cast back (--store-weights float16).
     ``int8_min_elements``: conv/matmul weight initializers of at least that many values are
-    stored as int8 with a per-channel ``DequantizeLinear`` in front (--weights int8).
+    stored as int8 with a per-channel ``DequantizeLinear`` in front (--store-weights int8).
     ``more_feeds``: further inputs to check on, by label (verification's ``{"@32": feeds}``, a
     second sequence length), their errors named ``output@32``.
     ``expected`` (output → values, e.g. the original fed the verifier's preprocessing) replaces
@@ -133,7 +133,7 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         if float16_min_elements is not None:
             weights_to_float16(model, float16_min_elements)
         if int8_min_elements is not None and not weights_to_int8(model, int8_min_elements):
-            raise ExportError("--weights int8: no conv/matmul weight initializer of at least "
+            raise ExportError("--store-weights int8: no conv/matmul weight initializer of at least "
                               f"{int8_min_elements} values is left in the ONNX model to store "
                               "as int8")
         check(model)

@@ -38,8 +38,8 @@ def check_int8_request(samples_path, quantize, onnx: bool, nchw_inputs: Sequence
     """Bad --quantize requests, before any work — before the model is even loaded: one line
     each (exit 2), a file an option names that does not exist among them."""
     if quantize and weights != "float32":
-        raise InputError(f"--quantize {quantize} quantizes the float model: drop --weights "
-                         f"{weights} (--weights int8 is storage only, float compute)")
+        raise InputError(f"--quantize {quantize} quantizes the float model: drop --store-weights "
+                         f"{weights} (--store-weights int8 is storage only, float compute)")
     quantize_mod.check_request(samples_path, quantize, onnx, nchw_inputs)
     for option, path in (("--samples", samples_path), ("--check-samples", check_samples),
                          ("--labels", labels)):
