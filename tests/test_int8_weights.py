@@ -324,7 +324,7 @@ def test_bench_reports_float_and_int8_per_runtime(tmp_path, capsys):
         assert openvino["bytes"]["int8"] < openvino["bytes"]["float"]   # the .xml is a fixed cost
         assert 0 < openvino["max_error"] < STATIC_TOLERANCE
         assert [a["rows"] for a in openvino["agreement"].values()] == [12]
-    # static int8 (activations too) against float in onnxruntime, timed in the same process
+    # static int8 (activations too) against float in onnxruntime, the same float timing
     assert set(static["timings"]) == {"float", "int8"} and not static["skipped"]
     assert static["timings"]["float"] == sides["onnxruntime"]["timings"]["float"]
     assert static["bytes"]["int8"] < 0.5 * static["bytes"]["float"]     # + scales, zero points

@@ -400,6 +400,6 @@ def _batch(args) -> int:
         options.input, args.output, args.optimize_argv,
         exports=[name for name in api.batch.EXPORTS if getattr(args, name)], jobs=args.jobs,
         timeout=args.model_timeout or api.batch.DEFAULT_TIMEOUT, engine=args.engine,
-        ray_address=args.ray_address, on_done=finished)
+        ray_address=args.ray_address, shared_output=args.ray_shared_output, on_done=finished)
     _say(args, api.batch.format_summary(summary))
     return api.batch.exit_status(summary)

@@ -21,8 +21,8 @@ EXAMPLES = """examples:
   tfsurgery batch models/ -o lean/ --jobs 2 --bn-fold --onnx   # every model in a folder
 """
 BATCH_USAGE = ("tfsurgery batch IN_DIR -o OUT_DIR [--jobs N] [--model-timeout SECONDS] "
-               "[--engine local|ray] [--onnx] [--tflite] [--saved-model] [--openvino] [--picture] "
-               "[optimize options ...]")
+               "[--engine local|ray [--ray-address ADDR [--ray-shared-output]]] [--onnx] "
+               "[--tflite] [--saved-model] [--openvino] [--picture] [optimize options ...]")
 
 
 def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
@@ -466,7 +466,11 @@ def _batch_command(sub) -> None:
     batch.add_argument("--engine", choices=("local", "ray"), default="local",
                        help="local processes (default) or a Ray cluster (pip install ray)")
     batch.add_argument("--ray-address", metavar="ADDRESS",
-                       help="the Ray cluster to use (default: a local instance for this run)")
+                       help="the Ray cluster to use (default: a local instance for this run); "
+                            "each node's outputs travel back to OUT_DIR here")
+    batch.add_argument("--ray-shared-output", action="store_true",
+                       help="with --ray-address: OUT_DIR is on a filesystem the nodes share; "
+                            "they write there, and each output is checked visible here")
     group = batch.add_argument_group("also per model, each checked (OUT_DIR/<model>/...)")
     group.add_argument("--onnx", action="store_true", help="<model>.onnx")
     group.add_argument("--tflite", action="store_true", help="<model>.tflite")
