@@ -10,6 +10,14 @@ import keras
 import oracle
 from tfsurgery import api
 from tfsurgery.cli import main
+from tfsurgery.contract import Options, TransformReport, transform
+from tfsurgery.errors import VerificationFailed
+from tfsurgery.graph import Graph, Ref
+from tfsurgery.transforms import remove_augmentation
+from tfsurgery.verify import reference as reference_mod
+from tfsurgery.verify.reference import comparable_reference
+
+real_find_augmentations = remove_augmentation.find_augmentations
 
 SIZE = 24
 
@@ -68,8 +76,15 @@ def test_tutorial_model_export_optimizes_and_exports_to_onnx(tmp_path, capsys):
 LAYERS = {
     "flip": lambda: keras.layers.RandomFlip("horizontal_and_vertical"),
     "rotation": lambda: keras.layers.RandomRotation(0.2),
-    "zoom": lambda: keras.layers.RandomZoom((-0.3, -0.1)),       # zoom in only: no neutral draw
+    "zoom": lambda: keras.layers.RandomZoom(0.3),
     "translation": lambda: keras.layers.RandomTranslation(0.1, 0.2),
+}
+# Removed all the same, but the original offers no reference for their inference behaviour:
+# no draw within its distribution gives zoom 1 for a zoom-in-only range, and brightness and
+# contrast clip to their value range (they are the identity at their neutral draw only on
+# in-range inputs; the check's test inputs are standard normal).
+UNPROVABLE = {
+    "zoom-in-only": lambda: keras.layers.RandomZoom((-0.3, -0.1)),
     "contrast": lambda: keras.layers.RandomContrast(0.5),
     "brightness": lambda: keras.layers.RandomBrightness(0.3),
 }
@@ -87,6 +102,96 @@ def test_each_augmentation_layer_alone_becomes_its_inference_behaviour(tmp_path,
     answers = optimized_answers(result, x)
     np.testing.assert_allclose(answers, model(x, training=False).numpy(), atol=1e-5)
     assert result.verification.passed and "augmentation" in result.verification.summary()
+
+
+@pytest.mark.parametrize("kind", sorted(UNPROVABLE))
+def test_augmentation_without_a_proven_neutral_draw_cannot_be_verified(tmp_path, kind):
+    """No candidate value of the draw makes the layer the identity on the original: the check
+    says it cannot compare, naming the layer, and nothing is handed back (fail closed)."""
+    model = image_model(UNPROVABLE[kind]())
+    layer = model.layers[1].name
+    with pytest.raises(VerificationFailed, match=f"cannot compare: .*'[^']*{layer}[^']*'"):
+        api.optimize(str(exported(model, tmp_path)))
+
+
+def test_a_clipping_layer_is_proven_neutral_on_in_range_feeds(tmp_path):
+    """RandomBrightness clips to [0, 255]: with the user's in-range images as the check's feeds
+    its neutral draw is proven on them, and the result verifies and matches Keras."""
+    model = image_model(keras.layers.RandomBrightness(0.3))
+    served = exported(model, tmp_path)
+    x = images(seed=6)
+    name = api.load(str(served)).inputs[0]
+    result = api.optimize(str(served), interface=api.Interface(feeds={name: x}))
+    assert result.verification.passed and "proven" in result.verification.summary()
+    np.testing.assert_allclose(optimized_answers(result, x), model(x, training=False).numpy(),
+                               atol=1e-5)
+
+
+def _flip_model(tmp_path):
+    model = image_model(keras.layers.RandomFlip("horizontal"), seed=11)
+    return model, exported(model, tmp_path)
+
+
+def test_the_reference_is_the_original_with_proven_constant_draws(tmp_path):
+    """Every node of the original is in the reference (nothing dropped); the flip's draw is a
+    constant (Fill) proven to be neutral; the reference answers as Keras in inference mode."""
+    model, served = _flip_model(tmp_path)
+    original = api.load(str(served))
+    result = api.optimize(str(served))
+    reference, _, note = comparable_reference(original.graph_def, result.graph_def)
+    ops = {n.name: n.op for n in reference.node}
+    assert {n.name for n in original.graph_def.node} <= set(ops)
+    draws = [n.name for n in original.graph_def.node if n.op == "StatelessRandomUniformV2"]
+    assert draws and all(ops[d] == "Fill" for d in draws)
+    assert "proven" in note and "random_flip" in note
+    x = images(seed=4)
+    answers = oracle.run(reference, {original.inputs[0]: x}, original.outputs)[0]
+    np.testing.assert_allclose(answers, model(x, training=False).numpy(), rtol=1e-5, atol=1e-6)
+    served_answers = oracle.run(original.graph_def, {original.inputs[0]: x}, original.outputs)[0]
+    assert np.abs(served_answers - answers).max() > 1e-4       # the original does flip
+
+
+def _misjudging_finder(graph, outputs=(), protected=frozenset()):
+    """remove-augmentation's finder gone wrong: it also takes Rescaling (learned nothing, but no
+    augmentation either) for an augmentation driven by the flip's draw."""
+    layers, kept = real_find_augmentations(graph, outputs, protected)
+    scale = next(n.name for n in graph if n.op == "Mul" and "rescaling" in n.name)
+    data = next(r for r in graph.inputs(scale) if graph.const_value(r) is None)
+    wrong = remove_augmentation.Augmentation(scale.rsplit("/", 1)[0], data, Ref(scale),
+                                             list(layers[0].draws))
+    remove_augmentation._replace(graph, wrong, protected)
+    return layers + [wrong], kept
+
+
+def test_a_finder_that_drops_a_layer_that_is_not_augmentation_fails_verification(
+        tmp_path, monkeypatch):
+    """The transform and the reference locate layers with the same finder; a misjudged layer
+    must still fail: no draw value makes Rescaling the identity on the original."""
+    _, served = _flip_model(tmp_path)
+    monkeypatch.setattr(remove_augmentation, "find_augmentations", _misjudging_finder)
+    monkeypatch.setattr(reference_mod, "find_augmentations", _misjudging_finder)
+    with pytest.raises(VerificationFailed, match="cannot compare: .*'[^']*rescaling[^']*'"):
+        api.optimize(str(served))
+
+
+@transform("flip-for-a-flip")
+def _flip_for_a_flip(graph: Graph, options: Options) -> TransformReport:
+    """A wrong transform: the flip's choice always takes the flipped image."""
+    choice = next(n.name for n in graph if n.op in ("Select", "SelectV2") and "flip" in n.name)
+    flipped = next(r for r in graph.inputs(choice)[1:] if graph.op(r.node) == "ReverseV2")
+    graph.rewire(Ref(choice), flipped)
+    return TransformReport("flip-for-a-flip")
+
+
+def test_a_transform_that_replaces_a_flip_by_a_flip_fails_verification(tmp_path):
+    model, served = _flip_model(tmp_path)
+    with pytest.raises(VerificationFailed) as failed:
+        api.optimize(str(served), [_flip_for_a_flip, "default"])
+    assert "cannot compare" not in str(failed.value)       # compared, and the numbers differ
+    x = images(seed=5)                                      # the oracle: Keras, not our verdict
+    result = api.optimize(str(served), [_flip_for_a_flip, "default"],
+                          checks=api.Checks(verify=False))
+    assert np.abs(optimized_answers(result, x) - model(x, training=False).numpy()).max() > 1e-4
 
 
 def test_random_crop_that_changes_the_size_is_kept_and_said(tmp_path):

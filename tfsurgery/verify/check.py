@@ -140,7 +140,7 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
         raw, given = _preprocessed_feeds(original, optimized, inputs, outputs, preprocess,
                                          seed=seed, given=given)
     reference, optimized, random_note = comparable or comparable_reference(
-        original, optimized, {node_name(k): v for k, v in settings.items()})
+        original, optimized, {node_name(k): v for k, v in settings.items()}, given)
     run = dict(seed=seed, given=given, timeout=timeout, random=raw is None)
     started = time.perf_counter()
     with _open(reference, timeout) as ref, \
@@ -468,7 +468,8 @@ def verify_batches(original, optimized, inputs: Sequence[str], outputs: Sequence
     expected: Dict[str, list] = {name: [] for name in class_outputs}
     actual: Dict[str, list] = {name: [] for name in class_outputs}
     comparable = comparable_reference(                 # the same for every batch: made once
-        original, optimized, {node_name(k): v for k, v in _settings(settings).items()})
+        original, optimized, {node_name(k): v for k, v in _settings(settings).items()},
+        next((given for _, given, _ in batches if given), None))
     watching = Watching()                              # decided by the first batch
     for label, given, seed in batches:
         one = verify(original, optimized, inputs, outputs, settings, tolerance=tolerance,

@@ -8,9 +8,10 @@ inference meaning, derived here from the original and never from the transform u
   comparison), so ``x · scale · m`` becomes ``x · scale · p = x``: dropout off;
 - any other uniform becomes 1 − machine epsilon (every mask keeps), a normal becomes 0 (noise off).
 Augmentation layers served by mistake (RandomFlip, RandomRotation, ... applied by a
-``model.export()`` graph) whose draws were removed are at their inference behaviour in the
-reference too: the layer's output is its input (remove-augmentation's rule for where a layer
-begins and ends, applied to the original; Keras itself is the tests' oracle for that rule).
+``model.export()`` graph) whose draws were removed keep every node in the reference; their draws
+become constants *proven* by running the original to make each layer the identity
+(tfsurgery.verify.neutral_draws) — remove-augmentation's finder only locates a layer's input and
+output, it never decides what the reference computes.
 Other random ops that were removed have no neutral value: the check says it cannot compare.
 """
 from __future__ import annotations
@@ -24,25 +25,29 @@ from tfsurgery.errors import VerificationError
 from tfsurgery.graph import Graph, Ref
 from tfsurgery.ops import (INTEGER_UNIFORM_RANDOM_OPS, NORMAL_RANDOM_OPS, SEEDED_RANDOM_OPS,
                            UNIFORM_RANDOM_OPS)
-from tfsurgery.transforms.remove_augmentation import find_augmentations, layer_names
+from tfsurgery.transforms.remove_augmentation import find_augmentations
+from tfsurgery.verify import neutral_draws
 
 UNIFORM_OPS, NORMAL_OPS, SEEDED_OPS = UNIFORM_RANDOM_OPS, NORMAL_RANDOM_OPS, SEEDED_RANDOM_OPS
 FIXED_SEED = 87654321
 MASK_SCALE_OPS = ("Mul", "Add", "AddV2", "Sub")      # u·(max − min) + min on its way to the mask
 
 
-def comparable_reference(original, optimized,
-                         settings=None) -> Tuple[object, object, Optional[str]]:
+def comparable_reference(original, optimized, settings=None,
+                         given=None) -> Tuple[object, object, Optional[str]]:
     """The original and optimized graphs made comparable where they hold random ops (see module
     doc): (reference, optimized, note about the reference or None). ``settings`` are the values
-    the original is fed besides its inputs (a dropout's ``keep_prob``)."""
+    the original is fed besides its inputs (a dropout's ``keep_prob``); ``given``: input values
+    the check feeds (--feed, samples), which the neutral draws are proven on too."""
     kept = {n.name: n.op for n in optimized.node}
     random_nodes = [n for n in original.node if n.op in UNIFORM_OPS | NORMAL_OPS | SEEDED_OPS]
     if not random_nodes and not any(n.op in SEEDED_OPS for n in optimized.node):
         return original, optimized, None
     reference, seeded = Graph(original, check_inputs=False), None
-    neutral, augmentations = [], _augmentations_off(reference, random_nodes, kept)
-    bypassed = {draw for layer in augmentations for draw in layer.draws}
+    neutral, augmentations = [], _augmentations_off(original, random_nodes, kept)
+    proven = neutral_draws.prove_neutral_draws(reference, augmentations, settings or {}, given) \
+        if augmentations else {}
+    bypassed = set(proven)
     for node in random_nodes:
         if node.name in bypassed:
             continue
@@ -68,21 +73,23 @@ def comparable_reference(original, optimized,
     notes = [f"its {len(neutral)} random op(s) at their expected or neutral value (dropout "
              "off, noise 0)"] if neutral else []
     if augmentations:
-        notes.append(f"its augmentation ({layer_names(augmentations)}) at its inference "
-                     "behaviour (the identity)")
+        notes.append("its augmentation at its inference behaviour, every node kept, each draw "
+                     "a constant proven to make its layer the identity on test inputs: "
+                     + neutral_draws.described(proven, augmentations))
     note = "; ".join(notes) or None
     # the optimized graph is copied only where it keeps random ops to seed
     return reference.to_graph_def(), (optimized if seeded is None else seeded.to_graph_def()), \
         note
 
 
-def _augmentations_off(reference: Graph, random_nodes, kept) -> list:
-    """Augmentation layers of the original whose draws the optimized graph no longer has,
-    replaced by the identity in ``reference`` (its sinks, the outputs, keep their names)."""
+def _augmentations_off(original, random_nodes, kept) -> list:
+    """Augmentation layers of the original whose draws the optimized graph no longer has, located
+    (input, output, draws) by remove-augmentation on a throw-away copy of the original."""
     if all(kept.get(node.name) == node.op for node in random_nodes):
         return []
-    sinks = {node.name for node in reference if not reference.consumer_nodes(node.name)}
-    layers, _ = find_augmentations(reference, protected=sinks)
+    located = Graph(original, check_inputs=False)
+    sinks = {node.name for node in located if not located.consumer_nodes(node.name)}
+    layers, _ = find_augmentations(located, protected=sinks)
     return [layer for layer in layers if not any(kept.get(d) for d in layer.draws)]
 
 
