@@ -231,7 +231,8 @@ def test_a_failed_export_check_writes_nothing_either_way(pb, tmp_path, monkeypat
         api.write(source, result, api.Targets(pb=api_out / "m.pb", saved_model=api_out / "sm",
                                               onnx=api_out / "m.onnx"))
     assert failed.value.stage == "ONNX check"
-    assert err == f"tfsurgery: ONNX check FAILED: {failed.value}; nothing written"
+    assert err == (f"tfsurgery: ONNX check FAILED: {failed.value}; nothing written; "
+                   "the verified graph alone: the same command without --onnx")
     assert list(cli_out.iterdir()) == [] and list(api_out.iterdir()) == []
     data, records = json.loads(report.read_text()), failed.value.written.report()
     assert data["artefacts"] == records["artefacts"] == []
