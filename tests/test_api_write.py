@@ -153,13 +153,14 @@ def test_int8_onnx_on_digits(tmp_path):
     pb, images, _, graph_def = digits_on_disk(tmp_path)
     samples = tmp_path / "calibration.npz"
     cheap = ["--int8-calibration", "minmax", "--int8-equalize", "off",
-             "--int8-bias-correction", "off", "--int8-min-agreement", "0.95"]
+             "--int8-bias-correction", "off", "--int8-min-agreement", "0.95",
+             "--int8-min-speedup", "0"]
     cli_out, api_out, data, written = run_both(
         pb, tmp_path, ["-o", "{out}/m.pb", "--onnx", "{out}/m.onnx", "--quantize", "int8",
                        "--samples", str(samples)] + cheap,
         lambda out: api.Targets(pb=out / "m.pb", onnx=out / "m.onnx", int8=api.Int8Targets(
             samples=samples, calibration="minmax", equalize="off", bias_correction="off",
-            thresholds=api.Int8Thresholds(given_agreement=0.95))),
+            thresholds=api.Int8Thresholds(given_agreement=0.95), min_speedup=0)),
         dict(samples=samples))
     assert_same_artefacts(cli_out, api_out, data, written)
     onnx_record = written.artefacts[1]
@@ -230,7 +231,8 @@ def test_a_failed_export_check_writes_nothing_either_way(pb, tmp_path, monkeypat
         api.write(source, result, api.Targets(pb=api_out / "m.pb", saved_model=api_out / "sm",
                                               onnx=api_out / "m.onnx"))
     assert failed.value.stage == "ONNX check"
-    assert err == f"tfsurgery: ONNX check FAILED: {failed.value}; nothing written"
+    assert err == (f"tfsurgery: ONNX check FAILED: {failed.value}; nothing written; "
+                   "the verified graph alone: the same command without --onnx")
     assert list(cli_out.iterdir()) == [] and list(api_out.iterdir()) == []
     data, records = json.loads(report.read_text()), failed.value.written.report()
     assert data["artefacts"] == records["artefacts"] == []

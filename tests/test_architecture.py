@@ -143,10 +143,11 @@ def test_report_json_is_declared_once():
         assert args.report_json == "r.json", command
 
 
-def test_no_module_is_over_700_lines_and_the_api_is_a_facade():
+def test_no_module_is_over_600_lines_and_the_api_is_a_facade():
     sizes = {str(path.relative_to(ROOT)): len(path.read_text().splitlines())
-             for _, path in library_modules() if path.is_relative_to(ROOT / "tfsurgery")}
-    assert [name for name, size in sizes.items() if size > 700] == []
+             for _, path in library_modules()
+             if path.is_relative_to(ROOT / "tfsurgery") or path.is_relative_to(ROOT / "transforms")}
+    assert [name for name, size in sizes.items() if size > 600] == []
     assert sizes["tfsurgery/api.py"] <= 450
 
 
@@ -310,3 +311,17 @@ def test_the_transform_table_lists_every_transform_with_its_refusals():
     rows = {line.split("`")[1]: line for line in section.splitlines() if line.startswith("| `")}
     assert set(transforms.ORDER) <= set(rows), set(transforms.ORDER) - set(rows)
     assert [n for n in transforms.ORDER if "efuse" not in rows[n]] == []
+
+
+def test_the_house_is_by_job():
+    """Issue 42: at most 22 top-level modules, none named by a job its subpackage owns (the
+    subpackages are the rooms: docs/house.md)."""
+    top = sorted(path.stem for path in (ROOT / "tfsurgery").glob("*.py"))
+    assert len(top) <= 22, top
+    rooms = {"trust", "verify", "export", "int8", "bench", "training", "graph", "cli"}
+    owned = ("int8", "quantize", "onnx", "tflite", "openvino", "savedmodel", "export", "writer",
+             "verify", "sensitivity", "localize", "latency", "bench", "outside", "trust")
+    assert [name for name in top if name.startswith(owned)] == []
+    assert all((ROOT / "tfsurgery" / room / "__init__.py").is_file() for room in rooms)
+    house = (ROOT / "docs" / "house.md").read_text()
+    assert all(f"tfsurgery/{room}/" in house for room in rooms - {"graph", "cli", "training"})

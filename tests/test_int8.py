@@ -47,6 +47,7 @@ def test_int8_with_labels_end_to_end_on_unseen_digits(digits_model, tmp_path):
     out, report = tmp_path / "digits_int8.onnx", tmp_path / "report.json"
     folder = digits_model["folder"]
     code = main(["export", str(digits_model["pb"]), "-o", str(out), "--quantize", "int8",
+                 "--int8-min-speedup", "0",
                  "--samples", str(folder / "labelled.npz"), "--check-samples",
                  str(folder / "gate.npz"), "--int8-min-agreement", "0.97",
                  "--report-json", str(report), "-q"])
@@ -79,6 +80,7 @@ def test_int8_with_labels_end_to_end_on_unseen_digits(digits_model, tmp_path):
 def sqnr_run(digits_model, tmp_path, min_sqnr, cap="1"):
     out, report = tmp_path / "relu_int8.onnx", tmp_path / "report.json"
     code = main(["export", str(digits_model["pb"]), "-o", str(out), "--quantize", "int8",
+                 "--int8-min-speedup", "0",
                  "--samples", str(digits_model["samples"]), "--report-json", str(report),
                  "--outputs", digits_model["last_relu"], "--int8-min-sqnr", str(min_sqnr),
                  "--int8-max-float-layers", cap, "-q"])
@@ -113,7 +115,7 @@ def test_most_sensitive_layer_kept_float_or_refused_with_sensitivities(digits_mo
                                   "nchw"])
 def test_bad_int8_requests_are_one_line_exit_2(digits_model, tmp_path, capsys, case):
     images = digits_model["images"]
-    extra = {"sqnr-on-class-scores": ["--int8-min-sqnr", "30"],
+    extra = {"sqnr-on-class-scores": ["--int8-min-sqnr", "30", "--int8-min-agreement", "0.95"],
              "agreement-above-1": ["--int8-min-agreement", "99"],
              "check-too-few": ["--check-samples", str(tmp_path / "few.npz")],
              "drop-without-labels": ["--int8-max-accuracy-drop", "0.02"],
@@ -164,7 +166,8 @@ def test_tflite_full_integer_on_unseen_digits_within_one_point(digits_model, tmp
     out, report = tmp_path / "digits.tflite", tmp_path / "report.json"
     np.save(tmp_path / "labels.npy", np.load(digits_model["folder"] / "labelled.npz")["labels"])
     code = main(["optimize", str(digits_model["pb"]), "-o", str(tmp_path / "d.pb"), "--tflite",
-                 str(out), "--tflite-io", io_type, "--quantize", "int8", "--samples",
+                 str(out), "--tflite-io", io_type, "--quantize", "int8",
+                 "--int8-min-speedup", "0", "--samples",
                  str(digits_model["samples"]), "--labels", str(tmp_path / "labels.npy"),
                  "--check-samples", str(digits_model["folder"] / "gate.npz"),
                  "--int8-min-agreement", "0.97", "--report-json", str(report), "-q"])
@@ -182,21 +185,23 @@ def test_tflite_full_integer_on_unseen_digits_within_one_point(digits_model, tmp
     assert int8["accuracy"]["int8_accuracy"] == pytest.approx(int8_accuracy)
 
 
-def test_check_samples_are_the_gate_rows(digits_model, tmp_path):
+def test_check_samples_are_the_gate_rows(digits_model, tmp_path, capsys):
     """--check-samples: --samples calibrate and choose, the unseen digits gate; too few gate
-    rows for the threshold refuse, saying how many would do."""
+    rows for the agreement threshold are refused before any work (exit 2), saying how many
+    would do."""
     np.savez(tmp_path / "check.npz", input=digits_model["images"][:40])
     out, report = tmp_path / "m.onnx", tmp_path / "r.json"
     args = ["export", str(digits_model["pb"]), "-o", str(out), "--quantize", "int8",
-            "--samples", str(digits_model["samples"]), "--check-samples",
-            str(tmp_path / "check.npz"), "--report-json", str(report), "-q"]
-    assert main(args) == 1 and not out.exists()
-    int8 = json.loads(report.read_text())["int8"]
-    assert (int8["calibration_rows"], int8["selection_rows"], int8["gate_rows"]) == (320, 80, 40)
-    assert any("40 gate rows are too few" in note and "at least 299" in note
-               for note in int8["notes"])
+            "--int8-min-speedup", "0", "--samples", str(digits_model["samples"]),
+            "--check-samples", str(tmp_path / "check.npz"), "--report-json", str(report), "-q"]
+    capsys.readouterr()
+    assert main(args + ["--int8-min-agreement", "0.99"]) == 2 and not out.exists()
+    err = capsys.readouterr().err
+    assert "40 gate rows cannot show top-1 agreement ≥ 0.99" in err and "takes 299" in err
+    assert "--check-samples with at least 299 rows" in err and not report.exists()
     assert main(args + ["--int8-min-agreement", "0"]) == 0            # no agreement gate
     int8 = json.loads(report.read_text())["int8"]
+    assert (int8["calibration_rows"], int8["selection_rows"], int8["gate_rows"]) == (320, 80, 40)
     ref = tf_run(digits_model["graph_def"], "Identity", digits_model["images"][:40])
     agreement = np.mean(ref.argmax(-1) == ort_run(out, digits_model["images"][:40]).argmax(-1))
     assert agreement == pytest.approx(int8["outputs"][0]["value"])
@@ -207,5 +212,6 @@ def test_tflite_int8_refused_when_it_misses(digits_model, tmp_path):
     out = tmp_path / "relu.tflite"
     code = main(["optimize", str(digits_model["pb"]), "-o", str(tmp_path / "d.pb"), "--tflite",
                  str(out), "--quantize", "int8", "--samples", str(digits_model["samples"]),
+                 "--int8-min-speedup", "0",
                  "--outputs", digits_model["last_relu"], "--int8-min-sqnr", "200", "-q"])
     assert code == 1 and not out.exists() and not (tmp_path / "d.pb").exists()

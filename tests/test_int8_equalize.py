@@ -264,10 +264,11 @@ def ort_scores(path, images):
 def int8_run(model, tmp_path, *extra):
     from tfsurgery.cli import main
     out, report = tmp_path / "int8.onnx", tmp_path / "report.json"
-    code = main(["export", str(model["pb"]), "-o", str(out), "--quantize", "int8", "--samples",
+    code = main(["export", str(model["pb"]), "-o", str(out), "--quantize", "int8",
+                 "--int8-min-speedup", "0", "--samples",
                  str(model["folder"] / "calibration.npz"), "--check-samples",
                  str(model["folder"] / "check.npz"), "--report-json", str(report), "-q",
-                 "--int8-min-agreement", "0.95", *extra])
+                 "--int8-min-agreement", "0.95", "--int8-mode", "static", *extra])
     return code, out, json.loads(report.read_text())["int8"]
 
 
@@ -348,6 +349,7 @@ def test_tflite_full_integer_of_the_equalized_graph(digits_model, tmp_path):
     out, report = tmp_path / "digits.tflite", tmp_path / "report.json"
     code = main(["optimize", str(digits_model["pb"]), "-o", str(tmp_path / "d.pb"), "--tflite",
                  str(out), "--quantize", "int8", "--int8-equalize", "on",
+                 "--int8-min-speedup", "0", "--int8-mode", "static",
                  "--int8-min-agreement", "0.95", "--samples",
                  str(digits_model["folder"] / "calibration.npz"), "--check-samples",
                  str(digits_model["folder"] / "check.npz"), "--report-json", str(report), "-q"])
@@ -369,6 +371,7 @@ def test_equalize_on_with_nothing_to_equalize_fails_in_one_line(digits_model, tm
     first_relu = [n.name for n in digits_model["graph_def"].node if n.op == "Relu"][0]
     out = tmp_path / "first.onnx"
     args = ["export", str(digits_model["pb"]), "-o", str(out), "--quantize", "int8",
+            "--int8-min-speedup", "0",
             "--samples", str(digits_model["folder"] / "calibration.npz"), "--outputs",
             first_relu, "--int8-min-sqnr", "10", "-q"]
     assert main(args + ["--int8-equalize", "on"]) == 1 and not out.exists()

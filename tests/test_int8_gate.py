@@ -61,10 +61,11 @@ def test_the_three_sets_are_disjoint_and_cover_the_rows():
 def digits_model(tmp_path_factory):
     folder = tmp_path_factory.mktemp("digits_gate")
     pb, images, labels, graph_def = digits_on_disk(folder)
-    assert main(["export", str(pb), "-o", str(folder / "float.onnx"), "-q"]) == 0
+    rows = ["--samples", str(folder / "calibration.npz")]     # real digits: a check that sees
+    assert main(["export", str(pb), "-o", str(folder / "float.onnx"), "-q", *rows]) == 0
     last_relu = [n.name for n in graph_def.node if n.op == "Relu"][-1]
     assert main(["export", str(pb), "-o", str(folder / "relu.onnx"), "--outputs", last_relu,
-                 "-q"]) == 0
+                 "-q", *rows]) == 0
     return dict(pb=pb, graph_def=graph_def, onnx=folder / "float.onnx", folder=folder,
                 relu_onnx=folder / "relu.onnx",
                 images=images[TRAIN:], labels=labels[TRAIN:], last_relu=last_relu)
@@ -118,7 +119,10 @@ def test_a_choice_never_sees_the_gate_rows(digits_model, tmp_path):
         fingerprints(rows.selection.arrays["input"])
     calibration = fingerprints(rows.calibration.arrays["input"])
     *choosing, judging = backend.runs
-    assert len(choosing) == 4 + report.layers + 1      # attempts, sensitivities, fallback step
+    # static: 4 attempts, a sensitivity per layer, one fallback step; then dynamic (static
+    # missed): one attempt, its sensitivities, one fallback step — all on the selection rows
+    assert len(choosing) == 4 + report.layers + 1 + 1 + report.layers + 1
+    assert [m["mode"] for m in report.modes] == ["static", "mixed", "dynamic", "dynamic mixed"]
     for run in choosing:
         assert fingerprints(run) == selection
     assert fingerprints(judging) == gate
@@ -268,7 +272,8 @@ def test_the_int8_reference_is_the_original_with_its_switches_set(switched_model
     where = ["export", str(switched_model["pb"]), "-o", str(out)] if target == "onnx" else \
         ["optimize", str(switched_model["pb"]), "-o", str(tmp_path / "m.pb"), "--tflite",
          str(out)]
-    code = main(where + ["--quantize", "int8", "--samples",
+    code = main(where + ["--quantize", "int8",
+                         "--int8-min-speedup", "0", "--samples",
                          str(switched_model["folder"] / "samples.npz"), "--check-samples",
                          str(switched_model["folder"] / "gate.npz"), "--int8-min-agreement",
                          "0", "--report-json", str(report), "-q"])
@@ -336,8 +341,9 @@ def test_retrained_mobilenet_is_refused_with_its_layers_named(tmp_path, capsys):
     """The retrained MobileNet v1 0.25 of the corpus on 150 photo crops (calibration and
     selection) and 320 other crops as gate rows — enough to show 0.99 (299 would do, all
     agreeing). Its plain int8 agrees with float on ~85-93% of crops (the error is spread over
-    every layer's activations: no two layers kept float lift it near 0.99), so it is refused:
-    exit 1, nothing written, the layers kept float and their sensitivities named; the gate's
+    every layer's activations: no two layers kept float lift it near 0.99; dynamic int8, per-
+    tensor weights, far less), so it is refused: exit 1, nothing written, every mode tried and
+    the layers kept float and their sensitivities named; the gate's
     bound is the one-sided Clopper-Pearson bound of what it counted (checked against scipy)."""
     from scipy.stats import binom
     pb = corpus_graph("poets_mobilenet025_retrained.pb")
@@ -345,6 +351,7 @@ def test_retrained_mobilenet_is_refused_with_its_layers_named(tmp_path, capsys):
     np.savez(tmp_path / "gate.npz", input=photo_crops(320, 2))
     out, report = tmp_path / "mobilenet_int8.onnx", tmp_path / "report.json"
     code = main(["export", str(pb), "--bn-fold", "-o", str(out), "--quantize", "int8",
+                 "--int8-min-speedup", "0",
                  "--samples", str(tmp_path / "samples.npz"), "--check-samples",
                  str(tmp_path / "gate.npz"), "--int8-calibration", "minmax",
                  "--int8-equalize", "off", "--report-json", str(report), "-q"])
@@ -371,4 +378,7 @@ def test_retrained_mobilenet_is_refused_with_its_layers_named(tmp_path, capsys):
         if "Conv__" in layer:
             assert int8["layer_labels"][layer].startswith("before MobilenetV1/")
             assert int8["layer_labels"][layer] in message
-    assert int8["tried"] and all(a["method"] == "MinMax" for a in int8["tried"])
+    # every mode tried is named: static and mixed (MinMax, as asked), dynamic and its own mixed
+    assert {a["method"] for a in int8["tried"]} == {"MinMax", "dynamic"}
+    assert {m["mode"] for m in int8["modes"]} >= {"static", "dynamic"}
+    assert all(f"{m['mode']} (" in message for m in int8["modes"])

@@ -137,10 +137,16 @@ def test_a_slower_int8_is_said_loudly():
     assert fast.line().startswith("int8 speed-up 2.00×")
 
 
-@pytest.mark.parametrize("bad", [0, -1.5])
-def test_a_minimum_speedup_must_be_positive(bad):
+@pytest.mark.parametrize("bad", [-0.5, -1.5, float("nan")])
+def test_a_minimum_speedup_must_be_zero_or_more(bad):
+    """0 is allowed (int8 for its size, speed reported only); the default is 1.0."""
     with pytest.raises(InputError, match="--int8-min-speedup"):
         int8_speed.check_min_speedup(bad)
+    int8_speed.check_min_speedup(0)
+    assert int8_speed.MIN_SPEEDUP == 1.0
+    slow = int8_speed.Speed(5.0, 6.0, 0.1, 0.1, runs=5, threads=2, cpu="some CPU",
+                            min_speedup=0)
+    assert slow.passed and "written for its size only (--int8-min-speedup 0)" in slow.line()
 
 
 def test_cpuinfo_is_read_in_one_place_for_x86_and_arm():

@@ -55,9 +55,10 @@ from tfsurgery.result import (SAMPLE_BATCH_ROWS, Result, check, check_batches,  
                               export_reference, feeds_for_checks, require_verified, save,
                               verify_result)
 from tfsurgery.int8.config import (EQUALIZE_CHOICES, INT8_CALIBRATION_CHOICES,  # noqa: F401
-                            Int8Refused, Int8Thresholds, TfliteInt8Refused, check_int8_request,
-                            check_int8_speed_request, equalized_result, export_int8,
-                            export_tflite_int8, int8_samples)
+                            INT8_MODES, Int8Refused, Int8Thresholds, TfliteInt8Refused,
+                            check_int8_request, check_int8_rows, check_int8_speed_request,
+                            equalized_result, export_int8, export_tflite_int8, int8_samples)
+from tfsurgery.int8.options import Int8Config  # noqa: F401
 from tfsurgery.int8.speed import Int8TooSlow  # noqa: F401
 from tfsurgery.export.exporters import Exporter, Written, register as register_exporter  # noqa: F401
 from tfsurgery.export.formats import (OPENVINO_PRECISIONS, check_drawable,  # noqa: F401

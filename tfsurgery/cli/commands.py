@@ -39,8 +39,10 @@ def run(args) -> int:
         api.check_int8_request(args.samples, args.quantize, args.command == "export" or
                                bool(args.onnx) or bool(args.tflite)
                                or bool(getattr(args, "openvino", None)),
-                               _split(args.inputs_as_nchw), weights=args.weights)
+                               _split(args.inputs_as_nchw), weights=args.weights,
+                               check_samples=args.check_samples, labels=args.labels)
         api.check_int8_speed_request(args.int8_target, args.int8_min_speedup)
+    _check_named_files(args)
     if saved_model is not None:
         api.check_saved_model_target(saved_model, force=args.force, input_path=args.input)
     _check_openvino_request(api, args)
@@ -57,11 +59,28 @@ def run(args) -> int:
         raise
     if getattr(args, "picture", None):
         api.check_drawable(source, args.picture_scope)
+    # the rows counted in seconds, before optimizing (raw preprocessed inputs: checked later)
+    if getattr(args, "quantize", None) and not args.preprocess.given():
+        api.check_int8_rows(source, args.samples, thresholds=_int8_thresholds(api, args),
+                            check_samples=args.check_samples,
+                            check_fraction=args.check_fraction, labels=args.labels,
+                            inputs=_split(args.inputs), outputs=_split(args.outputs))
     if args.command == "inspect":
         return _inspect(args, source, transforms)
     if args.command == "bench":
         return _bench(args, source, transforms)
     return _optimize(args, source, transforms)
+
+
+def _check_named_files(args) -> None:
+    """An option naming a file to read that does not exist: one line, exit 2, before the
+    model is loaded (issue 41)."""
+    from tfsurgery import api
+    for option in ("samples", "check_samples", "labels"):
+        path = getattr(args, option, None)
+        if path is not None and not Path(path).exists():
+            raise api.InputError(f"--{option.replace('_', '-')} {path}: no such file or "
+                                 "directory")
 
 
 def _check_openvino_request(api, args) -> None:
@@ -139,12 +158,10 @@ def _targets(args, source):
             samples=args.samples, check_samples=args.check_samples,
             check_fraction=args.check_fraction,
             labels=args.labels,
-            thresholds=api.Int8Thresholds(args.int8_min_agreement, args.int8_min_sqnr,
-                                          args.int8_max_float_layers,
-                                          args.int8_max_accuracy_drop),
+            thresholds=_int8_thresholds(api, args),
             calibration=args.int8_calibration, equalize=args.int8_equalize,
             bias_correction=args.int8_bias_correction, tflite_io=args.tflite_io,
-            target=args.int8_target, min_speedup=args.int8_min_speedup)
+            target=args.int8_target, min_speedup=args.int8_min_speedup, modes=args.int8_mode)
     return api.Targets(
         pb=None if exporting or _saved_model_from_output(args) else (
             Path(args.output) if args.output else api.default_output_path(source)),
@@ -158,6 +175,11 @@ def _targets(args, source):
         openvino_tolerance=getattr(args, "openvino_tolerance", None),
         picture=getattr(args, "picture", None) or None,
         picture_scope=getattr(args, "picture_scope", None), allow_unverified=args.no_verify)
+
+
+def _int8_thresholds(api, args):
+    return api.Int8Thresholds(args.int8_min_agreement, args.int8_min_sqnr,
+                              args.int8_max_float_layers, args.int8_max_accuracy_drop)
 
 
 def _say_checks(args, result, written) -> None:

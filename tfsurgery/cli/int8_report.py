@@ -7,7 +7,7 @@ import sys
 from tfsurgery.cli.common import _say
 
 
-FORMATS = {"onnx": "ONNX", "tflite": "TFLite full-integer", "openvino": "OpenVINO IR (NNCF)"}
+FORMATS = {"onnx": "ONNX", "tflite": "TFLite", "openvino": "OpenVINO IR (NNCF)"}
 
 
 def _say_int8(args, report) -> None:
@@ -16,8 +16,10 @@ def _say_int8(args, report) -> None:
     equalized = " of the cross-layer-equalized graph" if report.model == "equalized" else ""
     corrected = ", biases corrected" if report.bias_corrected else ""
     io_type = f", {report.io_type} I/O" if report.format == "tflite" else ""
-    _say(args, f"int8 {FORMATS.get(report.format, report.format)}{equalized} "
-               f"({report.calibration_method} calibration{corrected}{io_type}): "
+    how = ("dynamic: activations quantized at run time" if report.mode.startswith("dynamic")
+           else f"{report.calibration_method} calibration{corrected}")
+    _say(args, f"int8 {FORMATS.get(report.format, report.format)} {report.mode}{equalized} "
+               f"({how}{io_type}): "
                f"{report.calibration_rows} calibration, {report.selection_rows} selection, "
                f"{report.gate_rows} gate rows (no choice saw the gate rows)")
     eq = report.equalization
@@ -32,6 +34,9 @@ def _say_int8(args, report) -> None:
             f"{a.label}: " + ", ".join(f"{o.measure} {o.value:.4g}"
                                                   for o in a.outputs) + f" ({a.score:.4g})"
             for a in report.tried))
+    if len(report.modes) > 1:
+        _say(args, f"  modes on the selection rows (written: {report.mode}): "
+                   f"{report.modes_line()}")
     if report.sensitivities:
         ranked = sorted(report.sensitivities.items(), key=lambda kv: -kv[1])
         _say(args, "  layer sensitivity on the selection rows (error drop with only that "
@@ -62,7 +67,7 @@ def _say_int8_speed(args, report) -> None:
     """The ONNX int8 target (what and why) and its speed against float on this machine —
     loudly, on stderr even with -q, when int8 is not faster."""
     target = report.target
-    if target:
+    if target and not report.mode.startswith("dynamic"):      # the static settings
         _say(args, f"  int8 target {target['target']}: activations {target['activations']}, "
                    f"weights {target['weights']}{' per-channel' if target['per_channel'] else ''}"
                    f"{', reduce_range' if target['reduce_range'] else ''} ({target['why']})")

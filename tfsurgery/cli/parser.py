@@ -281,7 +281,8 @@ INT8_THRESHOLDS = (
     ("--int8-min-agreement", float, "A", "min top-1 agreement with the float original for "
      "class-score outputs, judged by its 95%% lower confidence bound on the gate rows (default "
      "0.99: at least 299 gate rows; 0: no agreement gate)"),
-    ("--int8-min-sqnr", float, "DB", "min SQNR in dB for other outputs (default 20)"),
+    ("--int8-min-sqnr", float, "DB", "min SQNR in dB for value outputs (embeddings, "
+     "regressions: no Softmax/ArgMax head; default 20, i.e. relative error 0.1)"),
     ("--int8-max-accuracy-drop", float, "D", "with labels: most the int8 accuracy may fall "
      "below float's on the gate rows (default 0.01)"),
     ("--int8-max-float-layers", int, "N", "most layers kept float when a threshold fails "
@@ -296,8 +297,15 @@ def _int8_options(parser: argparse.ArgumentParser) -> None:
                                       "and, on rows no choice saw, gate against the float "
                                       "original)")
     group.add_argument("--quantize", choices=("int8",), default=None,
-                       help="write the ONNX model as static QDQ int8 (per-channel weights), "
-                            "the TFLite model full-integer, the OpenVINO IR through NNCF")
+                       help="write the ONNX model as int8 (static QDQ, per-channel weights; "
+                            "dynamic when static misses), the TFLite model full-integer (or "
+                            "dynamic range), the OpenVINO IR through NNCF")
+    group.add_argument("--int8-mode", dest="int8_mode", default="auto",
+                       choices=("auto", "static", "dynamic"),
+                       help="static: activations calibrated (layers kept float when it misses: "
+                            "mixed); dynamic: int8 weights, activations quantized at run time "
+                            "(ONNX quantize_dynamic, TFLite dynamic range); default auto: "
+                            "static, and dynamic too when static misses on the selection rows")
     group.add_argument("--check-fraction", type=float, default=0.4, metavar="F",
                        help="share of the --samples rows kept as gate rows, seen by no choice "
                             "(default 0.4, at least 8; 0.2 more choose, the rest calibrate)")
@@ -331,8 +339,9 @@ def _int8_options(parser: argparse.ArgumentParser) -> None:
                             "VNNI) in 7-bit weights (reduce_range), arm int8 × int8")
     group.add_argument("--int8-min-speedup", type=float, default=None, metavar="X",
                        help="refuse an int8 ONNX that runs less than X times as fast as the "
-                            "float ONNX on this machine (timed before writing; default: report "
-                            "only, loudly when int8 is not faster)")
+                            "float ONNX on this machine (each mode timed before writing; "
+                            "default 1: int8 not faster is not written; 0: int8 for its size, "
+                            "speed reported only)")
 
 
 def _picture_options(parser: argparse.ArgumentParser) -> None:

@@ -130,8 +130,7 @@ class TfliteExporter(Exporter):
                 job.source, job.result, path, batch=job.batch,
                 allow_unverified=job.targets.allow_unverified))
         report = _int8_report("TFLite int8", job.written, "tflite_int8", lambda: export_tflite_int8(
-            job.source, job.result, path, rows=job.rows, thresholds=int8.thresholds,
-            int8_io=int8.tflite_io == "int8", batch=job.batch, equalize=int8.equalize))
+            job.source, job.result, path, rows=job.rows, config=int8.config, batch=job.batch))
         return Artefact("tflite", path, report.bytes, float("nan"), float("nan"), True,
                         f"LiteRT int8 on {report.gate_rows} gate rows against the float "
                         "original", weights="int8", reference="the float original")
@@ -152,9 +151,9 @@ class OpenvinoExporter(Exporter):
         report = _int8_report("OpenVINO int8", job.written, "openvino_int8",
                               lambda: export_openvino_int8(
                                   job.source, job.result, path, rows=job.rows,
-                                  thresholds=int8.thresholds,
+                                  config=int8.config,
                                   precision=targets.openvino_precision, force=targets.force,
-                                  batch=job.batch, equalize=int8.equalize))
+                                  batch=job.batch))
         return Artefact(
             "openvino", path, report.int8_bytes, float("nan"), float("nan"), True,
             f"OpenVINO int8 (NNCF; the rest at {targets.openvino_precision}) on "
@@ -199,14 +198,12 @@ def _quantize_onnx(job: ExportJob, path: Path, int8) -> None:
         _convert_onnx(job, float_model, None)
         report = _int8_report("int8", job.written, "int8", lambda: export_int8(
             job.source, job.result, float_model, path, rows=job.rows,
-            thresholds=int8.thresholds, batch=job.batch, calibration_method=int8.calibration,
-            equalize=int8.equalize, bias_correction=int8.bias_correction, target=int8.target,
-            min_speedup=int8.min_speedup))
+            config=int8.config, batch=job.batch))
     measures = ", ".join(f"{o.measure} {o.value:.4g}" for o in report.outputs)
     job.written.onnx_record.update(path=str(path), as_int8={   # what the artefact record says
         "weights": "int8", "max_error": float("nan"), "reference": "the float original",
-        "checked_by": f"onnxruntime int8 on {report.gate_rows} gate rows against the "
-                      f"float original: {measures}"})
+        "checked_by": f"onnxruntime {report.mode} int8 on {report.gate_rows} gate rows "
+                      f"against the float original: {measures}"})
 
 
 def _int8_report(stage: str, written: Written, record: str, export):

@@ -18,6 +18,7 @@ from tfsurgery.export.formats import check_line, draw, pb_artefact
 from tfsurgery.int8 import loop as int8_loop
 from tfsurgery.int8.backends import onnx as quantize_mod
 from tfsurgery.int8.config import check_int8_request, int8_samples
+from tfsurgery.int8.options import Int8Config
 from tfsurgery.result import Result, require_verified, save
 from tfsurgery.source import as_source
 from tfsurgery.trust.outside import with_allowed_ops
@@ -35,7 +36,9 @@ class Int8Targets:
     ``tflite_io``: the full-integer TFLite model's inputs and outputs, "float32" or "int8".
     ``target``: the CPU the int8 ONNX is for ("auto": this machine; see ``int8_target``);
     ``min_speedup``: refuse an int8 ONNX that runs less than this many times as fast as the
-    float ONNX on this machine (None: measured and reported only)."""
+    float ONNX on this machine (None: 1.0; 0: int8 for its size, speed reported only);
+    ``modes``: "auto" (static, and dynamic beside it), "static" or "dynamic". Everything but
+    the rows is :attr:`config` (``int8.options.Int8Config``), checked when this is made."""
 
     samples: object = None
     check_samples: object = None
@@ -49,6 +52,16 @@ class Int8Targets:
     tflite_io: str = "float32"
     target: str = "auto"
     min_speedup: Optional[float] = None
+    modes: str = "auto"
+
+    def __post_init__(self):
+        self.config      # bad values: one line, exit 2, before any work
+
+    @property
+    def config(self) -> Int8Config:
+        return Int8Config(self.thresholds, self.calibration, self.equalize,
+                          self.bias_correction, self.modes, self.target, self.min_speedup,
+                          self.tflite_io)
 
 
 @dataclasses.dataclass
@@ -112,14 +125,17 @@ def write(source, result: Result, targets: Targets) -> Written:
     if targets.int8 is not None:              # what the CLI refuses before any work
         check_int8_request(targets.int8.samples, "int8",
                            any(exporter.has_int8 for exporter, _ in requested),
-                           targets.inputs_as_nchw, weights=result.weights)
+                           targets.inputs_as_nchw, weights=result.weights,
+                           check_samples=targets.int8.check_samples,
+                           labels=targets.int8.labels)
     job = ExportJob(source, result, targets, Batch(), Written())
     # the samples are read once: calibration and gate rows for every int8 export alike
     if targets.int8 is not None:
         job.rows = int8_samples(source, result, targets.int8.samples,
                                 check_samples=targets.int8.check_samples,
                                 check_fraction=targets.int8.check_fraction,
-                                labels=targets.int8.labels)
+                                labels=targets.int8.labels,
+                                thresholds=targets.int8.thresholds)
     try:
         _export_all(job, requested)
         if targets.picture:          # drawn before anything is written: it may refuse

@@ -32,11 +32,13 @@ from tfsurgery.errors import ExportError, InputError
 from tfsurgery.int8.measures import (CONFIDENCE, MAX_ACCURACY_DROP, MIN_AGREEMENT,  # noqa: F401
                                      MIN_SQNR_DB, Accuracy, OutputMeasure, Thresholds, accuracy,
                                      compare, is_class_scores, lower_bound, rows_needed, score)
+from tfsurgery.int8.speed import Int8TooSlow
 from tfsurgery.int8.rows import (GATE_FRACTION, MIN_ROWS, SELECTION_FRACTION,  # noqa: F401
                                  Rows, float_reference, split_rows)
 from tfsurgery.verify.samples import Samples
 
 MAX_FLOAT_FRACTION = 0.10          # default cap on layers kept float: 10% of them (at least 1)
+DYNAMIC = "dynamic"                # the Choice.method of dynamic int8
 
 
 # ---------------------------------------------------------------- choices and attempts
@@ -47,6 +49,11 @@ class Choice:
     model: str = "plain"
     method: str = "MinMax"
     bias_corrected: bool = False
+
+    @property
+    def mode(self) -> str:
+        """"dynamic" (int8 weights, activations quantized at run time) or "static"."""
+        return DYNAMIC if self.method == DYNAMIC else "static"
 
     @property
     def label(self) -> str:
@@ -78,7 +85,7 @@ class Attempt:
 
     def as_dict(self) -> dict:
         return dict(model=self.model, method=self.method, bias_corrected=self.bias_corrected,
-                    score=self.score, seconds=round(self.seconds, 3),
+                    mode=self.choice.mode, score=self.score, seconds=round(self.seconds, 3),
                     outputs=[o.as_dict() for o in self.outputs],
                     accuracy=self.accuracy.as_dict() if self.accuracy else None)
 
@@ -123,8 +130,23 @@ class Int8Report:
     equalization: dict = dataclasses.field(default_factory=dict)     # set by the caller
     notes: List[str] = dataclasses.field(default_factory=list)
     layer_labels: Dict[str, str] = dataclasses.field(default_factory=dict)  # made-up names
-    speed: dict = dataclasses.field(default_factory=dict)            # set by the caller
+    speed: dict = dataclasses.field(default_factory=dict)            # the mode written's
     target: dict = dataclasses.field(default_factory=dict)           # int8_target (ONNX)
+    mode: str = "static"                           # static, mixed, dynamic, dynamic mixed
+    modes: List[dict] = dataclasses.field(default_factory=list)      # every mode tried
+
+    def modes_line(self) -> str:
+        """Each mode tried: its selection-row measures, size and speed, in one line."""
+        return "; ".join(
+            f"{m['mode']} ({m['label']}): " + ", ".join(
+                f"{o['measure']} {o['value']:.4g}" + (f" rel. error {o['relative_error']:.3g}"
+                                                      if o["measure"] == "sqnr_db" else "")
+                for o in m["outputs"]) +
+            (f", {m['int8_bytes'] / m['float_bytes']:.2f} of the float size"
+             if m["float_bytes"] else f", {m['int8_bytes']} bytes") +
+            (f", {m['speedup']:.2f}× float" if m.get("speedup") else ", speed not measured") +
+            ("" if m["selection_passed"] else ", misses on the selection rows")
+            for m in self.modes)
 
     @property
     def passed(self) -> bool:       # nothing measured is never a pass (review H5)
@@ -186,8 +208,11 @@ class Int8Refused(ExportError):
         sensitive = (f"; most sensitive layers: {', '.join(map(report.named, ranked[:5]))}"
                      if ranked and not report.kept_float else "")
         few = "".join(f"; {note}" for note in report.notes if "too few" in note)
-        super().__init__(f"{report.format} int8 misses its thresholds on {report.gate_rows} "
-                         f"gate rows{kept}: {'; '.join(report.failures())}{sensitive}{few}")
+        modes = (f"; modes tried on the selection rows: {report.modes_line()}"
+                 if len(report.modes) > 1 else "")
+        super().__init__(f"{report.format} {report.mode} int8 misses its thresholds on "
+                         f"{report.gate_rows} gate rows{kept}: {'; '.join(report.failures())}"
+                         f"{sensitive}{few}{modes}")
         self.report = report
 
 
@@ -198,13 +223,17 @@ class Backend:
     loop sees a model's numbers.
 
     - ``name``: "onnx", "tflite", ...
-    - ``choices()``: the :class:`Choice` objects worth trying (the loop tries each one).
+    - ``choices()``: the static :class:`Choice` objects worth trying (the loop tries each).
+    - ``dynamic_choices()``: the dynamic int8 ones (method DYNAMIC), tried when static misses
+      on the selection rows (or when asked for alone); none by default.
     - ``layers(choice)``: names of the layers that may be kept float, in graph order.
     - ``build(choice, kept_float)``: a quantized model (any handle) with ``kept_float`` float.
     - ``run(model, rows)``: each row's outputs, [row][output], in the loop's output order.
     - ``size(model)``: bytes the written model takes; ``float_size(choice)``: the float's.
+    - ``time(models)``: each model's speed against the float model on this machine, by name
+      (``speed.Speed``), all timed together; None when the format is not timed.
     - ``accept(model, report)``: the format's last word on the model the gate passed, before
-      it is published (ONNX: its speed on this machine); raising there writes nothing.
+      it is published; raising there writes nothing.
     - ``publish(model, path)``: write it (atomically; the caller's batch may hold it).
     - ``details(model)``: extra report fields (e.g. TFLite's int8 I/O), a dict.
     - ``labels(layers)``: what the user's graph calls layers whose names the converter made
@@ -215,6 +244,12 @@ class Backend:
 
     def choices(self) -> List[Choice]:
         raise NotImplementedError
+
+    def dynamic_choices(self) -> List[Choice]:
+        return []
+
+    def time(self, models: Dict[str, object]) -> Optional[dict]:
+        return None
 
     def layers(self, choice: Choice) -> List[str]:
         raise NotImplementedError
@@ -256,16 +291,19 @@ class Chosen:
     final: Attempt
     sensitivities: Dict[str, float]
     max_float_layers: int
+    plain_model: object = None          # the model of ``plain`` (no layer kept float)
 
 
 def choose(backend, outputs: Sequence[str], selection: Samples,
            expected: List[List[np.ndarray]], thresholds: Thresholds,
-           say: Callable[[str], None] = lambda _: None) -> Chosen:
+           say: Callable[[str], None] = lambda _: None,
+           choices: Optional[Sequence[Choice]] = None) -> Chosen:
     """Every choice of ``backend`` measured on the ``selection`` rows (``expected``: the float
     reference there), the best kept; when it misses, each layer's sensitivity (the error with
     only that layer float) and the most sensitive kept float, one more at a time, up to the cap,
     until the selection rows pass — else the best of those steps (none kept float when no step
-    beats the plain attempt). Gate rows are not an argument: nothing here can see them."""
+    beats the plain attempt). ``choices``: these instead of ``backend.choices()``. Gate rows are
+    not an argument: nothing here can see them."""
 
     def measured(choice: Choice, kept_float: Sequence[str]) -> Tuple[object, Attempt]:
         started = time.perf_counter()
@@ -278,7 +316,7 @@ def choose(backend, outputs: Sequence[str], selection: Samples,
         return model, attempt
 
     tried, models = [], {}
-    for choice in backend.choices():
+    for choice in (backend.choices() if choices is None else choices):
         say(f"int8 attempt: {choice.label}")
         models[choice], attempt = measured(choice, [])
         tried.append(attempt)
@@ -301,7 +339,8 @@ def choose(backend, outputs: Sequence[str], selection: Samples,
                 model, final, kept = step_model, step, ranked[:count]   # the best step so far
             if selection_passes(step):
                 break
-    return Chosen(choice, list(kept), model, len(layers), tried, best, final, sensitivities, cap)
+    return Chosen(choice, list(kept), model, len(layers), tried, best, final, sensitivities, cap,
+                  models[choice])
 
 
 def selection_passes(attempt: Attempt) -> bool:
@@ -360,19 +399,108 @@ def notes(report: Int8Report) -> List[str]:
 
 
 def run_loop(backend, outputs: Sequence[str], rows: Rows, expected: Dict[str, list],
-             thresholds: Thresholds, path, say: Callable[[str], None] = lambda _: None
-             ) -> Int8Report:
-    """:func:`choose` on the selection rows, then :func:`gate` on the gate rows; publishes
-    through the backend when the gate passes, else raises :class:`Int8Refused` (nothing
-    written). ``expected``: the float reference by set ("selection", "gate")."""
+             thresholds: Thresholds, path, say: Callable[[str], None] = lambda _: None, *,
+             modes: str = "auto", min_speedup: float = 0.0) -> Int8Report:
+    """:func:`choose` on the selection rows — static (and mixed: static with layers kept float
+    when it misses); with ``modes`` "auto" dynamic too, on the same rows (its layers kept float
+    only when static missed as well); "static" or "dynamic" alone — every
+    mode timed against float (:meth:`Backend.time`), the one to write picked by
+    :func:`pick_mode`, then :func:`gate` on the gate rows. Publishes through the backend when
+    the gate passes and the mode runs at least ``min_speedup`` × float (0: any speed, int8 for
+    its size); else raises :class:`Int8Refused` or ``speed.Int8TooSlow`` (nothing written),
+    the report showing every mode tried. ``expected``: the float reference by set."""
     if (rows.selection.labels is None) != (rows.gate.labels is None):
         raise InputError("labels for some rows only: give them for the selection and the gate "
                          "rows alike")
     thresholds.check_applies(outputs, expected["selection"], rows.selection.labels)
-    chosen = choose(backend, outputs, rows.selection, expected["selection"], thresholds, say)
-    report = gate(backend, chosen, outputs, rows, expected["gate"], thresholds, path)
+    picks = []
+    if modes != DYNAMIC:
+        picks.append(choose(backend, outputs, rows.selection, expected["selection"],
+                            thresholds, say))
+    dynamic = getattr(backend, "dynamic_choices", lambda: [])() if modes != "static" else []
+    if dynamic:         # cheap (nothing to calibrate); its layers kept float only if needed
+        say("dynamic int8")
+        static_passed = bool(picks) and selection_passes(picks[0].final)
+        picks.append(choose(backend, outputs, rows.selection, expected["selection"],
+                            dataclasses.replace(thresholds, max_float_layers=0)
+                            if static_passed else thresholds, say, choices=dynamic))
+    entries = timed(backend, mode_entries(picks), min_speedup)     # all in one process
+    if not picks:
+        raise InputError(f"{backend.name} has no dynamic int8: --int8-mode static or auto")
+    picked = pick_mode(entries, min_speedup)
+    report = gate(backend, picked.chosen, outputs, rows, expected["gate"], thresholds, path)
+    report.mode = picked.name
+    report.tried = [a for chosen in picks for a in chosen.tried]
+    report.modes = [entry.as_dict(backend, picked) for entry in entries]
+    if picked.speed is not None:
+        report.speed = dict(picked.speed.as_dict(), line=picked.speed.line())
     if not report.passed:
         raise Int8Refused(report)
-    backend.accept(chosen.model, report)
-    backend.publish(chosen.model, path)
+    if picked.speed is not None and not picked.speed.passed:
+        slow = Int8TooSlow(picked.speed, report.modes_line() if len(entries) > 1 else "")
+        slow.report = report
+        raise slow
+    backend.accept(picked.chosen.model, report)
+    backend.publish(picked.chosen.model, path)
     return report
+
+
+@dataclasses.dataclass
+class Mode:
+    """One mode's model as measured on the selection rows (static, mixed, dynamic, ...)."""
+    name: str
+    chosen: Chosen               # its model, choice and kept-float layers
+    speed: object = None         # speed.Speed against float, when the format is timed
+
+    @property
+    def passed(self) -> bool:
+        return selection_passes(self.chosen.final)
+
+    def as_dict(self, backend, picked: "Mode") -> dict:
+        return dict(mode=self.name, label=self.chosen.choice.label, written=self is picked,
+                    kept_float=list(self.chosen.kept_float), selection_passed=self.passed,
+                    outputs=[o.as_dict() for o in self.chosen.final.outputs],
+                    int8_bytes=backend.size(self.chosen.model),
+                    float_bytes=backend.float_size(self.chosen.choice),
+                    **({"speedup": self.speed.speedup, "int8_ms": self.speed.int8_ms,
+                        "float_ms": self.speed.float_ms} if self.speed is not None else {}))
+
+
+def timed(backend, entries: List[Mode], min_speedup: float) -> List[Mode]:
+    """``entries`` with their speed against float (:meth:`Backend.time`), all in one run."""
+    speeds = getattr(backend, "time", lambda _: None)({m.name: m.chosen.model
+                                                        for m in entries}) if entries else None
+    for entry in entries:
+        entry.speed = speeds.get(entry.name) if speeds else None
+        if entry.speed is not None:
+            entry.speed.min_speedup = min_speedup
+    return entries
+
+
+def mode_entries(picks: Sequence[Chosen]) -> List[Mode]:
+    """Each chosen model as a mode, and the model before its layers were kept float: static
+    and "mixed" (static with layers float), dynamic and "dynamic mixed"."""
+    entries = []
+    for chosen in picks:
+        name = chosen.choice.mode
+        if chosen.kept_float:
+            entries.append(Mode(name, dataclasses.replace(
+                chosen, kept_float=[], model=chosen.plain_model, final=chosen.plain)))
+            entries.append(Mode("mixed" if name == "static" else f"{name} mixed", chosen))
+        else:
+            entries.append(Mode(name, chosen))
+    return entries
+
+
+def pick_mode(entries: Sequence[Mode], min_speedup: float) -> Mode:
+    """The mode to gate and write: of those passing on the selection rows, the fastest that
+    runs ``min_speedup`` × float (else the fastest; untimed: the first, static before
+    dynamic); when none passes, the best ranked (the gate will say why)."""
+    passing = [m for m in entries if m.passed]
+    if not passing:
+        return min(entries, key=lambda m: rank(m.chosen.final))
+    timed = [m for m in passing if m.speed is not None]
+    if not timed:
+        return passing[0]
+    fast = [m for m in timed if m.speed.speedup >= min_speedup]
+    return max(fast or timed, key=lambda m: m.speed.speedup)

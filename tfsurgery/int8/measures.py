@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -30,6 +30,9 @@ class Thresholds:
     given_sqnr_db: Optional[float] = None
     max_float_layers: Optional[int] = None     # None: 10% of the layers, at least 1
     given_accuracy_drop: Optional[float] = None
+    # each output's kind read from the graph (int8.kinds: "classes", "values", or None: the
+    # shape decides); None for all: the shape decides (rank 2, last dimension ≥ 2 = classes)
+    kinds: Optional[Dict[str, Optional[str]]] = None
 
     def __post_init__(self):
         if self.given_agreement is not None and not 0 <= self.given_agreement <= 1:
@@ -53,14 +56,22 @@ class Thresholds:
     def max_accuracy_drop(self) -> float:
         return MAX_ACCURACY_DROP if self.given_accuracy_drop is None else self.given_accuracy_drop
 
+    def is_classes(self, name: str, values: np.ndarray) -> bool:
+        """Is output ``name`` (``values`` of one row) judged as class scores?"""
+        kind = (self.kinds or {}).get(name)
+        if kind is not None:
+            return kind == "classes"
+        return is_class_scores(values)
+
     def check_applies(self, outputs: Sequence[str], expected: List[List[np.ndarray]],
                       labels: Optional[np.ndarray] = None) -> None:
         """A threshold asked for that no output is measured by: one line (exit 2)."""
-        classes = [is_class_scores(np.asarray(expected[0][i])) for i in range(len(outputs))]
+        classes = [self.is_classes(name, np.asarray(expected[0][i]))
+                   for i, name in enumerate(outputs)]
         if self.given_agreement and not any(classes):
-            raise InputError("--int8-min-agreement: no output is class scores (rank 2, last "
-                             f"dimension ≥ 2); {', '.join(outputs)} are checked by SQNR "
-                             "(--int8-min-sqnr)")
+            raise InputError("--int8-min-agreement: no output is class scores (a Softmax or "
+                             "ArgMax head, or rank 2 with labels or an agreement threshold); "
+                             f"{', '.join(outputs)} are checked by SQNR (--int8-min-sqnr)")
         if self.given_sqnr_db is not None and all(classes):
             raise InputError("--int8-min-sqnr: every output is class scores, checked by top-1 "
                              "agreement (--int8-min-agreement)")
@@ -85,6 +96,7 @@ class OutputMeasure:
     compared: int = 0        # class-score rows (batch elements) compared
     lower_bound: Optional[float] = None
     rows_needed: Optional[int] = None
+    cosine: Optional[float] = None   # values: cosine similarity of int8 and float, all rows
 
     @property
     def judged(self) -> float:
@@ -129,7 +141,8 @@ def lower_bound(agreeing: int, compared: int, confidence: float = CONFIDENCE) ->
     return float(beta.ppf(1 - confidence, agreeing, compared - agreeing + 1))
 
 
-def rows_needed(threshold: float, share: float = 1.0, confidence: float = CONFIDENCE) -> Optional[int]:
+def rows_needed(threshold: float, share: float = 1.0, confidence: float = CONFIDENCE
+                ) -> Optional[int]:
     """The fewest rows whose lower bound reaches ``threshold`` when ``share`` of them agree
     (1.0: every row); None when ``share`` is not above the threshold (no count suffices)."""
     if threshold <= 0:
@@ -163,8 +176,9 @@ def compare(outputs: Sequence[str], expected: List[List[np.ndarray]],
         ref = _stacked(expected, index)
         got = _stacked(actual, index)
         relative = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
-        if is_class_scores(ref):
-            same = ref.argmax(-1) == got.argmax(-1)
+        if thresholds.is_classes(name, np.asarray(expected[0][index])):
+            scores = ref.ndim >= 2 and ref.shape[-1] >= 2       # else class ids (an ArgMax)
+            same = (ref.argmax(-1) == got.argmax(-1)) if scores else ref == got
             measure = OutputMeasure(name, "top1_agreement", float(np.mean(same)),
                                     thresholds.min_agreement, relative, int(same.size))
             if bounded:
@@ -173,8 +187,10 @@ def compare(outputs: Sequence[str], expected: List[List[np.ndarray]],
             result.append(measure)
         else:
             sqnr = 20 * math.log10(1 / relative) if relative > 0 else math.inf
+            cosine = float(np.dot(ref.ravel(), got.ravel()) /
+                           max(np.linalg.norm(ref) * np.linalg.norm(got), 1e-30))
             result.append(OutputMeasure(name, "sqnr_db", sqnr, thresholds.min_sqnr_db, relative,
-                                        len(expected)))
+                                        len(expected), cosine=cosine))
     return result
 
 
@@ -183,8 +199,8 @@ def accuracy(outputs: Sequence[str], expected, actual, labels: Optional[np.ndarr
     """Accuracy of the first class-score output against ``labels`` (one per compared row)."""
     if labels is None:
         return None
-    index = next(i for i in range(len(outputs))
-                 if is_class_scores(np.asarray(expected[0][i])))
+    index = next(i for i, name in enumerate(outputs)
+                 if thresholds.is_classes(name, np.asarray(expected[0][i])))
     ref, got = _stacked(expected, index), _stacked(actual, index)
     truth = np.asarray(labels).reshape(-1)
     if truth.size != len(ref):
@@ -200,7 +216,6 @@ def _stacked(rows: List[List[np.ndarray]], index: int) -> np.ndarray:
 
 def is_class_scores(values: np.ndarray) -> bool:
     return values.ndim == 2 and values.shape[-1] >= 2
-
 
 
 def score(measures: List[OutputMeasure]) -> float:

@@ -9,8 +9,9 @@ keeps its own threads, and with spinning on, the idle session's threads slow the
 timed — byte-identical ResNet50 int8 files timed 62 and 81 ms in one process, 23 and 23 ms with
 spinning off. (One process per model avoids that too, but then the machine's load drifts
 between the two: on this shared 2-core machine that spread the ratio of two identical models
-over 0.8–3×.) A model that is not faster is said in one loud line; below
-``--int8-min-speedup`` it is refused and nothing is written.
+over 0.8–3×.) Below ``--int8-min-speedup`` (default 1.0: int8 not faster than float) it is
+refused and nothing is written; ``--int8-min-speedup 0`` writes it for its size, said in one
+loud line.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ import numpy as np
 
 from tfsurgery.int8 import target as int8_target
 from tfsurgery.bench import latency
-from tfsurgery.errors import ExportError, InputError, VerificationError
+from tfsurgery.errors import ExportError, VerificationError
+from tfsurgery.int8.options import MIN_SPEEDUP, check_min_speedup  # noqa: F401
 
 RUNS = 20                 # interleaved runs per model: enough for a median, seconds not minutes
 TIMEOUT = 600.0
@@ -58,8 +60,10 @@ class Speed:
         timed = (f"float {self.float_ms:.3g} ms, int8 {self.int8_ms:.3g} ms (medians of "
                  f"{self.runs} interleaved runs, {self.threads} threads, {self.cpu})")
         if not self.faster:
+            why = (" — written for its size only (--int8-min-speedup 0)"
+                   if self.min_speedup == 0 else "")
             return (f"WARNING: int8 is NOT faster than float on this machine: "
-                    f"{self.speedup:.2f}× — {timed}")
+                    f"{self.speedup:.2f}×{why} — {timed}")
         return f"int8 speed-up {self.speedup:.2f}× over float ONNX: {timed}"
 
     def as_dict(self) -> dict:
@@ -68,21 +72,17 @@ class Speed:
 
 
 class Int8TooSlow(ExportError):
-    """The int8 model is slower than ``--int8-min-speedup`` asks: refused, nothing written."""
+    """The int8 model is slower than ``--int8-min-speedup`` asks: refused, nothing written.
+    ``modes``: every mode tried, in one line, when there were several."""
 
-    def __init__(self, speed: Speed):
+    def __init__(self, speed: Speed, modes: str = ""):
         super().__init__(f"int8 runs {speed.speedup:.2f}× float on this machine, below "
                          f"--int8-min-speedup {speed.min_speedup:g} (float "
-                         f"{speed.float_ms:.3g} ms, int8 {speed.int8_ms:.3g} ms)")
+                         f"{speed.float_ms:.3g} ms, int8 {speed.int8_ms:.3g} ms; "
+                         "--int8-min-speedup 0 writes int8 for its size)"
+                         + (f"; modes tried: {modes}" if modes else ""))
         self.speed = speed
         self.report = None          # the int8 report, when the caller has one
-
-
-def check_min_speedup(min_speedup: Optional[float]) -> None:
-    """A bad ``--int8-min-speedup``, before any work (exit 2)."""
-    if min_speedup is not None and not min_speedup > 0:
-        raise InputError(f"--int8-min-speedup {min_speedup:g}: give a ratio above 0 "
-                         "(1: int8 must not be slower than float)")
 
 
 def measure(float_model: Path, int8_model: Path, feeds: Mapping[str, np.ndarray], *,
@@ -99,6 +99,26 @@ def measure(float_model: Path, int8_model: Path, feeds: Mapping[str, np.ndarray]
     return Speed(timing["float"].median_ms, timing["int8"].median_ms,
                  timing["float"].spread_ms, timing["int8"].spread_ms, runs,
                  timing["int8"].threads, int8_target.cpu_name(), min_speedup)
+
+
+def against_float(float_model: Path, models: Dict[str, Path],
+                  feeds: Mapping[str, np.ndarray], *, runs: int = RUNS,
+                  timeout: float = TIMEOUT) -> Dict[str, Speed]:
+    """Each of ``models`` (int8 ONNX files by mode) against ``float_model``, all timed in one
+    onnxruntime process, interleaved (:func:`time_together`). Raises ``ExportError``."""
+    if "float" in models:
+        raise ValueError("'float' names the float model")
+    with tempfile.TemporaryDirectory(prefix="int8-speed.") as scratch:
+        try:
+            timing = time_together({"float": Path(float_model), **{
+                name: Path(model) for name, model in models.items()}}, feeds, Path(scratch),
+                runs=runs, timeout=timeout)
+        except VerificationError as error:
+            raise ExportError(f"cannot time int8 against float: {error}") from None
+    cpu, base = int8_target.cpu_name(), timing["float"]
+    return {name: Speed(base.median_ms, timing[name].median_ms, base.spread_ms,
+                        timing[name].spread_ms, runs, timing[name].threads, cpu)
+            for name in models}
 
 
 def time_together(models: Dict[str, Path], feeds: Mapping[str, np.ndarray], work: Path, *,

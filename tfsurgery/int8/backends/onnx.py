@@ -29,8 +29,9 @@ import numpy as np
 from tfsurgery.export import artefacts
 from tfsurgery.int8 import target as int8_target
 from tfsurgery.errors import ExportError, InputError
-from tfsurgery.int8.loop import (MAX_FLOAT_FRACTION, MIN_AGREEMENT, MIN_SQNR_DB,  # noqa: F401
-                                 Attempt, Backend, Choice, Int8Refused, Int8Report,
+from tfsurgery.int8 import speed as int8_speed
+from tfsurgery.int8.loop import (DYNAMIC, MAX_FLOAT_FRACTION, MIN_AGREEMENT,  # noqa: F401
+                                 MIN_SQNR_DB, Attempt, Backend, Choice, Int8Refused, Int8Report,
                                  OutputMeasure, Rows, Thresholds, compare, is_class_scores,
                                  rank, run_loop, score)
 from tfsurgery.verify.samples import Samples
@@ -58,9 +59,11 @@ class OnnxBackend(Backend):
     def __init__(self, candidates: Dict[str, Path], calibration: Samples, stage: Path, *,
                  methods: Sequence[str], corrections: Sequence[bool],
                  timeout: float = DEFAULT_TIMEOUT, batch: Optional[artefacts.Batch] = None,
-                 settings: Optional[int8_target.Int8Settings] = None, accept=None):
+                 settings: Optional[int8_target.Int8Settings] = None, accept=None,
+                 speed_runs: Optional[int] = int8_speed.RUNS):
         self.settings = settings or int8_target.settings()
         self._accept = accept
+        self.speed_runs = speed_runs             # None: not timed
         self.candidates = {name: Path(p) for name, p in candidates.items()}
         self.calibration = calibration
         self.stage = stage
@@ -73,6 +76,9 @@ class OnnxBackend(Backend):
         return [Choice(model, method, corrected) for model in self.candidates
                 for method in self.methods for corrected in self.corrections]
 
+    def dynamic_choices(self) -> List[Choice]:
+        return [Choice(model, DYNAMIC) for model in self.candidates]
+
     def layers(self, choice: Choice) -> List[str]:
         return quantizable_layers(self.candidates[choice.model])
 
@@ -80,6 +86,9 @@ class OnnxBackend(Backend):
         self._built += 1
         out = self.stage / f"int8-{self._built}.onnx"
         float_model = self.candidates[choice.model]
+        if choice.mode == DYNAMIC:
+            _quantize_dynamic(float_model, out, kept_float)
+            return out
         _quantize_static(float_model, out, self.calibration,
                          list(kept_float) + output_heads(float_model), method=choice.method,
                          cache=self.stage / f"calibration-{choice.model}-{choice.method}.json",
@@ -107,6 +116,15 @@ class OnnxBackend(Backend):
     def details(self, model: Path) -> dict:
         return {"target": self.settings.as_dict()}
 
+    def time(self, models: Dict[str, Path]) -> Optional[Dict[str, int8_speed.Speed]]:
+        """Each model against the plain float ONNX on the first calibration row (batch 1),
+        all in one onnxruntime process, interleaved."""
+        if self.speed_runs is None:
+            return None
+        float_model = self.candidates.get("plain", next(iter(self.candidates.values())))
+        return int8_speed.against_float(float_model, models, self.calibration.row(0),
+                                        runs=self.speed_runs)
+
     def accept(self, model: Path, report: Int8Report) -> None:
         """The caller's check (``accept(model, report)``: its speed) on the model chosen."""
         if self._accept is not None:
@@ -124,7 +142,8 @@ def quantize(float_model, path: Path, *, outputs: Sequence[str], rows: Rows,
              batch: Optional[artefacts.Batch] = None, timeout: float = DEFAULT_TIMEOUT,
              calibration_method: str = "auto", bias_correction: str = "off",
              say=lambda _: None, settings: Optional[int8_target.Int8Settings] = None,
-             accept=None) -> Int8Report:
+             accept=None, modes: str = "auto", min_speedup: float = 0.0,
+             speed_runs: Optional[int] = int8_speed.RUNS) -> Int8Report:
     """Quantize ``float_model`` to ``path`` through the int8 loop (with ``batch``: written when
     the whole run passed). ``float_model``: a path, or candidates by name ({"plain": p,
     "equalized": q}) of which the one quantizing best is kept. ``rows``: calibration, selection
@@ -134,15 +153,20 @@ def quantize(float_model, path: Path, *, outputs: Sequence[str], rows: Rows,
     biases corrected (:func:`correct_biases`: cheap, the ranges are cached); "on" only with,
     "off" only without. Raises ``Int8Refused`` carrying the report when the gate misses.
     ``settings``: the target CPU's (``int8_target``; default this machine's); ``accept(model,
-    report)``: called on the model the gate passed before it is published (its speed)."""
+    report)``: called on the model the gate passed before it is published. ``modes``: "auto"
+    (static; dynamic too when static misses on the selection rows), "static" or "dynamic";
+    every mode is timed against the float model (``speed_runs`` interleaved runs; None: not
+    timed) and one slower than ``min_speedup`` × float is not written (0: any speed)."""
     candidates = {"plain": Path(float_model)} if isinstance(float_model, (str, Path)) else \
         {name: Path(p) for name, p in float_model.items()}
     methods = calibration_methods(calibration_method)
     with artefacts.staging(Path(path), batch) as stage:
         backend = OnnxBackend(candidates, rows.calibration, stage, methods=methods,
                               corrections=CORRECTIONS[bias_correction], timeout=timeout,
-                              batch=batch, settings=settings, accept=accept)
-        return run_loop(backend, outputs, rows, expected, thresholds, path, say)
+                              batch=batch, settings=settings, accept=accept,
+                              speed_runs=speed_runs)
+        return run_loop(backend, outputs, rows, expected, thresholds, path, say, modes=modes,
+                        min_speedup=min_speedup)
 
 
 def calibration_methods(choice: str) -> List[str]:
@@ -310,6 +334,23 @@ def _quantize_static(float_model: Path, out: Path, calibration: Samples,
                               calibration_cache_path=str(cache))
     except Exception as error:     # onnxruntime's errors are not a public hierarchy
         raise ExportError(f"onnxruntime cannot quantize the model: "
+                          f"{str(error).splitlines()[0] if str(error) else error!r}") from None
+    finally:
+        root.level = level
+
+
+def _quantize_dynamic(float_model: Path, out: Path, kept_float: Sequence[str]) -> None:
+    """Dynamic int8 as onnxruntime's recipe makes it (``quantize_dynamic``'s defaults: int8
+    weights per tensor; each activation's range measured as the model runs), ``kept_float``
+    left float."""
+    from onnxruntime import quantization as q
+    root = logging.getLogger()
+    level, root.level = root.level, logging.ERROR
+    try:
+        q.quantize_dynamic(str(float_model), str(out), weight_type=q.QuantType.QInt8,
+                           nodes_to_exclude=list(kept_float))
+    except Exception as error:     # onnxruntime's errors are not a public hierarchy
+        raise ExportError(f"onnxruntime cannot quantize the model dynamically: "
                           f"{str(error).splitlines()[0] if str(error) else error!r}") from None
     finally:
         root.level = level

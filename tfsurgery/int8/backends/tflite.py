@@ -24,8 +24,8 @@ from tfsurgery.trust import outside
 from tfsurgery.export import savedmodel as savedmodel_export
 from tfsurgery.export import tflite as tflite_export
 from tfsurgery.errors import ExportError
-from tfsurgery.int8.loop import (Backend, Choice, Int8Refused, Int8Report, Rows,  # noqa: F401
-                                 Thresholds, run_loop)
+from tfsurgery.int8.loop import (DYNAMIC, Backend, Choice, Int8Refused,  # noqa: F401
+                                 Int8Report, Rows, Thresholds, run_loop)
 from tfsurgery.ops import tensor_name
 from tfsurgery.verify.samples import Samples
 from tfsurgery.transforms.simplify_algebra import adds_of_add_n
@@ -59,20 +59,34 @@ class TfliteBackend(Backend):
     def choices(self) -> List[Choice]:
         return [Choice(name, METHOD) for name in self.candidates]
 
+    def dynamic_choices(self) -> List[Choice]:
+        """Dynamic range (float I/O): none when int8 inputs and outputs are asked for."""
+        return [] if self.int8_io else [Choice(name, DYNAMIC) for name in self.candidates]
+
+    def saved_model(self, model: str) -> Path:
+        """The candidate as a SavedModel (what the converter reads), built once."""
+        saved_model = self.stage / f"saved_model-{model}"
+        if not saved_model.exists():
+            savedmodel_export.build(self.candidates[model], self.signature, saved_model)
+        return saved_model
+
     def calibrated(self, model: str) -> bytes:
         """The candidate converted and calibrated (float ops carrying each tensor's range)."""
         if model not in self._calibrated:
-            saved_model = self.stage / f"saved_model-{model}"
-            savedmodel_export.build(self.candidates[model], self.signature, saved_model)
-            self._calibrated[model] = calibrate(saved_model, self.signature, self.calibration)
+            self._calibrated[model] = calibrate(self.saved_model(model), self.signature,
+                                                self.calibration)
         return self._calibrated[model]
 
     def layers(self, choice: Choice) -> List[str]:
+        if choice.mode == DYNAMIC:          # the converter's dynamic range has no denylist
+            return []
         if choice.model not in self._layers:
             self._layers[choice.model] = weighted_ops(self.calibrated(choice.model))
         return self._layers[choice.model]
 
     def build(self, choice: Choice, kept_float: Sequence[str]) -> bytes:
+        if choice.mode == DYNAMIC:
+            return dynamic_range(self.saved_model(choice.model), self.signature)
         return quantize(self.calibrated(choice.model), self.int8_io, kept_float)
 
     def run(self, model: bytes, rows: Samples) -> List[List[np.ndarray]]:
@@ -92,9 +106,10 @@ class TfliteBackend(Backend):
 def export(graph_def, signature: savedmodel_export.Signature, path, *, outputs: Sequence[str],
            rows: Rows, expected: Dict[str, list], thresholds: Thresholds,
            int8_io: bool = False, input_path=None, batch: Optional[artefacts.Batch] = None,
-           say=lambda _: None) -> Int8Report:
+           say=lambda _: None, modes: str = "auto") -> Int8Report:
     """Full-integer TFLite of ``graph_def`` (one graph, or candidates by name: {"plain": g,
-    "equalized": h}) through the int8 loop; raises ``Int8Refused`` (its report attached)."""
+    "equalized": h}) through the int8 loop — dynamic-range int8 too as ``modes`` says (see
+    ``loop.run_loop``); raises ``Int8Refused`` (its report attached)."""
     path = Path(path)
     io.check_writable(path)
     io.refuse_input(path, input_path)
@@ -104,7 +119,7 @@ def export(graph_def, signature: savedmodel_export.Signature, path, *, outputs: 
     with artefacts.staging(path) as stage:
         backend = TfliteBackend(candidates, signature, outputs, rows.calibration, stage,
                                 int8_io=int8_io, batch=batch)
-        return run_loop(backend, outputs, rows, expected, thresholds, path, say)
+        return run_loop(backend, outputs, rows, expected, thresholds, path, say, modes=modes)
 
 
 def calibrate(saved_model: Path, signature, calibration: Samples) -> bytes:
@@ -122,6 +137,20 @@ def calibrate(saved_model: Path, signature, calibration: Samples) -> bytes:
         return converter.convert()
     except Exception as error:  # noqa: BLE001 - ConverterError, ValueError, RuntimeError, ...
         raise ExportError("the TFLite converter cannot make the graph full-integer: "
+                          f"{tflite_export.converter_reason(error)}") from None
+
+
+def dynamic_range(saved_model: Path, signature) -> bytes:
+    """The converter's dynamic-range int8: weights int8, activations quantized at run time by
+    the kernels that take them (no representative dataset)."""
+    import tensorflow as tf
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(saved_model),
+                                                         signature_keys=[signature.key])
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    try:
+        return converter.convert()
+    except Exception as error:  # noqa: BLE001 - ConverterError, ValueError, RuntimeError, ...
+        raise ExportError("the TFLite converter cannot make dynamic-range int8: "
                           f"{tflite_export.converter_reason(error)}") from None
 
 
