@@ -79,7 +79,8 @@ def test_efficientnet_fold_passes_at_the_weight_floor_and_a_5_percent_kernel_fai
     passed = verify.verify(built.graph_def, folded, built.inputs, built.outputs)
     assert passed.passed, passed.failure()
     assert passed.noise_source in ("inputs", "weights")
-    assert passed.noise_floor > 0 and "noise floor" in passed.summary()
+    assert passed.noise_floor > 0 and f"from its {passed.noise_source}" in passed.summary()
+    assert passed.as_dict()["noise_floor_from"] == passed.noise_source
 
     kernel = next(n.input[1] for n in folded.node
                   if n.op == "Conv2D" and "block6c_project_conv" in n.name)

@@ -417,26 +417,26 @@ def _noise_floor(verification, ref, feeds, settings, fetches, names, expected, w
     wide_sources = [sources.get(n, n) for n in wide_names]
     values = list(expected) + [wide[n][0] for n in wide_names]
 
-    def reference(feeds):     # the outputs on every row, intermediate tensors on those compared
+    def reference(feeds, weights=None):   # the outputs on every row, intermediate tensors on
+        fed = {**settings, **(weights or {})}     # those compared; weights over probed kernels
         if rows is None or not wide_names:
-            return ref.run({**feeds, **settings}, list(fetches) + wide_sources)
-        return list(ref.run({**feeds, **settings}, list(fetches))) + \
-            ref.run({**first_rows(feeds, rows), **settings}, wide_sources)
+            return ref.run({**feeds, **fed}, list(fetches) + wide_sources)
+        return list(ref.run({**feeds, **fed}, list(fetches))) + \
+            ref.run({**first_rows(feeds, rows), **fed}, wide_sources)
     again = reference(feeds)
     verification.deterministic = all(_identical(a, b) for a, b in zip(values, again))
     if not verification.deterministic:
         return
     kept = {node_name(k) for k in fixed}
     weights = {k: v for k, v in float_weights(ref.graph).items() if k not in kept}
-    moves = {"inputs": {**nudge(feeds), **{k: v for k, v in feeds.items()
-                                          if node_name(k) in kept}},
-             "weights": {**feeds, **reround(weights)}}
+    moves = {"inputs": ({**nudge(feeds), **{k: v for k, v in feeds.items()
+                                           if node_name(k) in kept}}, None)}
+    if weights:
+        moves["weights"] = (feeds, reround(weights))
     floors = {}
-    for source, moved in moves.items():
-        if source == "weights" and not weights:
-            continue
+    for source, (moved, moved_weights) in moves.items():
         try:
-            nudged = reference(moved)
+            nudged = reference(moved, moved_weights)
         except VerificationError as error:
             verification.watching.notes.append(
                 f"no float32 noise floor from its {source}: the original does not run with "
