@@ -36,13 +36,15 @@ setup(
         # load_sample_images, which needs pillow to read its two JPEG photos).
         # openvino + nncf: so CI runs the OpenVINO tests (they skip where it is missing); both
         # install beside tensorflow 2.21 and numpy 2 without changing either (docs/openvino.md).
+        # ray: so CI runs batch --engine ray on a local instance (issue 41); `pip install
+        # --dry-run` adds only ray, filelock and msgpack beside tensorflow 2.21 (docs/batch.md).
         "test": ["pytest", "hypothesis", "tf_keras>=2.21,<2.22", "graphviz", "graphviz-pure",
-                 "scikit-learn", "pillow", "openvino>=2026.0", "nncf>=3.0"],
+                 "scikit-learn", "pillow", "openvino>=2026.0", "nncf>=3.0", "ray>=2.9"],
         # --picture: DOT text, and a self-contained `dot` when Graphviz itself is not installed.
         "picture": ["graphviz", "graphviz-pure"],
         # --openvino DIR/: OpenVINO's converter and CPU runtime; --quantize int8 with it: NNCF.
         "openvino": ["openvino>=2026.0", "nncf>=3.0"],
-        # batch --engine ray: not in "test" (240 MB, its own daemons; docs/batch.md).
+        # batch --engine ray (also in "test", so CI runs it; docs/batch.md).
         "ray": ["ray>=2.9"],
     },
     entry_points={"console_scripts": ["tfsurgery=tfsurgery.cli:main"]},

@@ -32,3 +32,21 @@ def marked_example(marker: str):
     assert len(found) == 1, f"{marker} is on {[str(p) for p, _ in found] or 'no page'}"
     page, text = found[0]
     return BLOCK.search(text[text.index(marker):]).group(1), page
+
+
+def command_lines(page: Path, after: str = "", until: str = "\n## "):
+    """Every ``tfsurgery <subcommand> ...`` line of ``page`` (in a fenced or an indented block)
+    from the heading ``after`` to the next heading, as argv lists, comments dropped."""
+    import shlex
+    text = page.read_text()
+    section = text
+    if after:
+        start = text.index(after)
+        end = text.find(until, start + len(after))
+        section = text[start:end if end >= 0 else len(text)]
+    return [shlex.split(line.strip(), comments=True) for line in section.splitlines()
+            if COMMAND.match(line)]
+
+
+# a command line: at a line's start (a fenced block) or indented 4 (an indented block)
+COMMAND = re.compile(r"^(?: {4})?tfsurgery (?:optimize|inspect|export|bench|compare|batch) ")

@@ -59,5 +59,5 @@ def test_grouped_sorts_flat_keywords_into_their_groups():
 def test_the_cli_uses_the_groups(article_pb, capsys):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert main(["inspect", str(article_pb), "--weights", "float16", "-q"]) == 0
+        assert main(["inspect", str(article_pb), "--store-weights", "float16", "-q"]) == 0
     assert [w for w in caught if "flat keywords" in str(w.message)] == []

@@ -137,7 +137,7 @@ def test_saved_model_and_tflite(pb, tmp_path):
 
 def test_float16_weights(pb, tmp_path):
     cli_out, api_out, data, written = run_both(
-        pb, tmp_path, ["--bn-fold", "--weights", "float16", "-o", "{out}/m.pb", "--onnx",
+        pb, tmp_path, ["--bn-fold", "--store-weights", "float16", "-o", "{out}/m.pb", "--onnx",
                        "{out}/m.onnx", "--tflite", "{out}/m.tflite"],
         lambda out: api.Targets(pb=out / "m.pb", onnx=out / "m.onnx", tflite=out / "m.tflite"),
         dict(transforms=api.choose_transforms(bn_fold=True), weights="float16"))

@@ -267,6 +267,44 @@ def test_the_same_jobs_on_a_local_ray_instance(model_dir, tmp_path):
                                original_feeds={model.training_flag: False}, rtol=1e-5)
 
 
+@pytest.mark.skipif(not batch.ray_available(), reason="Ray is not installed (pip install ray)")
+def test_with_a_cluster_address_the_outputs_travel_back_to_the_driver(model_dir, tmp_path):
+    """Issue 41 item 4: with ``ray_address`` the jobs run in staging folders of the nodes' own;
+    each passed model's outputs and every log come back inside its record and are published
+    here — OUT_DIR holds what the summary calls ok, checked by the oracle. (A local instance
+    reached by its address: the path a cluster takes.)"""
+    import ray
+    folder, built = model_dir
+    single = tmp_path / "in"
+    single.mkdir()
+    for name in ("article.pb", "broken.pb"):
+        (single / name).write_bytes((folder / name).read_bytes())
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": batch._PACKAGE_ROOT}})
+    try:
+        address = ray.get_runtime_context().gcs_address
+        summary = batch.run(single, tmp_path / "out", ["--bn-fold"], jobs=2, engine="ray",
+                            ray_address=address, timeout=300)
+    finally:
+        ray.shutdown()
+    records = _by_model(summary)
+    assert {name: r["status"] for name, r in records.items()} == {"article.pb": "ok",
+                                                                  "broken.pb": "error"}
+    assert all(r["received_bytes"] > 0 for r in records.values())     # they travelled
+    for record in records.values():
+        assert (tmp_path / "out" / record["log"]).read_text().strip()
+    ok = records["article.pb"]
+    assert {a["format"] for a in ok["artefacts"]} == {"pb"}
+    assert all((tmp_path / "out" / a["path"]).is_file() for a in ok["artefacts"])
+    report = json.loads((tmp_path / "out" / "article" / "report.json").read_text())
+    assert str(tmp_path / "out" / "article") in json.dumps(report)     # paths as published
+    assert not (tmp_path / "out" / "broken").exists()
+    model = built["article.pb"]
+    oracle.assert_same_outputs(model.graph_def, _optimized_graph(tmp_path / "out", ok),
+                               model.inputs, model.outputs,
+                               original_feeds={model.training_flag: False}, rtol=1e-5)
+
+
 # ---------------------------------------------------------------- the command line
 def test_the_optimize_options_batch_passes_on():
     """batch's own options anywhere; the rest must parse as optimize options, and each model's
@@ -292,6 +330,7 @@ def test_the_optimize_options_batch_passes_on():
     (["IN", "-o", "OUT", "--transforms", "nobody-knows"], "unknown transform 'nobody-knows'"),
     (["IN", "-o", "OUT", "--list-transforms"], "optimizes nothing"),
     (["IN/article.pb", "-o", "OUT"], "not a directory"),
+    (["IN", "-o", "OUT", "--ray-shared-output"], "it needs --engine ray --ray-address"),
 ])
 def test_bad_batch_usage_is_one_line_and_exit_2(model_dir, tmp_path, capsys, argv, message):
     folder, _ = model_dir
@@ -380,3 +419,114 @@ def test_an_interrupted_batch_kills_its_model_processes(tmp_path):
 def test_chatter_does_not_change_the_fingerprint():
     assert batch.options_fingerprint(["--bn-fold", "-q"], []) == \
         batch.options_fingerprint(["--bn-fold"], []) != batch.options_fingerprint([], [])
+
+
+# ---------------------------------------------------------------- what the fingerprint covers
+PROBE_PLUGIN = '''
+import tfsurgery
+from batch_probe_helper_{tag} import NOTE
+
+
+@tfsurgery.transform("batch-probe-{tag}")
+def batch_probe(graph, options):
+    """Changes nothing; its note comes from a module of the user's it imports."""
+    report = tfsurgery.TransformReport("batch-probe-{tag}")
+    report.notes.append(NOTE)
+    return report
+'''
+
+
+def _user_folder(tmp_path, monkeypatch, tag):
+    """The current directory holding a plugin module that imports a helper module of its own
+    (module names of their own per test: this process keeps what it imported), and a samples
+    file: what the options below name."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / f"batch_probe_plugin_{tag}.py").write_text(PROBE_PLUGIN.format(tag=tag))
+    (tmp_path / f"batch_probe_helper_{tag}.py").write_text("NOTE = 'first'\n")
+    conv = tf1.conv_bn(seed=3, batch=None)
+    np.savez(tmp_path / "samples.npz", **oracle.random_feeds(conv.graph_def, conv.inputs, 5))
+    return conv
+
+
+def _changed_in_place(path, text=None, data=None):
+    """New content, the modification time set back to the epoch: only content can tell."""
+    if text is not None:
+        path.write_text(text)
+    else:
+        path.write_bytes(data)
+    os.utime(path, (0, 0))
+
+
+def test_the_fingerprint_covers_named_files_and_the_users_code(tmp_path, monkeypatch):
+    """Issue 41 item 4: the content of every file an option names (``--samples=PATH`` too) and
+    of every module ``--plugin`` loads — its own file and the user's module it imports."""
+    _user_folder(tmp_path, monkeypatch, "a")
+    for options in (["--samples=samples.npz", "--plugin", "batch_probe_plugin_a"],
+                    ["--samples", "samples.npz", "--plugin=batch_probe_plugin_a"]):
+        first = batch.options_fingerprint(options, [])
+        assert batch.options_fingerprint(options, []) == first           # deterministic
+        samples = (tmp_path / "samples.npz").read_bytes()
+        _changed_in_place(tmp_path / "samples.npz", data=samples + b"\0")
+        changed = batch.options_fingerprint(options, [])
+        _changed_in_place(tmp_path / "samples.npz", data=samples)
+        assert changed != first == batch.options_fingerprint(options, [])
+        helper = tmp_path / "batch_probe_helper_a.py"
+        _changed_in_place(helper, "NOTE = 'second'\n")
+        assert batch.options_fingerprint(options, []) != first
+        _changed_in_place(helper, "NOTE = 'first'\n")
+        assert batch.options_fingerprint(options, []) == first
+    assert batch.named_paths(["--samples=samples.npz", "--feed", "x=samples.npz", "1e-3"]) == \
+        ["samples.npz"]
+    with pytest.raises(InputError, match="--import no_such_module_here"):
+        batch.options_fingerprint(["--import", "no_such_module_here"], [])
+
+
+def test_batch_reruns_a_model_whose_samples_or_plugin_changed(tmp_path, monkeypatch):
+    """Through the command line: a model is skipped while nothing changed, and optimized
+    again when the --samples file's content or a module its plugin imports changed — even
+    with their modification times set back; the outputs checked by the oracle."""
+    conv = _user_folder(tmp_path, monkeypatch, "b")
+    from google.protobuf import text_format
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "conv.pbtxt").write_text(text_format.MessageToString(conv.graph_def))
+    argv = ["batch", "in", "-o", "out", "--bn-fold", "--samples=samples.npz",
+            "--plugin", "batch_probe_plugin_b", "--transforms", "default,batch-probe-b"]
+
+    def status():
+        assert main(argv) == 0
+        summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+        record, = summary["models"]
+        return record["status"], record
+
+    assert status()[0] == "ok"
+    assert status()[0] == "skipped"
+    np.savez(tmp_path / "samples.npz", **oracle.random_feeds(conv.graph_def, conv.inputs, 6))
+    os.utime(tmp_path / "samples.npz", (0, 0))
+    assert status()[0] == "ok"
+    _changed_in_place(tmp_path / "batch_probe_helper_b.py", "NOTE = 'second'\n")
+    state, record = status()
+    assert state == "ok"
+    report = json.loads((tmp_path / "out" / "conv" / "report.json").read_text())
+    assert "second" in json.dumps(report)                    # the changed helper ran
+    assert status()[0] == "skipped"
+    oracle.assert_same_outputs(conv.graph_def, _optimized_graph(tmp_path / "out", record),
+                               conv.inputs, conv.outputs, rtol=1e-5)
+
+
+def test_a_declared_shared_output_is_checked_from_the_driver(tmp_path):
+    """``--ray-shared-output``: the nodes write to OUT_DIR themselves; a model whose outputs
+    are not visible here (at their recorded size) is an error, never ok."""
+    out = tmp_path / "out"
+    (out / "article").mkdir(parents=True)
+    (out / "article" / "article_optimized.pb").write_bytes(b"12345")
+    record = {"model": "article.pb", "status": "ok", "error": None, "artefacts": [
+        {"format": "pb", "path": "article/article_optimized.pb", "bytes": 5}]}
+    assert batch.checked_visible(record, out) == record
+    for artefact in ({"format": "pb", "path": "article/article_optimized.pb", "bytes": 9},
+                     {"format": "onnx", "path": "article/article.onnx", "bytes": 5}):
+        seen = batch.checked_visible(dict(record, artefacts=[artefact]), out)
+        assert seen["status"] == "error" and seen["artefacts"] == []
+        assert artefact["path"] in seen["error"] and "not shared" in seen["error"]
+    failed = dict(record, status="failed", artefacts=[])
+    assert batch.checked_visible(failed, out) == failed

@@ -180,7 +180,7 @@ def test_float16_weights_halve_the_pb_and_report_the_error(files, tmp_path, caps
     sizes = {}
     for weights in ("float32", "float16"):
         out = tmp_path / f"{weights}.pb"
-        code, _, err = run_cli(capsys, files["wide"], "--bn-fold", "--weights", weights,
+        code, _, err = run_cli(capsys, files["wide"], "--bn-fold", "--store-weights", weights,
                                "-o", out, "--report-json", tmp_path / f"{weights}.json")
         assert code == 0, err
         sizes[weights] = out.stat().st_size
@@ -201,7 +201,7 @@ def test_float16_weights_halve_the_pb_and_report_the_error(files, tmp_path, caps
 
 def test_float16_onnx_and_saved_model(files, tmp_path, capsys):
     import onnx
-    code, _, err = run_cli(capsys, files["wide"], "--bn-fold", "--weights", "float16",
+    code, _, err = run_cli(capsys, files["wide"], "--bn-fold", "--store-weights", "float16",
                            "--onnx", tmp_path / "m.onnx", "-o", f"{tmp_path / 'sm'}/",
                            "--report-json", tmp_path / "r.json")
     assert code == 0, err
@@ -219,7 +219,7 @@ def test_float16_onnx_and_saved_model(files, tmp_path, capsys):
 
 
 def test_float16_without_float32_weights_is_one_line_exit_2(files, tmp_path, capsys):
-    code, _, err = run_cli(capsys, files["scalars"], "--weights", "float16",
+    code, _, err = run_cli(capsys, files["scalars"], "--store-weights", "float16",
                            "-o", tmp_path / "x.pb", "--tflite", tmp_path / "x.tflite")
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "no float32 constant" in err
@@ -237,7 +237,7 @@ def test_tflite_matches_the_original_in_float32_and_float16(files, tmp_path, cap
     sizes = {}
     for weights in ("float32", "float16"):
         out = tmp_path / f"{weights}.tflite"
-        code, _, err = run_cli(capsys, "export", files["wide"], "--bn-fold", "--weights", weights,
+        code, _, err = run_cli(capsys, "export", files["wide"], "--bn-fold", "--store-weights", weights,
                                "-o", tmp_path / f"{weights}.onnx", "--tflite", out,
                                "--report-json", tmp_path / f"{weights}.json")
         assert code == 0, err
@@ -277,7 +277,7 @@ def test_uint8_input_flows_into_saved_model_and_tflite(files, tmp_path, capsys):
 def test_keras3_model_to_every_format_with_float16(keras_file, tmp_path, capsys):
     path, model = keras_file
     report = tmp_path / "r.json"
-    code, _, err = run_cli(capsys, path, "--bn-fold", "--weights", "float16",
+    code, _, err = run_cli(capsys, path, "--bn-fold", "--store-weights", "float16",
                            "-o", tmp_path / "m.pb", "--saved-model", tmp_path / "sm",
                            "--onnx", tmp_path / "m.onnx", "--tflite", tmp_path / "m.tflite",
                            "--report-json", report)

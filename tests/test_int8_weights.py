@@ -1,4 +1,4 @@
-"""--weights int8 (issue 24, items 5 and 6): int8 weight storage with per-channel scales and float
+"""--store-weights int8 (issue 24, items 5 and 6): int8 weight storage with per-channel scales and float
 compute, in the .pb / SavedModel (Dequantize), ONNX (DequantizeLinear on int8 initializers) and
 TFLite (dynamic range); and ``bench --int8``. The numbers are checked by the tests' own oracle:
 the original and the result run in plain TensorFlow sessions (tests/oracle.py), onnxruntime and
@@ -133,7 +133,7 @@ def test_nchw_graph_cli_without_onednn(tmp_path):
     env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "0", "PYTHONPATH": str(ROOT),
            "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run([sys.executable, "-m", "tfsurgery.cli", "optimize", str(path),
-                           "--weights", "int8", "-o", str(out)], cwd=tmp_path, env=env,
+                           "--store-weights", "int8", "-o", str(out)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     result = tf.compat.v1.GraphDef.FromString(out.read_bytes())
@@ -198,7 +198,7 @@ def test_cli_writes_every_format_with_int8_weights(tmp_path, capsys):
     model = tmp_path / "model.pb"
     model.write_bytes(original.SerializeToString())
     report = tmp_path / "report.json"
-    code = main([str(a) for a in (model, "--weights", "int8", "-o", tmp_path / "lean.pb",
+    code = main([str(a) for a in (model, "--store-weights", "int8", "-o", tmp_path / "lean.pb",
                                   "--onnx", tmp_path / "lean.onnx", "--tflite",
                                   tmp_path / "lean.tflite", "--saved-model", tmp_path / "sm",
                                   "--report-json", report)])
@@ -258,7 +258,7 @@ def test_non_float_and_small_weights_stay_float():
 def test_no_int8_candidate_is_one_line_exit_2(tmp_path, capsys):
     model = tmp_path / "double.pb"
     model.write_bytes(non_float_graph(False).SerializeToString())
-    code = main([str(model), "--weights", "int8", "-o", str(tmp_path / "out.pb")])
+    code = main([str(model), "--store-weights", "int8", "-o", str(tmp_path / "out.pb")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "no float32 conv/matmul weight of at least 1024 values" in err
@@ -289,10 +289,10 @@ def test_skipped_weights_are_reported():
 def test_weights_int8_with_quantize_is_refused(tmp_path, capsys):
     model = tmp_path / "model.pb"
     model.write_bytes(conv_matmul().SerializeToString())
-    code = main([str(model), "--weights", "int8", "--quantize", "int8", "--samples",
+    code = main([str(model), "--store-weights", "int8", "--quantize", "int8", "--samples",
                  str(tmp_path / "none.npz"), "--onnx", str(tmp_path / "m.onnx")])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and "--weights" in err and len(err.splitlines()) == 1
+    assert code == 2 and "--store-weights" in err and len(err.splitlines()) == 1
 
 
 # ---------------------------------------------------------------- bench --int8
@@ -324,7 +324,7 @@ def test_bench_reports_float_and_int8_per_runtime(tmp_path, capsys):
         assert openvino["bytes"]["int8"] < openvino["bytes"]["float"]   # the .xml is a fixed cost
         assert 0 < openvino["max_error"] < STATIC_TOLERANCE
         assert [a["rows"] for a in openvino["agreement"].values()] == [12]
-    # static int8 (activations too) against float in onnxruntime, timed in the same process
+    # static int8 (activations too) against float in onnxruntime, the same float timing
     assert set(static["timings"]) == {"float", "int8"} and not static["skipped"]
     assert static["timings"]["float"] == sides["onnxruntime"]["timings"]["float"]
     assert static["bytes"]["int8"] < 0.5 * static["bytes"]["float"]     # + scales, zero points

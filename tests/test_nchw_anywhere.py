@@ -118,7 +118,7 @@ def test_a_broken_fold_still_fails_without_onednn(net, tmp_path):
     kernel.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
     script = (
         "import sys, tensorflow as tf\n"
-        "from tfsurgery import verify\n"
+        "from tfsurgery.verify import check as verify\n"
         "a = tf.compat.v1.GraphDef.FromString(open(sys.argv[1], 'rb').read())\n"
         "b = tf.compat.v1.GraphDef.FromString(open(sys.argv[2], 'rb').read())\n"
         "v = verify.verify(a, b, ['input'], ['output'])\n"

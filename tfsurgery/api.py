@@ -2,7 +2,7 @@
 write. Defaults (tolerance, output paths) are decided here and in the modules it re-exports:
 
 - ``source``: ``load``, ``demo``, ``Source`` and the default output paths;
-- ``plan``: the transforms chosen by name, their parameters, ``--weights``;
+- ``plan``: the transforms chosen by name, their parameters, ``--store-weights``;
 - ``result``: ``Result``, the fail-closed gate, verification, ``save``, ``export_onnx``;
 - ``writer``: ``write(source, result, Targets(...))`` → ``Written``, and the single exports;
 - ``int8``: ``--quantize int8`` for ONNX and TFLite; ``bench``: latency;
@@ -249,7 +249,7 @@ def optimize(source, transforms: Sequence = (), *, interface: Optional[Interface
 
 
 def _planned_transforms(transforms: Sequence, options: RunOptions):
-    """The transforms by name (``--weights``' transform last, layout-nhwc where asked) and the
+    """The transforms by name (``--store-weights``' transform last, layout-nhwc where asked) and the
     default tolerance the weights imply."""
     transforms = list(transforms) if transforms and all(isinstance(t, str) for t in transforms) \
         and pipeline.DEFAULT_WORD not in transforms else choose_transforms(transforms)

@@ -6,7 +6,8 @@ a crash or a hang in one model cannot touch the others, and a deadline is a kill
 writes go to ``OUT_DIR/<name>/``, first into a staging folder, moved into place only when the run
 passed (a failed model leaves no outputs behind: ``OUT_DIR`` holds exactly the models the summary
 calls ok). ``OUT_DIR/summary.json`` records every model; a stamp beside each model's outputs
-(the options' fingerprint) lets a re-run skip models whose outputs are newer than their inputs.
+(the options' fingerprint: their text, the content of the files they name and of the user's
+code they load) lets a re-run skip models whose outputs are newer than their inputs.
 
 ``engine="ray"`` hands the same jobs to a Ray cluster (``ray.util.multiprocessing.Pool``): no
 scheduler of our own. This module imports no TensorFlow, so a Ray worker stays light.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import io
 import json
 import logging
 import os
@@ -22,6 +24,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -46,6 +50,7 @@ RAY_MISSING = ("--engine ray needs Ray: pip install ray (or pip install -e '.[ra
                "or run without --engine ray")
 OK_STATUSES = ("ok", "skipped")
 CHATTER = ("-v", "--verbose", "-q", "--quiet")   # options that change no output
+CODE_OPTIONS = ("--plugin", "--import")          # options naming the user's code to import
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)   # so children import this code
 
 
@@ -66,7 +71,7 @@ def find_models(in_dir, exclude: Optional[Path] = None) -> List[Path]:
 
 def run(in_dir, out_dir, options: Sequence[str] = (), *, exports: Sequence[str] = (),
         jobs: int = 1, timeout: float = DEFAULT_TIMEOUT, engine: str = "local",
-        ray_address: Optional[str] = None,
+        ray_address: Optional[str] = None, shared_output: bool = False,
         on_done: Optional[Callable[[dict], None]] = None) -> dict:
     """Optimize every model of ``in_dir`` (see :func:`find_models`) into ``out_dir/<name>/``.
 
@@ -75,12 +80,17 @@ def run(in_dir, out_dir, options: Sequence[str] = (), *, exports: Sequence[str] 
     (``onnx``, ``tflite``, ``saved_model``, ``openvino``, ``picture``), each checked as
     ``optimize`` checks it;
     ``jobs`` models at once; ``timeout`` seconds per model (then it is killed and reported);
-    ``engine="ray"``: on Ray (``ray_address``, else a local instance of ``jobs`` CPUs).
+    ``engine="ray"``: on Ray (``ray_address``, else a local instance of ``jobs`` CPUs); with
+    an address each node's outputs travel back here, unless ``shared_output`` declares OUT_DIR
+    shared with the nodes (then they write there and each output is checked visible here).
     ``on_done(record)`` is called as each model finishes. Returns the summary also written to
     ``out_dir/summary.json``; bad arguments raise ``InputError`` before any model runs."""
     in_dir, out_dir = Path(in_dir), Path(out_dir)
     options = [str(option) for option in options]
     _check_request(in_dir, out_dir, options, exports, jobs, timeout, engine)
+    if shared_output and not (engine == "ray" and ray_address):
+        raise InputError("--ray-shared-output declares OUT_DIR shared with a Ray cluster's "
+                         "nodes: it needs --engine ray --ray-address ADDRESS")
     models = find_models(in_dir, exclude=out_dir)
     if not models:
         raise InputError(f"{in_dir}: no models (.pb, .pbtxt, .keras, .h5 or SavedModel "
@@ -96,9 +106,15 @@ def run(in_dir, out_dir, options: Sequence[str] = (), *, exports: Sequence[str] 
             records[model.name] = _report(on_done, {**previous, "status": "skipped",
                                                     "seconds": 0.0, "error": None})
         else:
-            pending.append(_job(model, name, out_dir, options, exports, timeout, fingerprint))
+            pending.append(_job(model, name, out_dir, options, exports, timeout, fingerprint,
+                                ship=engine == "ray" and bool(ray_address)
+                                and not shared_output))
     run_all = _run_on_ray if engine == "ray" else _run_locally
+    by_name = {job["name"]: job for job in pending}
     for record in run_all(pending, jobs, ray_address):
+        record = _received(by_name[record["output_dir"]], record)
+        if shared_output:
+            record = checked_visible(record, out_dir)
         records[record["model"]] = _report(on_done, record)
     summary = {"tfsurgery": _version(), "input_dir": str(in_dir), "output_dir": str(out_dir),
                "options": options, "exports": sorted(exports), "fingerprint": fingerprint,
@@ -139,12 +155,54 @@ def format_summary(summary: dict) -> str:
 
 
 def options_fingerprint(options: Sequence[str], exports: Sequence[str]) -> str:
-    """What decides a model's outputs besides the model: the options (less -v/-q), the
-    exports asked for and this tfsurgery's version."""
+    """What decides a model's outputs besides the model: the options (less -v/-q), the content
+    of every file or folder they name (``--samples PATH``, ``--samples=PATH``, ``--feed
+    x=a.npy``, ...), the source of the user's code ``--plugin``/``--import`` load (imported
+    here, as the command line does), the exports asked for and this tfsurgery's version."""
     options = [option for option in options if option not in CHATTER]
     text = json.dumps({"options": options, "exports": sorted(exports),
+                       "files": {path: _content_hash(Path(path))
+                                 for path in named_paths(options)},
+                       "code": {path: _content_hash(Path(path)) for path in _user_code(options)},
                        "tfsurgery": _version()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def named_paths(options: Sequence[str]) -> List[str]:
+    """Every existing file or folder an option names: a word itself, or what follows an "="
+    in it (``--samples=PATH``, ``--feed NAME=PATH``)."""
+    words = [option[i + 1:] for option in options for i, c in enumerate(option) if c == "="]
+    return sorted({word for word in [*options, *words] if word and os.path.exists(word)})
+
+
+def _user_code(options: Sequence[str]) -> List[str]:
+    """The source files the ``--plugin`` and ``--import`` options load (their modules and the
+    user's modules they import). Code that cannot be imported: ``InputError``."""
+    from tfsurgery.trust import user_code
+    files = set()
+    for flag, spec in _flag_values(options, CODE_OPTIONS):
+        files.update(user_code.loaded_files(spec, flag))
+    return sorted(files)
+
+
+def _flag_values(options: Sequence[str], flags: Sequence[str]) -> List[tuple]:
+    """(flag, value) of each of ``flags`` among ``options``, as ``--flag V`` or ``--flag=V``."""
+    pairs = [option.partition("=") + (after,) for option, after in
+             zip(options, [*options[1:], None])]
+    return [(flag, value if equals else after) for flag, equals, value, after in pairs
+            if flag in flags and (equals or after is not None)]
+
+
+def _content_hash(path: Path) -> str:
+    """A file's bytes, or every file of a folder (by relative path), as one digest."""
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        digest.update(str(file.relative_to(path) if file != path else "").encode() + b"\0")
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 def up_to_date(model: Path, folder: Path, fingerprint: str, options: Sequence[str] = ()
@@ -161,7 +219,7 @@ def up_to_date(model: Path, folder: Path, fingerprint: str, options: Sequence[st
     outputs = [folder / Path(a["path"]).name for a in stamp["record"]["artefacts"]]
     if not outputs or not all(path.exists() for path in outputs):
         return None
-    inputs = [model] + [Path(option) for option in options if os.path.exists(option)]
+    inputs = [model] + [Path(path) for path in named_paths(options)]
     newest_input = max(t for path in inputs for t in _mtimes(path))
     oldest_output = min(t for path in outputs for t in _mtimes(path))
     return stamp["record"] if oldest_output > newest_input else None
@@ -174,7 +232,7 @@ def run_job(job: dict) -> dict:
     Never raises for the model's sake: every outcome, an error of ours included, is a record."""
     started = time.monotonic()
     try:
-        record = _run_and_publish(job)
+        record = _run_and_pack(job) if job.get("ship") else _run_and_publish(job)
     except Exception as error:         # e.g. a full disk while publishing: this model only
         shutil.rmtree(job["stage"], ignore_errors=True)
         record = {"model": job["label"], "output_dir": job["name"], "status": "error",
@@ -201,6 +259,74 @@ def _run_and_publish(job: dict) -> dict:
         _remove_outputs(final)               # OUT_DIR holds the models that are ok, only
     shutil.rmtree(stage, ignore_errors=True)
     return record
+
+
+def _run_and_pack(job: dict) -> dict:
+    """On a cluster node: the model runs in a staging folder on the node's own disk; its log and
+    (passed) outputs travel back in the record (``payload``, a tar) for :func:`_received`."""
+    with tempfile.TemporaryDirectory(prefix="tfsurgery-batch-") as local:
+        here = dict(job, stage=os.path.join(local, "stage"), log=os.path.join(local, "log"))
+        here["argv"] = _moved(job["argv"], job["stage"], here["stage"])
+        Path(here["stage"]).mkdir()
+        command = [sys.executable, "-m", "tfsurgery", "optimize", job["model"], *here["argv"]]
+        code, timed_out = _run_with_deadline(command, here)
+        report = _read_json(Path(here["stage"]) / "report.json")
+        record = dict(_record(here, report, code, timed_out),
+                      log=os.path.relpath(job["log"], job["out_dir"]))
+        if record["status"] == "ok":      # its paths as the driver will publish them
+            _write_json_atomically(Path(here["stage"]) / "report.json",
+                                   _moved(report, here["stage"], job["stage"]))
+        record["payload"] = _packed(here["stage"] if record["status"] == "ok" else None,
+                                    here["log"])
+    return record
+
+
+def _packed(stage: Optional[str], log_path: str) -> bytes:
+    """The staging folder (as ``stage/``) and the log (as ``log``), one gzipped tar."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        archive.add(log_path, arcname="log")
+        if stage is not None:
+            archive.add(stage, arcname="stage")
+    return buffer.getvalue()
+
+
+def _received(job: dict, record: dict) -> dict:
+    """On the driver: a record from a cluster node brings its log and outputs, unpacked into
+    the staging folder here and published as a local run's are (other records: as they are)."""
+    payload = record.pop("payload", None)
+    if payload is None:
+        return record
+    record["received_bytes"] = len(payload)
+    stage, work = Path(job["stage"]), Path(job["stage"]).with_name(f"{job['name']}.received")
+    shutil.rmtree(work, ignore_errors=True)          # a crashed run's leftovers: never published
+    try:
+        with tarfile.open(fileobj=io.BytesIO(payload), mode="r:gz") as archive:
+            archive.extractall(work, filter="data")
+        Path(job["log"]).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(work / "log", job["log"])
+        if record["status"] != "ok":
+            _remove_outputs(Path(job["final"]))
+            return record
+        shutil.rmtree(stage, ignore_errors=True)
+        os.replace(work / "stage", stage)
+        return _publish(job, record, _read_json(stage / "report.json"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def checked_visible(record: dict, out_dir: Path) -> dict:
+    """A declared shared OUT_DIR: every output a node wrote must be here, a file at its recorded
+    size, else the model is an error (the summary never calls ok what the driver cannot see)."""
+    paths = [(Path(out_dir) / a["path"], a.get("bytes")) for a in record["artefacts"]]
+    missing = [str(path) for path, size in paths if not path.is_dir() and not (
+        path.is_file() and size in (None, path.stat().st_size))]
+    if record["status"] != "ok" or not missing:
+        return record
+    return dict(record, status="error", artefacts=[], error=(
+        f"{missing[0]}: written on the node but not visible here: OUT_DIR is not shared with "
+        "the cluster (without --ray-shared-output the outputs travel back)"))
 
 
 def _run_with_deadline(command: List[str], job: dict):
@@ -415,7 +541,8 @@ def _paths(model: Path, name: str, stage: Path, exports: Sequence[str]) -> List[
     return argv
 
 
-def _job(model: Path, name: str, out_dir: Path, options, exports, timeout, fingerprint) -> dict:
+def _job(model: Path, name: str, out_dir: Path, options, exports, timeout, fingerprint,
+         ship: bool = False) -> dict:
     out_dir = out_dir.resolve()
     stage = out_dir / WORK / name
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
@@ -425,7 +552,7 @@ def _job(model: Path, name: str, out_dir: Path, options, exports, timeout, finge
             "final": str(out_dir / name), "stage": str(stage),
             "log": str(out_dir / LOGS / f"{name}.log"), "cwd": os.getcwd(),
             "argv": [*options, *_paths(model, name, stage, exports)], "timeout": float(timeout),
-            "fingerprint": fingerprint, "env": env}
+            "fingerprint": fingerprint, "env": env, "ship": ship}
 
 
 # ---------------------------------------------------------------- small helpers

@@ -68,6 +68,8 @@ class TransformReport:
     rewritten: List[str] = dataclasses.field(default_factory=list)
     skipped: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
     notes: List[str] = dataclasses.field(default_factory=list)
+    # what the user must hear even with -q (served augmentation removed): also in notes
+    warnings: List[str] = dataclasses.field(default_factory=list)
     removed_nodes: int = 0
     seconds: float = 0.0
     # nodes no output needs, pruned before the work (the pipeline books them to prune)
@@ -94,7 +96,8 @@ class TransformReport:
     def as_dict(self) -> dict:
         return {"name": self.name, "matched": self.matched, "rewritten": self.rewritten,
                 "skipped": [{"node": n, "reason": r} for n, r in self.skipped],
-                "notes": self.notes, "removed_nodes": self.removed_nodes,
+                "notes": self.notes, "warnings": self.warnings,
+                "removed_nodes": self.removed_nodes,
                 "removed": self.removed, "correspondence": dict(self.correspondence),
                 "seconds": round(self.seconds, 4)}
 

@@ -159,11 +159,29 @@ def load_keras(path: Path, *, trust: bool = False, custom_objects=None) -> Loade
             keras_trust.refuse_missing(path, config, custom_objects, legacy_layers=True)
             raise InputError(f"{path}: cannot load the Keras model "
                              f"({first_line(keras3_error)})") from None
-    specs = [tf.TensorSpec(t.shape, t.dtype, name=_plain_name(t)) for t in model.inputs]
-    function = tf.function(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=False))
-    loaded = freeze_concrete_function(function.get_concrete_function(*specs), str(path))
+    loaded = freeze_concrete_function(_keras_call(model, path), str(path))
     loaded.trust_notes = notes
     return loaded
+
+
+def _keras_call(model, path: Path):
+    """The model called in inference mode with the input structure it was built with (a
+    tensor, a one-element list, a dict of named inputs as keras-hub backbones take, nested),
+    each input a placeholder named as the Keras input. Any failure: one line, no traceback."""
+    import tensorflow as tf
+    structure = getattr(model, "_inputs_struct", None)       # Keras 3 Functional, as built
+    if structure is None:
+        structure = getattr(model, "_nested_inputs", None)   # tf_keras Functional
+    try:
+        if structure is None:
+            structure = model.inputs if len(model.inputs) > 1 else model.inputs[0]
+        specs = tf.nest.map_structure(
+            lambda t: tf.TensorSpec(t.shape, t.dtype, name=_plain_name(t)), structure)
+        function = tf.function(lambda inputs: model(inputs, training=False))
+        return function.get_concrete_function(specs)
+    except Exception as error:  # noqa: BLE001 - Keras raises many types for a call it refuses
+        raise InputError(f"{path}: cannot call the Keras model on its own inputs "
+                         f"({first_line(error)})") from None
 
 
 def freeze_concrete_function(function, where: str) -> Loaded:
@@ -196,9 +214,104 @@ def freeze_concrete_function(function, where: str) -> Loaded:
                "variable assignments TF's freezer rejects dropped)")
     except Exception as error:  # noqa: BLE001
         raise InputError(f"{where}: cannot freeze the model ({first_line(error)})") from None
+    tables = embed_tables(graph_def, function)
+    if tables:
+        how += f"; {tables} lookup table(s) kept in the graph with their keys and values"
     check_graph_def(graph_def, where)
     return Loaded(graph_def, inputs, outputs,
                   frozen_form=f"{how}; {control_flow_form(graph_def)}")
+
+
+TABLE_READER_OPS = frozenset({"LookupTableFindV2", "LookupTableSizeV2", "LookupTableExportV2"})
+
+
+def embed_tables(graph_def: graph_pb2.GraphDef, function) -> int:
+    """A lookup table the function captures (a StringLookup's, TextVectorization's vocabulary)
+    stays a resource placeholder after freezing: the graph cannot run without it. Each becomes
+    a ``HashTableV2`` filled from constants of its own keys and values (read from the live
+    table with ``LookupTableExportV2``) by a ``LookupTableImportV2`` every reader waits for —
+    the vocabulary is in the graph, the graph runs on its own. Returns how many."""
+    import tensorflow as tf
+    nodes = {node.name: node for node in graph_def.node}
+    variables = {id(v.handle) for v in function.graph.variables}
+    embedded = 0
+    for external, internal in function.graph.captures:
+        name = internal.op.name
+        if external.dtype != tf.resource or id(external) in variables or \
+                nodes.get(name) is None or nodes[name].op != "Placeholder":
+            continue
+        readers = _table_readers(graph_def, name)
+        if not readers:
+            continue
+        key_type, value_type = readers[0].attr["Tin"].type, readers[0].attr["Tout"].type
+        try:
+            keys, values = tf.raw_ops.LookupTableExportV2(
+                table_handle=external, Tkeys=tf.dtypes.as_dtype(key_type),
+                Tvalues=tf.dtypes.as_dtype(value_type))
+        except Exception:  # noqa: BLE001 - not a table we can read: left as it was
+            continue
+        _table_nodes(nodes[name], key_type, value_type)
+        init = _table_import(graph_def, name, keys.numpy(), values.numpy())
+        for reader in readers:
+            reader.input.append(f"^{init}")
+        _drop_ordering_edges(graph_def, {reader.name for reader in readers})
+        embedded += 1
+    return embedded
+
+
+def _drop_ordering_edges(graph_def, lookups) -> None:
+    """The function's automatic control dependencies (a NoOp the outputs wait for) order the
+    lookups like stateful ops; with the table constant a lookup is a pure function, and the
+    edge would make a cut after it (``--inputs`` the token ids) still need the strings."""
+    for node in graph_def.node:
+        if node.op == "NoOp":
+            kept = [ref for ref in node.input if ref[1:] not in lookups or ref[0] != "^"]
+            if len(kept) != len(node.input):
+                del node.input[:]
+                node.input.extend(kept)
+
+
+def _table_readers(graph_def, table: str) -> list:
+    """The lookups that read table handle ``table`` (through Identity forwarding)."""
+    handles, readers, changed = {table}, [], True
+    while changed:
+        changed = False
+        for node in graph_def.node:
+            if node.name not in handles and node.op == "Identity" and node.input and \
+                    node_name(node.input[0]) in handles:
+                handles.add(node.name)
+                changed = True
+    for node in graph_def.node:
+        if node.op in TABLE_READER_OPS and node.input and node_name(node.input[0]) in handles:
+            readers.append(node)
+    return [r for r in readers if r.op == "LookupTableFindV2"] or []
+
+
+def _table_nodes(placeholder, key_type, value_type) -> None:
+    """The placeholder becomes the table itself."""
+    name = placeholder.name
+    placeholder.Clear()
+    placeholder.name, placeholder.op = name, "HashTableV2"
+    placeholder.attr["key_dtype"].type = key_type
+    placeholder.attr["value_dtype"].type = value_type
+    placeholder.attr["shared_name"].s = f"tfsurgery_table_{name}".encode()
+    placeholder.attr["container"].s = b""
+    placeholder.attr["use_node_name_sharing"].b = False
+
+
+def _table_import(graph_def, table: str, keys, values) -> str:
+    import tensorflow as tf
+    for suffix, array in (("keys", keys), ("values", values)):
+        const = graph_def.node.add(name=f"{table}/embedded_{suffix}", op="Const")
+        proto = tf.make_tensor_proto(array)
+        const.attr["value"].tensor.CopyFrom(proto)
+        const.attr["dtype"].type = proto.dtype
+    init = graph_def.node.add(name=f"{table}/embedded_import", op="LookupTableImportV2",
+                              input=[table, f"{table}/embedded_keys",
+                                     f"{table}/embedded_values"])
+    init.attr["Tin"].type = tf.make_tensor_proto(keys).dtype
+    init.attr["Tout"].type = tf.make_tensor_proto(values).dtype
+    return init.name
 
 
 FUNCTIONAL_CONTROL_FLOW = FUNCTIONAL_CONTROL_FLOW_OPS      # the one set, in tfsurgery.ops

@@ -293,6 +293,7 @@ def _book(reports: Dict[str, TransformReport], name: str, report: TransformRepor
     first.removed.extend(report.removed)
     first.skipped.extend(entry for entry in report.skipped if entry not in known)
     first.notes.extend(note for note in report.notes if note not in first.notes)
+    first.warnings.extend(line for line in report.warnings if line not in first.warnings)
     first.removed_nodes += report.removed_nodes
     first.pruned.extend(report.pruned)
     first.correspondence.update(report.correspondence)

@@ -11,10 +11,10 @@ from tfsurgery.verify import check as verify_mod
 from tfsurgery.contract import with_params
 from tfsurgery.errors import InputError, UnknownTransform
 
-# --weights float16: each weight is rounded to float16 (relative error up to 2^-11); through a
+# --store-weights float16: each weight is rounded to float16 (relative error up to 2^-11); through a
 # few layers the outputs move by up to ~1e-3 of their magnitude, so verification allows 1e-2.
 FLOAT16_TOLERANCE = 1e-2
-# --weights int8: each weight moves by at most half its channel's step, max|W_c|/254 (0.4% of
+# --store-weights int8: each weight moves by at most half its channel's step, max|W_c|/254 (0.4% of
 # the channel's largest weight; about 1% of a layer's output magnitude, rms, for weights that
 # look Gaussian). Compounded over a few layers and taken at the worst output element, outputs
 # move by a few % of their magnitude: verification allows 5e-2 (and no top-1 flip beyond it).
@@ -115,10 +115,10 @@ def _typed(fn, key: str, value):
 
 
 def with_weights(transforms: Sequence[str], weights: str):
-    """The transforms for ``--weights`` (float16-weights or int8-weights last) and the default
+    """The transforms for ``--store-weights`` (float16-weights or int8-weights last) and the default
     tolerance."""
     if weights not in WEIGHTS:
-        raise InputError(f"--weights {weights}: choose one of {', '.join(WEIGHTS)}")
+        raise InputError(f"--store-weights {weights}: choose one of {', '.join(WEIGHTS)}")
     if weights == "float32":
         return list(transforms), verify_mod.DEFAULT_TOLERANCE
     last = WEIGHT_TRANSFORMS[weights]

@@ -11,7 +11,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from tensorflow.core.framework import graph_pb2
 
 from tfsurgery import io, pipeline, preprocessing, progress, report
-from tfsurgery.verify import localize
+from tfsurgery.verify import localize, string_inputs
 from tfsurgery.export import onnx as onnx_export
 from tfsurgery.verify import samples as samples_mod
 from tfsurgery.verify import check as verify_mod
@@ -21,7 +21,7 @@ from tfsurgery.errors import (InputError, OnnxUnconvertible, OriginalDoesNotRun,
                               VerificationError)
 from tfsurgery.graph import Graph
 from tfsurgery.interface import indexed, unused_inputs
-from tfsurgery.ops import PLACEHOLDER_OPS
+from tfsurgery.ops import PLACEHOLDER_OPS, node_name
 from tfsurgery.trust.outside import with_allowed_ops
 
 
@@ -43,7 +43,7 @@ class Result:
     verification_error: Optional[str] = None    # why the check could not compare (then raised)
     verify_skipped: bool = False        # verify=False / --no-verify: the caller chose no check
     preprocess: Optional[preprocessing.Preprocessor] = None   # raw inputs → the original's
-    weights: str = "float32"            # "float16"/"int8": float16-/int8-weights ran (--weights)
+    weights: str = "float32"            # "float16"/"int8": float16-/int8-weights ran (--store-weights)
     # inputs no output reads after optimization → the stand-in value the original was fed
     unused_inputs: Dict[str, object] = dataclasses.field(default_factory=dict)
     frozen_form: str = ""               # how the source was frozen (io.Loaded.frozen_form)
@@ -99,6 +99,10 @@ class Result:
                  "declared_inputs": list(self.declared_inputs),
                  "allowed_outside_ops": [f.as_dict() for f in self.outside_allowed],
                  "trust": list(self.trust_notes)}
+        drawn = {name: string_inputs.describe(self.original, name) for name in self.inputs
+                 if node_name(name) not in {node_name(k) for k in self.user_feeds or {}}}
+        if any(drawn.values()):                    # test strings from the graph's vocabulary
+            extra["string_inputs"] = {name: line for name, line in drawn.items() if line}
         if self.verification_error:
             extra["verification_error"] = self.verification_error
         if self.verify_skipped:

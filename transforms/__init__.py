@@ -7,7 +7,8 @@ is added by ``--bn-fold``). To add a transform: write its module, mark its funct
 from tfsurgery.transforms import (add_preprocessing, flatten_atrous_conv, fold_affine_into_linear,
                                   fold_batch_norm, fold_constants, fold_pad_into_conv,
                                   freeze_placeholder_defaults, freeze_training_flags,
-                                  materialize_shapes, merge_duplicates, prune, remove_dropout,
+                                  materialize_shapes, merge_duplicates, prune, remove_augmentation,
+                                  remove_dropout,
                                   remove_identity, remove_noop_shape_ops,
                                   remove_switch_merge, simplify_algebra, simplify_arithmetic,
                                   strip_debug, to_nhwc)
@@ -22,6 +23,8 @@ PIPELINE = (
     strip_debug.strip_debug,
     remove_switch_merge.remove_switch_merge,
     remove_dropout.remove_dropout,
+    # after dropout: a draw still meeting the data before any learned layer is augmentation
+    remove_augmentation.remove_augmentation,
     remove_identity.remove_identity,
     materialize_shapes.materialize_shapes,     # its constants are folded next
     fold_constants.fold_constants,

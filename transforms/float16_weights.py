@@ -1,4 +1,4 @@
-"""float16-weights (opt-in, ``--weights float16``): store large float32 weights as float16.
+"""float16-weights (opt-in, ``--store-weights float16``): store large float32 weights as float16.
 
 The anchors: graph_transforms' ``round_weights`` (smaller files, same graph) and TFLite's float16
 post-training quantization (weights in float16, dequantized to float32 when the model loads). Here
@@ -37,7 +37,7 @@ def float16_weights(graph: Graph, options: Options) -> TransformReport:
                   if _is_large_float32_const(node, options)]
     if not candidates:
         raise TransformError(
-            f"--weights float16: the graph has no float32 constant of at least "
+            f"--store-weights float16: the graph has no float32 constant of at least "
             f"{options.params_for(float16_weights).min_elements} values to store as float16")
     saved = 0
     for name in candidates:

@@ -1,4 +1,4 @@
-"""int8-weights (opt-in, ``--weights int8``): conv/matmul weights stored as int8, float compute.
+"""int8-weights (opt-in, ``--store-weights int8``): conv/matmul weights stored as int8, float compute.
 
 The anchors: graph_transforms' ``quantize_weights`` and TFLite's dynamic-range quantization —
 smaller files, weights dequantized before float compute. A float32 ``Const`` W of at least
@@ -66,7 +66,7 @@ def int8_weights(graph: Graph, options: Options) -> TransformReport:
     report.matched = len(report.rewritten)
     if not report.matched:
         raise TransformError(
-            f"--weights int8: the graph has no float32 conv/matmul weight of at least "
+            f"--store-weights int8: the graph has no float32 conv/matmul weight of at least "
             f"{min_elements} values to store as int8"
             + (f" ({report.skipped[0][0]}: {report.skipped[0][1]})" if report.skipped else ""))
     report.notes.append(f"{report.matched} weights stored as int8 with per-channel scales "

@@ -225,4 +225,6 @@ def _sizes(graph: Graph, ref: Ref, shapes):
 
 
 def _shown(dims) -> str:
+    if dims is None:                 # not even the rank is known
+        return "(unknown rank)"
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"

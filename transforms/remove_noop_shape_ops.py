@@ -18,6 +18,10 @@ Transpose that only moves size-1 dims, reinterprets them under another shape).
   (at most one unknown dim, as ``-1``), when its permutation constant is its own to reuse.
 - ``ConcatV2(…, ConcatV2(a, b, axis), …, axis)`` on one axis → ``ConcatV2(…, a, b, …, axis)``:
   the inner concat read by the outer alone.
+- ``ResizeBilinear``/``ResizeNearestNeighbor``/``ResizeBicubic``/``ResizeArea`` of a float32
+  image to its own static height and width → ``x``: every output pixel samples exactly one input
+  pixel centre (scale 1, with or without half-pixel centres or aligned corners; the cubic kernel
+  is 1 at 0 and 0 at ±1, ±2) — Keras' ``Resizing`` at the input size.
 - ``StridedSlice(Pack(v₀, …, vₙ₋₁, axis=k), …)`` picking index ``i`` on axis ``k`` (shrink mask on
   ``k`` alone, dims before ``k`` taken whole by their masks, strides 1) → ``vᵢ``.
 
@@ -37,7 +41,8 @@ from tfsurgery.contract import Options, TransformReport, transform
 
 PADS = ("Pad", "PadV2", "MirrorPad")
 REDUCTIONS = ("Sum", "Mean", "Prod", "Max", "Min", "All", "Any")    # not EuclideanNorm: |x|
-RULE_OPS = frozenset(PADS) | frozenset(REDUCTIONS) | {
+RESIZES = ("ResizeBilinear", "ResizeNearestNeighbor", "ResizeBicubic", "ResizeArea")
+RULE_OPS = frozenset(PADS) | frozenset(REDUCTIONS) | frozenset(RESIZES) | {
     "Tile", "Slice", "StridedSlice", "ReverseV2", "Reverse", "Transpose", "ConcatV2"}
 MAX_ROUNDS = 10
 
@@ -81,6 +86,8 @@ class _Rules:
             return self._transpose(name)
         if op == "ConcatV2":
             return self._concat_of_concat(name)
+        if op in RESIZES:
+            return self._resize_to_own_size(name)
         return False
 
     # ------------------------------------------------------------ shapes and constants
@@ -222,6 +229,19 @@ class _Rules:
         if not self._axes_of_size_one(name, x, axes):
             return False
         return self._bypass(name, x, f"{self.graph.op(name)} over size-1 dims")
+
+    # ------------------------------------------------------------ Resize to the same size
+    def _resize_to_own_size(self, name: str) -> bool:
+        x, size_ref = self.graph.inputs(name)
+        shape, size = self._shape(x), self._ints(size_ref)
+        if self.graph.node(name).attr["T"].type != 1 or size is None:   # 1: DT_FLOAT
+            return False
+        if shape is None or len(shape) != 4 or None in shape[1:3]:
+            self.report.skip(name, "resize: the image's height and width are not known")
+            return False
+        if list(shape[1:3]) != size:
+            return False
+        return self._bypass(name, x, f"{self.graph.op(name)} to the image's own size")
 
     # ------------------------------------------------------------ Transpose of size-1 dims
     def _transpose(self, name: str) -> bool:

@@ -65,27 +65,30 @@ def check_plot(path) -> None:
 
 @with_allowed_ops
 def bench_runtimes(source: Source, result: Result, *, runs: int = 50,
-                   runtimes: Optional[Sequence[str]] = None) -> runtime_bench.Bench:
+                   runtimes: Optional[Sequence[str]] = None,
+                   work: Optional[Path] = None) -> runtime_bench.Bench:
     """The optimized model in every installed runtime (or ``runtimes``): TensorFlow and
     onnxruntime time the original too; TFLite and OpenVINO (f32, and its own default precision
     where that differs) the optimized one. Each artefact is checked at its own tolerance (the
     .pb by the run's verification) before it is timed, each runtime in its own process;
     ``Bench.fastest()`` is the fastest whose check passed. An optimized graph onnxruntime
-    cannot take raises ``ExportError``; another runtime's failure is a row saying why."""
+    cannot take raises ``ExportError``; another runtime's failure is a row saying why.
+    ``work``: an existing folder to write the timed artefacts and their feeds in, and leave
+    them there (default: a temporary one, removed)."""
     check_runs(runs)
     wanted = check_runtimes(runtimes)
     require_verified(result)
     v = result.verification
     feeds = feeds_for_checks(result)
     progress.say(f"benchmarking in {', '.join(wanted)}: each artefact checked, then timed")
-    with tempfile.TemporaryDirectory() as work:
+    with tempfile.TemporaryDirectory() as temporary:
         return runtime_bench.bench(
             result.original, result.graph_def, result.inputs, result.outputs,
             signature_for(source, result), feeds=feeds,
             verification=runtime_bench.Check(v.passed, v.max_error, v.allowed, "verification"),
             tolerance=result.tolerance, settings=result.original_extra_feeds,
             original_feeds=result.preprocess.model_feeds(feeds) if result.preprocess else None,
-            runs=runs, runtimes=wanted, work=Path(work), timeout=result.timeout)
+            runs=runs, runtimes=wanted, work=Path(work or temporary), timeout=result.timeout)
 
 
 def write_bench_plot(bench_result: runtime_bench.Bench, path, *, input_path=None) -> Path:

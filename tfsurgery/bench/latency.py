@@ -4,6 +4,9 @@ Each runtime is measured in a process of its own (``python -m tfsurgery.bench.la
 runtime's thread pool spins while the other is timed; the thread counts each used are reported.
 Within a process, interleaving (original, optimized, original, ...) makes both variants share
 whatever else the machine is doing, so their ratio is fair even when absolute times wobble.
+onnxruntime is the exception: each session is timed in a process of its own, as a plain
+``InferenceSession`` would run (its intra-op threads spin when idle; two sessions in one process
+took a BERT-style model 2.4-4x longer than a plain session, each slowing the other).
 """
 from __future__ import annotations
 
@@ -35,6 +38,9 @@ class Timing:
     spread_ms: float          # interquartile range
     threads: int = 0          # intra-op threads the runtime used
     skipped: str = ""         # why this variant was not timed (median/spread then None)
+    pid: int = 0              # the timing process (each runtime's, or each session's: ONNX)
+    batch: int = 0            # rows fed per call (the first input's leading dimension)
+    spinning: Optional[bool] = None     # onnxruntime: its idle intra-op threads spin
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -55,12 +61,17 @@ def interleaved(runners: Dict[str, Callable[[], object]], runs: int, warmup: int
     return times
 
 
-def summarise(runtime: str, times: Dict[str, List[float]], threads: int) -> List[Timing]:
+def summarise(runtime: str, times: Dict[str, List[float]], threads: int,
+              **how) -> List[Timing]:
+    """Median and interquartile range per variant; ``how``: Timing's other fields (pid,
+    batch, spinning), each a value or a dict by variant."""
     rows = []
     for variant, seconds in times.items():
         ms = sorted(1000 * s for s in seconds)
         q = statistics.quantiles(ms, n=4) if len(ms) > 1 else [ms[0], ms[0], ms[0]]
-        rows.append(Timing(runtime, variant, statistics.median(ms), q[2] - q[0], threads))
+        rows.append(Timing(runtime, variant, statistics.median(ms), q[2] - q[0], threads,
+                           **{k: v.get(variant) if isinstance(v, dict) else v
+                              for k, v in how.items()}))
     return rows
 
 
@@ -153,10 +164,28 @@ def _measure(runtime: str, work: Path, runs: int, timeout: float) -> List[Timing
     variants = VARIANTS if runtime == "tensorflow" else \
         json.loads((work / "onnx_variants.json").read_text())
     suffix = ".pb" if runtime == "tensorflow" else ".onnx"
-    return measure_in_subprocess(
+    return measure_each(
         runtime, {v: (work / f"{v}{suffix}", work / f"{v}.npz") for v in variants},
         json.loads((work / "outputs.json").read_text()), runs=runs, work=work,
         timeout=timeout)
+
+
+# Runtimes whose every model is timed in a process of its own: each onnxruntime session and
+# each compiled OpenVINO model keeps its own threads, which slow the one being timed.
+ONE_PROCESS_PER_MODEL = ("onnxruntime", "openvino")
+
+
+def measure_each(runtime: str, variants: Dict[str, tuple], outputs: Sequence[str], *,
+                 runs: int, work: Path, timeout: float = 600,
+                 precisions: Optional[Dict[str, Optional[str]]] = None) -> List[Timing]:
+    """``measure_in_subprocess`` as a plain session of ``runtime`` runs: onnxruntime and
+    OpenVINO one process per variant (one after the other), the others all variants
+    interleaved in one process."""
+    groups = [{name: spec} for name, spec in variants.items()] \
+        if runtime in ONE_PROCESS_PER_MODEL else [variants]
+    return [timing for group in groups
+            for timing in measure_in_subprocess(runtime, group, outputs, runs=runs, work=work,
+                                                timeout=timeout, precisions=precisions)]
 
 
 def measure_in_subprocess(runtime: str, variants: Dict[str, tuple], outputs: Sequence[str], *,
@@ -221,12 +250,20 @@ def _runner(runtime: str, model: Path, feeds: Dict[str, np.ndarray], outputs: Se
 def _worker(plan_path: Path) -> List[Timing]:
     plan = json.loads(plan_path.read_text())
     precisions = plan.get("precisions", {})
+    spinning = plan.get("ort_spinning", True)
+    fed = {name: dict(np.load(feeds)) for name, (_, feeds) in plan["variants"].items()}
     with outside.allowing(plan.get("allowed_ops", ())):
-        runners = {name: _runner(plan["runtime"], Path(model), dict(np.load(feeds)),
-                                 plan["outputs"], precisions.get(name),
-                                 plan.get("ort_spinning", True))
-                   for name, (model, feeds) in plan["variants"].items()}
-    return summarise(plan["runtime"], interleaved(runners, plan["runs"]), threads())
+        runners = {name: _runner(plan["runtime"], Path(model), fed[name], plan["outputs"],
+                                 precisions.get(name), spinning)
+                   for name, (model, _) in plan["variants"].items()}
+    return summarise(plan["runtime"], interleaved(runners, plan["runs"]), threads(),
+                     pid=os.getpid(), batch={name: _rows(f) for name, f in fed.items()},
+                     spinning=spinning if plan["runtime"] == "onnxruntime" else None)
+
+
+def _rows(feeds: Dict[str, np.ndarray]) -> int:
+    """The rows of a feed: the leading dimension of its first batched array."""
+    return next((int(v.shape[0]) for v in feeds.values() if np.ndim(v) > 0), 1)
 
 
 if __name__ == "__main__":

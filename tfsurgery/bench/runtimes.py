@@ -7,7 +7,8 @@ when that differs. Every
 deployment artefact is written and checked as an export is (ONNX, TFLite and OpenVINO against
 the optimized graph in TensorFlow, each at its own tolerance; the optimized .pb by the run's
 verification); each runtime is timed in a process of its own (``latency.measure_in_subprocess``:
-interleaved runs, median and interquartile range). ``Bench.fastest`` names the fastest artefact
+interleaved runs, median and interquartile range) — onnxruntime and OpenVINO each model in its
+own, as a plain session runs it. ``Bench.fastest`` names the fastest artefact
 whose check passed — a faster one that missed its check is shown, never chosen. The CPU's name
 and instruction-set flags say which machine the numbers belong to.
 """
@@ -233,11 +234,12 @@ WRITERS = {"tensorflow": _tensorflow, "onnxruntime": _onnxruntime, "tflite": _tf
 
 def _timed(runtime: str, models, outputs, runs: int, work: Path, timeout: float) -> List[Entry]:
     """Every model of one runtime that could be written, timed in one process of its own —
-    OpenVINO's, one process per precision: each compiled model keeps its own CPU threads, and
-    two in one process disturb each other (the demo: 0.08 → 0.22 ms per call)."""
+    onnxruntime's and OpenVINO's, one process per model: each session (compiled model) keeps
+    its own CPU threads, and two in one process disturb each other (the demo in OpenVINO: 0.08
+    → 0.22 ms per call; a BERT-style model in onnxruntime: 2.4-4x a plain session)."""
     variants = {entry.variant: (path, npz) for entry, path, npz in models if path is not None}
-    groups = [{name: spec} for name, spec in variants.items()] if runtime == "openvino" \
-        else [variants] if variants else []
+    groups = [{name: spec} for name, spec in variants.items()] \
+        if runtime in latency.ONE_PROCESS_PER_MODEL else [variants] if variants else []
     precisions = {entry.variant: entry.precision.split(" ")[0] for entry, _, _ in models} \
         if runtime == "openvino" else None
     timings = {}

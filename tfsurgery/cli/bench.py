@@ -43,7 +43,8 @@ def _say_bench(args, source, result, bench) -> int:
     threads = f", {timed[0].threads} intra-op threads" if timed else ""
     _say(args, f"{source.label}: {len(source.graph_def.node)} → {len(result.graph_def.node)} "
                f"nodes; median ± interquartile range over {args.runs} interleaved runs, ms; "
-               f"each runtime in its own process{threads}")
+               f"each runtime in its own process (onnxruntime and OpenVINO: each model, as "
+               f"a plain session runs it){threads}")
     _say(args, f"CPU: {bench.cpu['name']} ({' '.join(bench.cpu['flags']) or 'no listed flags'})")
     baseline = next((e.timing for e in bench.entries
                      if (e.runtime, e.model) == ("tensorflow", "original") and e.timing), None)
@@ -82,7 +83,7 @@ def _bench_int8(args, source, transforms) -> int:
     the int8 model's error against the float one (top-1 agreement for class scores)."""
     from tfsurgery import api
     if args.weights != "float32":
-        raise api.InputError("bench --int8 compares float32 with int8 weights: drop --weights")
+        raise api.InputError("bench --int8 compares float32 with int8 weights: drop --store-weights")
     result = _optimized(api, source, transforms, args)
     code = _check_verification(args, result)
     if code:
@@ -111,7 +112,8 @@ def _bench_int8(args, source, transforms) -> int:
                      f"{side.max_error:.3g}{agree}"))
     timed = [t for side in sides for t in side.timings.values()]
     _say(args, f"{source.label}: float32 against int8 weights; median ± interquartile range over "
-               f"{args.runs} interleaved runs, ms; each runtime in its own process"
+               f"{args.runs} interleaved runs, ms; each runtime in its own process "
+               f"(onnxruntime and OpenVINO: each model)"
                f"{f', {timed[0].threads} intra-op threads' if timed else ''}; int8 vs float: "
                "max error relative to each output's magnitude (worst batch) and top-1 "
                "agreement, on " + ("every --samples row" if args.samples else

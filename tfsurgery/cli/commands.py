@@ -88,6 +88,9 @@ def _optimize(args, source, transforms) -> int:
     _say(args, api.comparison_table(source.graph_def, result.graph_def))
     for line in api.transform_lines(result.reports, verbose=args.verbose):
         _say(args, line)
+    for report in result.reports:           # loud, even with -q: the model's answers changed
+        for line in report.warnings:
+            print(f"tfsurgery: warning: {report.name}: {line}", file=sys.stderr)
     _interface_notes(args, result)
     data = result.as_report()
     data["artefacts"] = []
@@ -375,6 +378,6 @@ def _batch(args) -> int:
         options.input, args.output, args.optimize_argv,
         exports=[name for name in api.batch.EXPORTS if getattr(args, name)], jobs=args.jobs,
         timeout=args.model_timeout or api.batch.DEFAULT_TIMEOUT, engine=args.engine,
-        ray_address=args.ray_address, on_done=finished)
+        ray_address=args.ray_address, shared_output=args.ray_shared_output, on_done=finished)
     _say(args, api.batch.format_summary(summary))
     return api.batch.exit_status(summary)

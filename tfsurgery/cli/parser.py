@@ -16,13 +16,13 @@ EXAMPLES = """examples:
   tfsurgery bench frozen.pb --bn-fold        # every installed runtime; the fastest checked one
   tfsurgery bench frozen.pb --int8           # float vs int8 weights and static int8
   tfsurgery optimize saved_model_dir -o lean_saved_model/   # a SavedModel back out, checked
-  tfsurgery optimize frozen.pb --tflite lean.tflite --weights float16   # TFLite, float16 weights
+  tfsurgery optimize frozen.pb --tflite lean.tflite --store-weights float16   # TFLite, float16 weights
   tfsurgery optimize frozen.pb --openvino lean_ir/   # OpenVINO IR, checked at f32
   tfsurgery batch models/ -o lean/ --jobs 2 --bn-fold --onnx   # every model in a folder
 """
 BATCH_USAGE = ("tfsurgery batch IN_DIR -o OUT_DIR [--jobs N] [--model-timeout SECONDS] "
-               "[--engine local|ray] [--onnx] [--tflite] [--saved-model] [--openvino] [--picture] "
-               "[optimize options ...]")
+               "[--engine local|ray [--ray-address ADDR [--ray-shared-output]]] [--onnx] "
+               "[--tflite] [--saved-model] [--openvino] [--picture] [optimize options ...]")
 
 
 def _common(parser: argparse.ArgumentParser, checks: bool = True) -> None:
@@ -428,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--plot", metavar="OUT.svg",
                        help="also draw the timings as a bar chart (SVG)")
     bench.add_argument("--int8", action="store_true",
-                       help="the optimized float model against its --weights int8 twin in "
+                       help="the optimized float model against its --store-weights int8 twin in "
                             "TensorFlow, onnxruntime and TFLite, and against static int8 "
                             "(--quantize int8's QDQ for this CPU) in onnxruntime and NNCF's "
                             "in OpenVINO (when installed): size, latency, agreement")
@@ -457,7 +457,11 @@ def _batch_command(sub) -> None:
     batch.add_argument("--engine", choices=("local", "ray"), default="local",
                        help="local processes (default) or a Ray cluster (pip install ray)")
     batch.add_argument("--ray-address", metavar="ADDRESS",
-                       help="the Ray cluster to use (default: a local instance for this run)")
+                       help="the Ray cluster to use (default: a local instance for this run); "
+                            "each node's outputs travel back to OUT_DIR here")
+    batch.add_argument("--ray-shared-output", action="store_true",
+                       help="with --ray-address: OUT_DIR is on a filesystem the nodes share; "
+                            "they write there, and each output is checked visible here")
     group = batch.add_argument_group("also per model, each checked (OUT_DIR/<model>/...)")
     group.add_argument("--onnx", action="store_true", help="<model>.onnx")
     group.add_argument("--tflite", action="store_true", help="<model>.tflite")

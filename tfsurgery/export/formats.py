@@ -76,8 +76,8 @@ def export_saved_model(source: Source, result: Result, path, *, force: bool = Fa
 @with_allowed_ops
 def export_tflite(source: Source, result: Result, path, batch: Optional[Batch] = None, *,
                   allow_unverified: bool = False) -> Artefact:
-    """Convert with tf.lite.TFLiteConverter (float16 weights with --weights float16, dynamic-range
-    int8 weights with --weights int8), run in the
+    """Convert with tf.lite.TFLiteConverter (float16 weights with --store-weights float16, dynamic-range
+    int8 weights with --store-weights int8), run in the
     LiteRT interpreter on the verification inputs; written only if it matches the reference
     (``export_reference``; with a ``batch``: when the whole run has passed)."""
     require_verified(result, allow_unverified=allow_unverified)

@@ -36,7 +36,7 @@ from tfsurgery.export import onnx_tidy
 from tfsurgery.export.onnx_weights import (  # noqa: F401 - part of this module's API
     EXTERNAL_MIN_BYTES, weights_to_float16, weights_to_int8)
 from tfsurgery.trust import outside
-from tfsurgery.verify import check as verify
+from tfsurgery.verify import check as verify, string_inputs
 from tfsurgery.constants import evaluate
 from tfsurgery.errors import ExportError, InputError, OnnxCheckFailed, OnnxUnconvertible
 from tfsurgery.graph import Graph
@@ -96,9 +96,9 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
     ``feeds`` default to ``verify.make_feeds(graph_def, inputs, seed)`` (NHWC; transposed for
     onnxruntime where ``inputs_as_nchw`` made the ONNX input NCHW). The model is written only if
     ``passed``; ``input_path`` is never overwritten. ``float16_min_elements``: float32 initializers
-    of at least that many values are stored as float16 with a Cast back (--weights float16).
+    of at least that many values are stored as float16 with a Cast back (--store-weights float16).
     ``int8_min_elements``: conv/matmul weight initializers of at least that many values are
-    stored as int8 with a per-channel ``DequantizeLinear`` in front (--weights int8).
+    stored as int8 with a per-channel ``DequantizeLinear`` in front (--store-weights int8).
     ``more_feeds``: further inputs to check on, by label (verification's ``{"@32": feeds}``, a
     second sequence length), their errors named ``output@32``.
     ``expected`` (output → values, e.g. the original fed the verifier's preprocessing) replaces
@@ -133,7 +133,7 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         if float16_min_elements is not None:
             weights_to_float16(model, float16_min_elements)
         if int8_min_elements is not None and not weights_to_int8(model, int8_min_elements):
-            raise ExportError("--weights int8: no conv/matmul weight initializer of at least "
+            raise ExportError("--store-weights int8: no conv/matmul weight initializer of at least "
                               f"{int8_min_elements} values is left in the ONNX model to store "
                               "as int8")
         check(model)
@@ -300,8 +300,9 @@ def _convert(graph_def, inputs: Sequence[str], outputs: Sequence[str], *, opset:
     # tf2onnx keeps going past unsupported ops and leaves them in as TF ops: name them all here.
     left = [n for n in onnx_tidy.all_nodes(model.graph) if not onnx.defs.has(n.op_type, n.domain)]
     if left:
+        hint = string_inputs.onnx_hint(graph_def, outputs, left)   # the numeric model's cut
         raise OnnxUnconvertible(f"tf2onnx cannot convert op(s) {_unsupported(left)} to ONNX "
-                                f"opset {opset}")
+                                f"opset {opset}{hint}")
     return model, storage
 
 

@@ -38,7 +38,7 @@ PRECISIONS = ("f32", "bf16", "f16")
 # by ~3e-4 on MobileNetV2 — beyond the default 1e-4, so f32 gets 1e-3.
 # bf16: 8 significant bits, each rounding up to 2^-9 ≈ 2e-3 of a value; on deep nets the outputs
 # move by a few percent of their magnitude (measured: see docs/openvino.md): 5e-2.
-# f16: 11 significant bits, as --weights float16 (and its 1e-2) but on activations too: 2e-2.
+# f16: 11 significant bits, as --store-weights float16 (and its 1e-2) but on activations too: 2e-2.
 TOLERANCES = {"f32": 1e-3, "bf16": 5e-2, "f16": 2e-2}
 CAPABILITY = {"f32": "FP32", "bf16": "BF16", "f16": "FP16"}
 OV_TYPE_NAMES = {"float32": "f32", "f32": "f32", "bfloat16": "bf16", "bf16": "bf16",

@@ -11,9 +11,9 @@ on real data; with ``--samples`` it is measured on the user's rows.
 
 In onnxruntime a third model joins them, reported as a row of its own against float: **static
 int8** (the quantization ``--quantize int8`` makes: QDQ with this machine's ``int8_target``
-settings, calibrated on the same rows; no accuracy search). The onnxruntime sessions are timed
-with their intra-op threads not spinning when idle (otherwise they slow each other:
-``int8_speed``).
+settings, calibrated on the same rows; no accuracy search). Each onnxruntime session is timed
+in a process of its own with onnxruntime's defaults but the thread count, as a plain session
+runs it (``latency.measure_each``; two spinning sessions in one process slow each other).
 
 In OpenVINO (when installed) the float IR (checked at f32 against its graph in TensorFlow) is
 set against its **NNCF int8** twin (``nncf.quantize`` calibrated on the same rows, no accuracy
@@ -101,10 +101,9 @@ def bench(graphs: Mapping[str, object], inputs: Sequence[str], outputs: Sequence
         npz = work / f"feeds_{runtime}.npz"
         np.savez(npz, **(artefacts.feeds_by_key(feeds, signature.inputs) if runtime == "tflite"
                          else {k: np.asarray(v) for k, v in feeds.items()}))
-        # onnxruntime's idle sessions must not spin: their threads slow the one timed
-        rows = latency.measure_in_subprocess(runtime, {v: (paths[v], npz) for v in paths},
-                                             list(outputs), runs=runs, work=work,
-                                             timeout=max(timeout, 600), ort_spinning=False)
+        rows = latency.measure_each(runtime, {v: (paths[v], npz) for v in paths},
+                                    list(outputs), runs=runs, work=work,
+                                    timeout=max(timeout, 600))
         side.timings = {row.variant: row for row in rows if row.variant in VARIANTS}
         sides.append(side)
         if static is not None:

@@ -33,8 +33,8 @@ def check_int8_request(samples_path, quantize, onnx: bool, nchw_inputs: Sequence
                        *, weights: str = "float32") -> None:
     """Bad --quantize requests, before any work: one line each (exit 2)."""
     if quantize and weights != "float32":
-        raise InputError(f"--quantize {quantize} quantizes the float model: drop --weights "
-                         f"{weights} (--weights int8 is storage only, float compute)")
+        raise InputError(f"--quantize {quantize} quantizes the float model: drop --store-weights "
+                         f"{weights} (--store-weights int8 is storage only, float compute)")
     quantize_mod.check_request(samples_path, quantize, onnx, nchw_inputs)
 
 

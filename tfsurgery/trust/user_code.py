@@ -19,14 +19,53 @@ from tfsurgery.ops import first_line
 
 def import_user_code(spec: str, flag: str):
     """The module ``spec`` names (``flag``: the option it came from, for the message)."""
+    before = set(sys.modules)
     try:
         if spec.endswith(".py") or os.sep in spec:
-            return _import_file(Path(spec), spec, flag)
-        return _import_from_here(spec)
+            module = _import_file(Path(spec), spec, flag)
+        else:
+            module = _import_from_here(spec)
     except InputError:
         raise
     except Exception as error:  # noqa: BLE001 - whatever the user's code raises at import
         raise InputError(f"{flag} {spec}: cannot load it: {first_line(error)}") from None
+    new = [sys.modules[name] for name in set(sys.modules) - before] + [module]
+    _LOADED.setdefault(_key(spec), set()).update(_own_files(new))
+    return module
+
+
+# spec (resolved) → the user's own source files its import loaded (batch fingerprints them)
+_LOADED: dict = {}
+
+
+def loaded_files(spec: str, flag: str) -> list:
+    """The user's own source files importing ``spec`` loaded — its module (every file of a
+    package), and the modules of theirs it imported first — importing it if not yet done."""
+    import_user_code(spec, flag)
+    return sorted(_LOADED[_key(spec)])
+
+
+def _key(spec: str) -> str:
+    return str(Path(spec).resolve()) if spec.endswith(".py") or os.sep in spec else \
+        f"{os.getcwd()}:{spec}"
+
+
+def _own_files(modules) -> set:
+    """The source files of ``modules`` outside the Python installation and tfsurgery (the
+    user's own code); a package brings every .py file under its folder."""
+    installed = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    installed |= {os.path.realpath(p) for p in sys.path if "-packages" in p}
+    files = set()
+    for module in modules:
+        path = getattr(module, "__file__", None)
+        ours = module.__name__ == "tfsurgery" or module.__name__.startswith("tfsurgery.")
+        if not path or ours or any(os.path.realpath(path).startswith(root + os.sep)
+                           for root in installed):
+            continue
+        if os.path.basename(path) == "__init__.py":
+            files |= {str(p) for p in Path(path).parent.rglob("*.py")}
+        files.add(str(Path(path).resolve()))
+    return files
 
 
 def _import_from_here(name: str):

@@ -7,6 +7,10 @@ inference meaning, derived here from the original and never from the transform u
   Keras) — becomes its expected value ``p`` (``keep``, or ``1 - rate``, read from the mask's own
   comparison), so ``x · scale · m`` becomes ``x · scale · p = x``: dropout off;
 - any other uniform becomes 1 − machine epsilon (every mask keeps), a normal becomes 0 (noise off).
+Augmentation layers served by mistake (RandomFlip, RandomRotation, ... applied by a
+``model.export()`` graph) whose draws were removed are at their inference behaviour in the
+reference too: the layer's output is its input (remove-augmentation's rule for where a layer
+begins and ends, applied to the original; Keras itself is the tests' oracle for that rule).
 Other random ops that were removed have no neutral value: the check says it cannot compare.
 """
 from __future__ import annotations
@@ -20,6 +24,7 @@ from tfsurgery.errors import VerificationError
 from tfsurgery.graph import Graph, Ref
 from tfsurgery.ops import (INTEGER_UNIFORM_RANDOM_OPS, NORMAL_RANDOM_OPS, SEEDED_RANDOM_OPS,
                            UNIFORM_RANDOM_OPS)
+from tfsurgery.transforms.remove_augmentation import find_augmentations, layer_names
 
 UNIFORM_OPS, NORMAL_OPS, SEEDED_OPS = UNIFORM_RANDOM_OPS, NORMAL_RANDOM_OPS, SEEDED_RANDOM_OPS
 FIXED_SEED = 87654321
@@ -36,8 +41,11 @@ def comparable_reference(original, optimized,
     if not random_nodes and not any(n.op in SEEDED_OPS for n in optimized.node):
         return original, optimized, None
     reference, seeded = Graph(original, check_inputs=False), None
-    neutral = []
+    neutral, augmentations = [], _augmentations_off(reference, random_nodes, kept)
+    bypassed = {draw for layer in augmentations for draw in layer.draws}
     for node in random_nodes:
+        if node.name in bypassed:
+            continue
         if kept.get(node.name) == node.op:
             seeded = seeded or Graph(optimized, check_inputs=False)
             _fix_seed(reference, node.name)
@@ -57,11 +65,25 @@ def comparable_reference(original, optimized,
         if node.op in SEEDED_OPS and node.name not in kept.keys() & {n.name for n in random_nodes}:
             seeded = seeded or Graph(optimized, check_inputs=False)
             _fix_seed(seeded, node.name)
-    note = (f"its {len(neutral)} random op(s) at their expected or neutral value (dropout "
-            "off, noise 0)") if neutral else None
+    notes = [f"its {len(neutral)} random op(s) at their expected or neutral value (dropout "
+             "off, noise 0)"] if neutral else []
+    if augmentations:
+        notes.append(f"its augmentation ({layer_names(augmentations)}) at its inference "
+                     "behaviour (the identity)")
+    note = "; ".join(notes) or None
     # the optimized graph is copied only where it keeps random ops to seed
     return reference.to_graph_def(), (optimized if seeded is None else seeded.to_graph_def()), \
         note
+
+
+def _augmentations_off(reference: Graph, random_nodes, kept) -> list:
+    """Augmentation layers of the original whose draws the optimized graph no longer has,
+    replaced by the identity in ``reference`` (its sinks, the outputs, keep their names)."""
+    if all(kept.get(node.name) == node.op for node in random_nodes):
+        return []
+    sinks = {node.name for node in reference if not reference.consumer_nodes(node.name)}
+    layers, _ = find_augmentations(reference, protected=sinks)
+    return [layer for layer in layers if not any(kept.get(d) for d in layer.draws)]
 
 
 def _fix_seed(graph: Graph, name: str) -> None:

@@ -16,6 +16,7 @@ from tfsurgery.graph import Graph
 from tfsurgery.ops import first_line, node_name, tensor_name
 from tfsurgery.trust.outside import refuse
 from tfsurgery.tfsession import plain_session_config
+from tfsurgery.verify import string_inputs
 
 # the inputs token ids and masks come in (token_inputs looks at these only)
 _INT_OR_BOOL = frozenset({types_pb2.DT_INT32, types_pb2.DT_INT64, types_pb2.DT_INT16,
@@ -98,6 +99,11 @@ def make_feeds(graph, inputs: Sequence[str], seed: int = 0, *,
             feeds[name] = _given_value(node, given[node.name], dtype)
             continue
         if dtype == tf.string:
+            strings = string_inputs.table_strings(graph, node.name,
+                                                  placeholder_shape(node, unknown_dim), rng)
+            if strings is not None:
+                feeds[name] = strings
+                continue
             raise InputError(
                 f"input '{node.name}' is a string tensor (encoded bytes: a file, a WAV, a JPEG): "
                 f"random values cannot stand in for it; feed a real one with --feed "
