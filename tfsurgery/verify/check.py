@@ -13,8 +13,10 @@ It never passes without comparing real numbers:
   ``tfsurgery.verify.reference`` — never by the transform under test. No neutral value: the check says
   it cannot compare.
 - the float32 *noise floor* — how far the original's own outputs move when its float inputs move
-  by one rounding step (relative 2^-23) — excuses at most NOISE_FACTOR × that floor, capped at
-  NOISE_CAP, and only when the reference is deterministic (two runs agree bit for bit).
+  by one rounding step (relative 2^-23), or when its float weights each move one step up or
+  down at random (what recomputing every weight in float32, as folding does, may add), the
+  larger — excuses at most NOISE_FACTOR × that floor, capped at NOISE_CAP, and only when the
+  reference is deterministic (two runs agree bit for bit).
 - what an output-only comparison is blind to — saturated softmax/sigmoid heads, argmax and
   integer outputs, layers whose change the random inputs clip away — is compared too: the logits
   under such outputs, and where a 1% change of a layer's weights would not show, every tensor
@@ -35,8 +37,9 @@ from tfsurgery.errors import OriginalDoesNotRun, VerificationError
 from tfsurgery.ops import node_name, tensor_name
 # the names callers know, re-exported: UNKNOWN_BATCH, placeholder_shape
 from tfsurgery.verify.runs import (DEFAULT_TIMEOUT, UNKNOWN_BATCH, UNKNOWN_DIMS,  # noqa: F401
-                            GraphTimeout, OutputError, Runner, has_free_dims, make_feeds, nudge,
-                            output_error, placeholder_shape, run_graph)
+                            GraphTimeout, OutputError, Runner, float_weights, has_free_dims,
+                            make_feeds, nudge, output_error, placeholder_shape, reround,
+                            run_graph)
 from tfsurgery.verify import sensitivity as sensitivity_mod
 from tfsurgery.verify import token_inputs
 from tfsurgery.verify.reference import comparable_reference
@@ -401,40 +404,55 @@ def _scaled_reference(ref, reference, inputs, outputs, fetches, settings, watchi
 
 def _noise_floor(verification, ref, feeds, settings, fetches, names, expected, wide, sources,
                  rows: Optional[int] = None, fixed: Mapping[str, object] = ()) -> None:
-    """Two more runs of the reference (only when something exceeds the tolerance): are its runs
-    deterministic, and how far do its values move for a one-rounding-step change of the float
-    inputs? The outputs share one floor; each intermediate tensor gets its own. The values the
-    user ``fixed`` (--feed: a scale a ``tf.case`` selects on, say) are not moved; where the
-    moved inputs still make the reference fail, there is no floor (the tolerance alone).
+    """Three more runs of the reference (only when something exceeds the tolerance): are its
+    runs deterministic, and how far do its values move for a one-rounding-step change of the
+    float inputs, and of its float weights (each one step up or down, seeded — the rounding a
+    transform that recomputes every weight adds, W·s of a folded batch norm)? The larger move
+    is the floor. The outputs share one floor; each intermediate tensor gets its own. The values
+    the user ``fixed`` (--feed: a scale a ``tf.case`` selects on, say) are not moved; where the
+    moved values make the reference fail, that move gives no floor.
     ``wide``: optimized name → values of the intermediate tensors; ``sources``: their names in
     the reference."""
     wide_names = list(wide)
     wide_sources = [sources.get(n, n) for n in wide_names]
     values = list(expected) + [wide[n][0] for n in wide_names]
 
-    def reference(feeds):     # the outputs on every row, intermediate tensors on those compared
+    def reference(feeds, weights=None):   # the outputs on every row, intermediate tensors on
+        fed = {**settings, **(weights or {})}     # those compared; weights over probed kernels
         if rows is None or not wide_names:
-            return ref.run({**feeds, **settings}, list(fetches) + wide_sources)
-        return list(ref.run({**feeds, **settings}, list(fetches))) + \
-            ref.run({**first_rows(feeds, rows), **settings}, wide_sources)
+            return ref.run({**feeds, **fed}, list(fetches) + wide_sources)
+        return list(ref.run({**feeds, **fed}, list(fetches))) + \
+            ref.run({**first_rows(feeds, rows), **fed}, wide_sources)
     again = reference(feeds)
     verification.deterministic = all(_identical(a, b) for a, b in zip(values, again))
     if not verification.deterministic:
         return
     kept = {node_name(k) for k in fixed}
-    moved = {**nudge(feeds), **{k: v for k, v in feeds.items() if node_name(k) in kept}}
-    try:
-        nudged = reference(moved)
-    except VerificationError as error:
-        verification.watching.notes.append(f"no float32 noise floor: the original does not run "
-                                           f"on inputs one rounding step away ({error})")
+    weights = {k: v for k, v in float_weights(ref.graph).items() if k not in kept}
+    moves = {"inputs": ({**nudge(feeds), **{k: v for k, v in feeds.items()
+                                           if node_name(k) in kept}}, None)}
+    if weights:
+        moves["weights"] = (feeds, reround(weights))
+    floors = {}
+    for source, (moved, moved_weights) in moves.items():
+        try:
+            nudged = reference(moved, moved_weights)
+        except VerificationError as error:
+            verification.watching.notes.append(
+                f"no float32 noise floor from its {source}: the original does not run with "
+                f"them one rounding step away ({error})")
+            continue
+        floors[source] = [output_error(n, e, a).max_rel
+                          for n, e, a in zip(names + wide_names, values, nudged)]
+    if not floors:
         return
-    floors = [output_error(n, e, a).max_rel
-              for n, e, a in zip(names + wide_names, values, nudged)]
-    verification.noise_floor = max(floors[:len(names)], default=0.0)
+    outputs = {source: max(f[:len(names)], default=0.0) for source, f in floors.items()}
+    verification.noise_source = max(outputs, key=outputs.get)
+    verification.noise_floor = outputs[verification.noise_source]
     verification.intermediate_allowed = {
-        n: max(verification.tolerance, min(NOISE_FACTOR * f, NOISE_CAP))
-        for n, f in zip(wide_names, floors[len(names):])}
+        n: max(verification.tolerance, min(NOISE_FACTOR * max(f[i] for f in floors.values()),
+                                           NOISE_CAP))
+        for i, n in enumerate(wide_names, start=len(names))}
 
 
 def _reference_text(note: Optional[str], settings: Mapping[str, np.ndarray],
@@ -487,7 +505,8 @@ def verify_batches(original, optimized, inputs: Sequence[str], outputs: Sequence
                 one.feeds
         merged.outputs += [dataclasses.replace(o, name=f"{o.name} [{label}]")
                            for o in one.outputs]
-        merged.noise_floor = max(merged.noise_floor, one.noise_floor)
+        if one.noise_floor > merged.noise_floor:
+            merged.noise_floor, merged.noise_source = one.noise_floor, one.noise_source
         merged.deterministic = merged.deterministic and one.deterministic
         merged.batches += 1
     for name in class_outputs:

@@ -160,6 +160,27 @@ def nudge(feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
             for k, v in feeds.items()}
 
 
+def float_weights(graph) -> Dict[str, np.ndarray]:
+    """The float32 constants of more than one value of an imported tf.Graph (kernels, biases,
+    batch-norm statistics; scalars such as an epsilon or a clip bound are left out)."""
+    import tensorflow as tf
+    weights = {}
+    for op in graph.get_operations():
+        if op.type == "Const" and op.outputs[0].dtype == tf.float32 and \
+                (op.outputs[0].shape.num_elements() or 0) > 1:
+            weights[op.name] = tf.make_ndarray(op.get_attr("value"))
+    return weights
+
+
+def reround(weights: Dict[str, np.ndarray], seed: int = 0) -> Dict[str, np.ndarray]:
+    """Each weight moved one float32 rounding step up or down, the signs seeded at random: the
+    noise a transform that recomputes every weight in float32 (a folded W·s) may add."""
+    rng = np.random.default_rng(seed)
+    return {name: np.nextafter(value, np.where(rng.random(value.shape) < 0.5, -np.inf, np.inf)
+                               .astype(np.float32)).astype(np.float32)
+            for name, value in weights.items()}
+
+
 # ---------------------------------------------------------------- running
 def run_graph(graph_def, feeds: Dict[str, np.ndarray], outputs: Sequence[str], *,
               timeout: float = DEFAULT_TIMEOUT, label: str = "the graph") -> List[np.ndarray]:

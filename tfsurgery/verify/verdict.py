@@ -34,7 +34,8 @@ class Verification:
     outputs: List[OutputError]
     tolerance: float
     reference: str = "the original graph"   # verify() says what it was fed
-    noise_floor: float = 0.0        # the original's own output change for a 1-ulp input change
+    noise_floor: float = 0.0        # the original's own output change for a 1-ulp change of
+    noise_source: str = ""          # ... its float "inputs" or its float "weights", the larger
     deterministic: bool = True      # two runs of the reference agree bit for bit
     feeds: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
     # further feeds compared, by the suffix their outputs carry ("@32": free dims at 32)
@@ -147,7 +148,8 @@ class Verification:
 
     def summary(self) -> str:
         """The numbers in plain words, for the report line."""
-        floor = f", float32 noise floor {self.noise_floor:.3g}" if self.noise_floor else ""
+        floor = (f", float32 noise floor {self.noise_floor:.3g} from its {self.noise_source}"
+                 if self.noise_floor else "")
         batches = (f" over {self.batches} batches, worst on {self.worst_batch}"
                    if self.batches > 1 else "")
         text = (f"max error {self.max_error:.3g}{batches} (tolerance {self.tolerance:g}{floor}; "
@@ -174,6 +176,7 @@ class Verification:
     def as_dict(self) -> dict:
         return {"passed": self.passed, "max_error": float(self.max_error),
                 "tolerance": float(self.tolerance), "noise_floor": float(self.noise_floor),
+                "noise_floor_from": self.noise_source,
                 "allowed": float(self.allowed), "deterministic": self.deterministic,
                 "nonfinite_outputs": self.nonfinite, "reference": self.reference,
                 "batches": self.batches, "worst_batch": self.worst_batch,
