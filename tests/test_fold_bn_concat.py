@@ -213,3 +213,26 @@ def test_unsafe_concat_folds_are_refused_with_the_reason(case, reason):
     assert [r for n, r in report.skipped if n == "concat" and reason in r], report.skipped
     assert not [line for line in report.rewritten if "split by" in line]
     assert_matches(result, 1e-4)
+
+
+def test_a_parts_conv_keeps_its_name_but_is_never_compared_by_it(folded_concat):
+    """Each conv before the concat took the batch norm's scale: it keeps its name, so the fold
+    says its values changed (``report.changed``), and verification's widened comparison never
+    pairs it by name with the original's conv (it differs by design; a NCHW conv run
+    channels-last on a CPU without oneDNN neither)."""
+    from tfsurgery.verify.sensitivity import comparable_tensors
+    built, result, _ = folded_concat
+    declared = result.reports.correspondence
+    convs = {n.name + ":0" for n in result.graph_def.node
+             if n.op in ("Conv2D", "DepthwiseConv2dNative")}
+    assert convs and all(declared.get(conv) == "" for conv in convs)
+    graphs = []
+    for graph_def in (built.graph_def, result.graph_def):
+        with tf.Graph().as_default() as graph:
+            tf.compat.v1.import_graph_def(graph_def, name="")
+        graphs.append(graph)
+    paired = {mine for mine, _ in comparable_tensors(*graphs, (), correspondence=declared)}
+    assert not paired & convs
+    unmarked = comparable_tensors(*graphs, (), correspondence={})
+    assert {mine for mine, _ in unmarked} & convs      # what the declaration keeps out
+    assert_matches(result, 1e-4)

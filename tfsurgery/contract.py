@@ -93,6 +93,12 @@ class TransformReport:
         op's output for the subgraph's it replaced — so that verification compares the two."""
         self.correspondence[tensor_name(result_tensor)] = tensor_name(original_tensor)
 
+    def changed(self, result_tensor: str) -> None:
+        """Declare that ``result_tensor`` kept its name but not its values (a concat part's conv
+        whose weights took the batch norm after the concat): verification does not pair it by
+        name with the original's tensor of that name."""
+        self.correspondence[tensor_name(result_tensor)] = ""
+
     def as_dict(self) -> dict:
         return {"name": self.name, "matched": self.matched, "rewritten": self.rewritten,
                 "skipped": [{"node": n, "reason": r} for n, r in self.skipped],

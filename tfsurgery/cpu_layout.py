@@ -41,6 +41,10 @@ PER_DIMENSION_INPUTS = {"Conv2DBackpropInput": (0,), "Conv3DBackpropInputV2": (0
                         "MaxPoolV2": (1, 2)}
 
 
+
+# the channels-last op a wrapped NCHW op becomes (its name keeps the Transpose back)
+INNER_SUFFIX = "/_channels_last"
+
 def to_channels_last(rank: int) -> List[int]:
     """NCHW → NHWC (rank 4), NCDHW → NDHWC (rank 5)."""
     return [0] + list(range(2, rank)) + [1]
@@ -116,7 +120,7 @@ def _wrapped(node) -> list:
     rank = len(fmt)
     inner = node_def_pb2.NodeDef()
     inner.CopyFrom(node)
-    inner.name = f"{node.name}/_channels_last"
+    inner.name = node.name + INNER_SUFFIX
     inner.attr["data_format"].s = ("NHWC" if rank == 4 else "NDHWC").encode()
     if "_output_shapes" in inner.attr:            # recorded in the old layout
         del inner.attr["_output_shapes"]

@@ -450,6 +450,8 @@ def fold_concat(graph: Graph, concat: str, options: Options, report: TransformRe
     for part in parts:
         fold_concat_part(graph, part, chain.scale[part.channels],
                          chain.shift[part.channels], options)
+        for kept in [part.lin.name, *part.chain.nodes[-1:]]:   # now also scaled by the chain
+            report.changed(kept)
     # chain.start is the concat, or the BatchToSpaceND reading it (it moves whole pixels, so the
     # per-channel map commutes with it): that node now yields the normalized values
     rename_concat(graph, chain.start, chain.nodes)

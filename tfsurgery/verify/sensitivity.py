@@ -31,7 +31,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tfsurgery.ops import IDENTITY_OPS, tensor_name
+from tfsurgery.cpu_layout import INNER_SUFFIX
+from tfsurgery.ops import IDENTITY_OPS, node_name, tensor_name
 
 HEAD_OPS = frozenset({"Softmax", "LogSoftmax", "Sigmoid", "Tanh"})
 PICK_OPS = frozenset({"ArgMax", "ArgMin", "TopKV2"})
@@ -344,7 +345,10 @@ def comparable_tensors(reference_graph, optimized_graph, exclude: Sequence[str],
     the graphs (layout-nhwc), 4-D and 5-D tensors are left out: they may hold another layout."""
     inside = branches_and_loops(reference_graph, settings) | \
         branches_and_loops(optimized_graph)
-    declared = {tensor_name(k): tensor_name(v) for k, v in (correspondence or {}).items()}
+    # "" : a transform said the tensor kept its name but not its values (``changed``)
+    declared = {tensor_name(k): tensor_name(v) if v else "" for k, v in
+                (correspondence or {}).items()}
+    changed = {node_name(k) for k, v in declared.items() if v == ""}
     relaid = False
     pairs = []
     excluded = {tensor_name(n) for n in exclude}
@@ -355,8 +359,12 @@ def comparable_tensors(reference_graph, optimized_graph, exclude: Sequence[str],
             namesake = None
         if namesake is not None and _relaid(op, namesake):
             relaid = True
+        if op.name.split(INNER_SUFFIX)[0] in changed:    # also run channels-last (cpu_layout)
+            continue
         for mine in op.outputs:
             source = declared.get(mine.name)
+            if source == "":
+                continue
             if source is None:
                 if namesake is None or mine.value_index or op.type not in LINEAR_READERS:
                     continue
