@@ -155,7 +155,7 @@ def test_auto_tries_dynamic_when_static_misses_and_shows_every_mode(encoder_mode
     out = tmp_path / "encoder_int8.onnx"
     code, int8 = export(encoder_model, out, "--int8-min-sqnr", "33", "--int8-min-speedup", "0",
                         "--int8-calibration", "minmax", "--int8-bias-correction", "off",
-                        "--int8-max-float-layers", "1")
+                        "--int8-max-float-layers", "1", "--raw-onnx")
     assert code == 0, int8
     modes = {m["mode"]: m for m in int8["modes"]}
     assert int8["mode"] == "dynamic" and modes["dynamic"]["written"]

@@ -107,6 +107,13 @@ def find_augmentations(graph: Graph, outputs=(), protected=frozenset()
         replaced.append(layer)
 
 
+def may_hold_augmentation(graph: Graph) -> bool:
+    """Read-only: does a random draw meet the data before any learned layer (what
+    find_augmentations would look at)? Dropout and noise after a conv do not."""
+    roots = [node.name for node in graph if not graph.consumer_nodes(node.name)]
+    return any(not _learned_before(graph, point) for point in meeting_points(graph, roots)[0])
+
+
 def _learned_before(graph: Graph, point: str) -> Optional[str]:
     """A learned op (conv, matmul) the data passes through before ``point``, if any."""
     ancestors = graph.ancestors([point], include_control=False)

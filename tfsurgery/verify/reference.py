@@ -25,7 +25,8 @@ from tfsurgery.errors import VerificationError
 from tfsurgery.graph import Graph, Ref
 from tfsurgery.ops import (INTEGER_UNIFORM_RANDOM_OPS, NORMAL_RANDOM_OPS, SEEDED_RANDOM_OPS,
                            UNIFORM_RANDOM_OPS)
-from tfsurgery.transforms.remove_augmentation import find_augmentations
+from tfsurgery.transforms.remove_augmentation import (find_augmentations,
+                                                        may_hold_augmentation)
 from tfsurgery.verify import neutral_draws
 
 UNIFORM_OPS, NORMAL_OPS, SEEDED_OPS = UNIFORM_RANDOM_OPS, NORMAL_RANDOM_OPS, SEEDED_RANDOM_OPS
@@ -44,7 +45,8 @@ def comparable_reference(original, optimized, settings=None,
     if not random_nodes and not any(n.op in SEEDED_OPS for n in optimized.node):
         return original, optimized, None
     reference, seeded = Graph(original, check_inputs=False), None
-    neutral, augmentations = [], _augmentations_off(original, random_nodes, kept)
+    neutral, augmentations = [], _augmentations_off(original, reference, random_nodes, kept,
+                                                    settings or {})
     proven = neutral_draws.prove_neutral_draws(reference, augmentations, settings or {}, given) \
         if augmentations else {}
     bypassed = set(proven)
@@ -82,12 +84,17 @@ def comparable_reference(original, optimized, settings=None,
         note
 
 
-def _augmentations_off(original, random_nodes, kept) -> list:
+def _augmentations_off(original, reference: Graph, random_nodes, kept, settings) -> list:
     """Augmentation layers of the original whose draws the optimized graph no longer has, located
-    (input, output, draws) by remove-augmentation on a throw-away copy of the original."""
-    if all(kept.get(node.name) == node.op for node in random_nodes):
+    (input, output, draws) by remove-augmentation on a throw-away copy of the original — built
+    only where a draw meets the data before any learned layer (read off ``reference``)."""
+    if all(kept.get(node.name) == node.op for node in random_nodes) or \
+            not may_hold_augmentation(reference):
         return []
     located = Graph(original, check_inputs=False)
+    for node in random_nodes:      # dropout masks are dropout's (expected value), not augmentation
+        if node.op in UNIFORM_OPS and kept.get(node.name) != node.op:
+            _expect_mask(located, node.name, settings)
     sinks = {node.name for node in located if not located.consumer_nodes(node.name)}
     layers, _ = find_augmentations(located, protected=sinks)
     return [layer for layer in layers if not any(kept.get(d) for d in layer.draws)]

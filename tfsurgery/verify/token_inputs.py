@@ -165,6 +165,9 @@ def _cached_find(graph_def, inputs: Sequence[str]) -> Dict[str, TokenInput]:
     """``find`` on a GraphDef, remembered for the last one asked (by identity, size and end
     nodes: no reference to it is kept, so a large graph is not held in memory)."""
     nodes = graph_def.node
+    wanted = {node_name(name) for name in inputs}
+    if not any(node.name in wanted and _is_int_or_bool(node) for node in nodes):
+        return {}              # no integer or bool input: nothing to find, no index to build
     key = (id(graph_def), len(nodes), nodes[0].name if nodes else "",
            nodes[-1].name if nodes else "", tuple(inputs))
     entry = _last[0]
