@@ -320,9 +320,7 @@ def _quantize_static(float_model: Path, out: Path, calibration: Samples,
     import onnxruntime as ort
     wanted = {i.name for i in ort.InferenceSession(
         str(float_model), providers=["CPUExecutionProvider"]).get_inputs()}
-    root = logging.getLogger()       # onnxruntime logs "consider pre-processing" on the root
-    level, root.level = root.level, logging.ERROR
-    try:
+    with _onnxruntime_quantizing("onnxruntime cannot quantize the model"):
         if method == "Entropy" and not cache.exists():
             _entropy_ranges(float_model, Rows, cache)
         if method == "Percentile" and not cache.exists():
@@ -332,8 +330,18 @@ def _quantize_static(float_model: Path, out: Path, calibration: Samples,
                               calibrate_method=getattr(q.CalibrationMethod, method),
                               nodes_to_exclude=list(kept_float),
                               calibration_cache_path=str(cache))
-    except Exception as error:     # onnxruntime's errors are not a public hierarchy
-        raise ExportError(f"onnxruntime cannot quantize the model: "
+
+
+@contextlib.contextmanager
+def _onnxruntime_quantizing(failure: str):
+    """onnxruntime's quantizer quiet on the root logger (it logs "consider pre-processing"
+    there), and its errors — not a public hierarchy — one ExportError line after ``failure``."""
+    root = logging.getLogger()
+    level, root.level = root.level, logging.ERROR
+    try:
+        yield
+    except Exception as error:
+        raise ExportError(f"{failure}: "
                           f"{str(error).splitlines()[0] if str(error) else error!r}") from None
     finally:
         root.level = level
@@ -344,16 +352,9 @@ def _quantize_dynamic(float_model: Path, out: Path, kept_float: Sequence[str]) -
     weights per tensor; each activation's range measured as the model runs), ``kept_float``
     left float."""
     from onnxruntime import quantization as q
-    root = logging.getLogger()
-    level, root.level = root.level, logging.ERROR
-    try:
+    with _onnxruntime_quantizing("onnxruntime cannot quantize the model dynamically"):
         q.quantize_dynamic(str(float_model), str(out), weight_type=q.QuantType.QInt8,
                            nodes_to_exclude=list(kept_float))
-    except Exception as error:     # onnxruntime's errors are not a public hierarchy
-        raise ExportError(f"onnxruntime cannot quantize the model dynamically: "
-                          f"{str(error).splitlines()[0] if str(error) else error!r}") from None
-    finally:
-        root.level = level
 
 
 def correct_biases(float_model: Path, quantized: Path, calibration: Samples,
