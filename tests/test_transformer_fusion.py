@@ -17,25 +17,25 @@ from tfsurgery.models.common import BuiltModel
 SEQ, VOCAB, LAYERS = 16, 100, 2
 
 
-def token_feeds(built, seed=0, batch=2):
+def token_feeds(built, seed=0, batch=2, seq=SEQ):
     """Token ids within the vocabulary, segment ids 0/1, a padding mask whose second row is
     padded after 11 tokens (every row keeps valid keys)."""
     r = np.random.default_rng(seed)
     feeds = {}
     for name in built.inputs:
         if "mask" in name:
-            feeds[name] = (np.arange(SEQ)[None] < np.array([[SEQ], [11]][:batch])).astype(np.int32)
+            feeds[name] = (np.arange(seq)[None] < np.array([[seq], [11]][:batch])).astype(np.int32)
         elif "segment" in name:
-            feeds[name] = r.integers(0, 2, (batch, SEQ)).astype(np.int32)
+            feeds[name] = r.integers(0, 2, (batch, seq)).astype(np.int32)
         elif "image" in name:
             feeds[name] = r.standard_normal((batch, 16, 16, 3)).astype(np.float32)
         else:
-            feeds[name] = r.integers(0, VOCAB, (batch, SEQ)).astype(np.int32)
+            feeds[name] = r.integers(0, VOCAB, (batch, seq)).astype(np.int32)
     return feeds
 
 
-def export(built, tmp_path, **options):
-    feeds = token_feeds(built)
+def export(built, tmp_path, seq=SEQ, **options):
+    feeds = token_feeds(built, seq=seq)
     path = tmp_path / "model.onnx"
     result = onnx_export.export(built.graph_def, built.inputs, built.outputs, path, feeds=feeds,
                                 **options)
@@ -61,13 +61,13 @@ def ops_of(path):
     return counts
 
 
-def optimized(style):
+def optimized(style, seq=SEQ):
     """The model as ``tfsurgery export`` converts it: frozen, then through the default
     pipeline (its verification on the same token inputs)."""
-    sizes = dict(layers=LAYERS, hidden=32, heads=2, seq=SEQ)
+    sizes = dict(layers=LAYERS, hidden=32, heads=2, seq=seq)
     built = transformers.frozen(style, **sizes, **({} if style == "vit" else {"vocab": VOCAB}))
     result = api.optimize(built.graph_def, interface=api.Interface(
-        inputs=built.inputs, outputs=built.outputs, feeds=token_feeds(built)))
+        inputs=built.inputs, outputs=built.outputs, feeds=token_feeds(built, seq=seq)))
     return BuiltModel(result.graph_def, built.inputs, built.outputs, None)
 
 
@@ -104,21 +104,94 @@ def test_fusion_off_leaves_standard_onnx_that_matches_too(bert, tmp_path, off):
     assert_matches_tf(bert, path, feeds)
 
 
-def test_gpt2_causal_attention_becomes_unidirectional_attention(tmp_path):
-    """Keras' causal mask (a constant lower triangle at a static length) ANDed with the padding
-    mask: Attention(unidirectional=1) with the padding mask; pre-LN blocks."""
-    gpt2 = optimized("gpt2")
-    result, path, feeds = export(gpt2, tmp_path)
+def unidirectional(path):
+    return [onnx.helper.get_attribute_value(a) for n in onnx.load(str(path)).graph.node
+            if n.op_type == "Attention" for a in n.attribute if a.name == "unidirectional"]
+
+
+@pytest.mark.parametrize("seq", [SEQ, 32])
+def test_gpt2_causal_attention_becomes_unidirectional_attention(tmp_path, seq):
+    """Keras' causal mask ANDed with the padding mask: Attention(unidirectional=1) with the
+    padding mask; pre-LN blocks. At 16 the triangle is a folded constant; at 32 fold-constants
+    leaves Keras' Cumsum/GreaterEqual (its value outweighs its ops): proven by evaluating it."""
+    gpt2 = optimized("gpt2", seq)
+    folded = "Cumsum" not in {n.op for n in gpt2.graph_def.node}
+    assert folded == (seq == SEQ)
+    result, path, feeds = export(gpt2, tmp_path, seq=seq)
     assert result.passed
     counts = ops_of(path)
     assert counts.get("Attention") == LAYERS and "Softmax" not in counts
-    attention = [n for n in onnx.load(str(path)).graph.node if n.op_type == "Attention"]
-    assert all(onnx.helper.get_attribute_value(a) == 1 for n in attention
-               for a in n.attribute if a.name == "unidirectional")
+    assert unidirectional(path) == [1] * LAYERS
     assert counts.get("FastGelu", 0) + counts.get("BiasGelu", 0) == LAYERS
     assert counts.get("LayerNormalization", 0) + counts.get("SkipLayerNormalization", 0) == \
         2 * LAYERS + 1
     assert_matches_tf(gpt2, path, feeds)
+
+
+class _ConstantMask(tf.keras.layers.Layer):
+    """Self-attention under a fixed [1, seq, seq] mask (no causal flag)."""
+
+    def __init__(self, mask, **kwargs):
+        super().__init__(**kwargs)
+        self.mask, self.attention = mask, tf.keras.layers.MultiHeadAttention(2, 8)
+
+    def call(self, x):
+        return self.attention(x, x, attention_mask=tf.constant(self.mask))
+
+
+def causal_only_model(seq=24, mask=None):
+    """Keras MultiHeadAttention with use_causal_mask=True and no padding mask (a decoder fed
+    whole sequences) — or under a constant ``mask`` — random weights."""
+    keras = tf.keras
+    x = keras.Input((seq, 16), name="x")
+    y = keras.layers.MultiHeadAttention(2, 8)(x, x, use_causal_mask=True) if mask is None \
+        else _ConstantMask(mask)(x)
+    model = keras.Model(x, y)
+    r = np.random.default_rng(3)
+    for v in model.weights:
+        v.assign(r.normal(0, 0.3, v.shape).astype("float32"))
+    return model
+
+
+@pytest.mark.parametrize("mask", [None, np.tril(np.ones((1, 24, 24), bool)),
+                                  np.triu(np.ones((1, 24, 24), bool))],
+                         ids=["causal", "constant-lower-triangle", "upper-triangle"])
+def test_causal_mask_alone_becomes_unidirectional_attention_without_mask(tmp_path, mask):
+    """Proven by value: Keras' causal flag and a constant lower triangle fuse; an upper
+    triangle (same ops, other value) stays, and every export matches TF."""
+    built = transformers.freeze(causal_only_model(mask=mask))
+    graph_def = api.optimize(built.graph_def, interface=api.Interface(
+        inputs=built.inputs, outputs=built.outputs), checks=api.Checks(verify=False)).graph_def
+    feeds = {"x": np.random.default_rng(0).normal(0, 1, (2, 24, 16)).astype(np.float32)}
+    path = tmp_path / "causal.onnx"
+    result = onnx_export.export(graph_def, built.inputs, built.outputs, path, feeds=feeds)
+    assert result.passed
+    lower = mask is None or mask[0, -1, 0]
+    assert ("Softmax" not in ops_of(path)) == lower
+    assert unidirectional(path) == ([1] if lower else [])
+    attention = [n for n in onnx.load(str(path)).graph.node if n.op_type == "Attention"]
+    assert all(len(a.input) == 3 for a in attention)    # x, weights, bias: no mask_index
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    actual = session.run(None, {"x:0": feeds["x"]})[0]
+    expected = oracle.run(graph_def, feeds, built.outputs)[0]
+    assert oracle.relative_error(expected, actual) <= 1e-4
+    # the triangle matters: the first position sees itself only, so it differs from full attention
+    assert not np.allclose(expected[:, 0], expected[:, -1])
+
+
+def test_dynamic_length_causal_mask_is_left_alone_saying_why(tmp_path):
+    """[None, None] inputs: Keras computes the triangle from the run-time length; it cannot be
+    evaluated, so attention stays unfused, the export still matches TF, the record says why."""
+    built = transformers.frozen("gpt2", dynamic=True, layers=1, hidden=32, heads=2, seq=SEQ,
+                                vocab=VOCAB)
+    graph_def = api.optimize(built.graph_def, interface=api.Interface(
+        inputs=built.inputs, outputs=built.outputs, feeds=token_feeds(built))).graph_def
+    dynamic = BuiltModel(graph_def, built.inputs, built.outputs, None)
+    result, path, feeds = export(dynamic, tmp_path)
+    assert result.passed and "Attention" not in ops_of(path) and "Softmax" in ops_of(path)
+    assert any("run-time sequence length" in line for line in result.not_fused), \
+        result.not_fused
+    assert_matches_tf(dynamic, path, feeds)
 
 
 def test_a_full_attention_mask_is_left_alone_saying_why(tmp_path):
