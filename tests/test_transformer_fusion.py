@@ -80,9 +80,12 @@ def test_bert_gets_one_fused_op_per_layer_norm_attention_and_gelu(bert, tmp_path
     result, path, feeds = export(bert, tmp_path)
     assert result.passed, result
     counts = ops_of(path)
-    # embedding LayerNorm + two post-LN per layer; one attention and one GELU per layer
+    # the embedding (token + segment + position rows, LayerNorm) is one EmbedLayerNormalization;
+    # two post-LN per layer; one attention and one GELU per layer
+    assert counts.get("EmbedLayerNormalization") == 1 and "Gather" not in counts
+    assert result.tidied["embedding + LayerNorm → EmbedLayerNormalization"] == 1
     assert counts.get("LayerNormalization", 0) + counts.get("SkipLayerNormalization", 0) \
-        == 1 + 2 * LAYERS
+        == 2 * LAYERS
     assert counts.get("SkipLayerNormalization", 0) == 2 * LAYERS     # each after a residual Add
     assert counts.get("Attention") == LAYERS
     assert counts.get("FastGelu", 0) + counts.get("BiasGelu", 0) == LAYERS
@@ -100,7 +103,8 @@ def test_bert_gets_one_fused_op_per_layer_norm_attention_and_gelu(bert, tmp_path
 def test_fusion_off_leaves_standard_onnx_that_matches_too(bert, tmp_path, off):
     result, path, feeds = export(bert, tmp_path, **off)
     assert result.passed
-    assert {"Attention", "LayerNormalization", "FastGelu"}.isdisjoint(ops_of(path))
+    assert {"Attention", "LayerNormalization", "FastGelu",
+            "EmbedLayerNormalization"}.isdisjoint(ops_of(path))
     assert_matches_tf(bert, path, feeds)
 
 
@@ -125,6 +129,9 @@ def test_gpt2_causal_attention_becomes_unidirectional_attention(tmp_path, seq):
     assert counts.get("FastGelu", 0) + counts.get("BiasGelu", 0) == LAYERS
     assert counts.get("LayerNormalization", 0) + counts.get("SkipLayerNormalization", 0) == \
         2 * LAYERS + 1
+    # pre-LN: the embedding sum is also the residual stream, so its LayerNorm stays plain
+    assert "EmbedLayerNormalization" not in counts
+    assert any("pre-LN residual" in line for line in result.not_fused), result.not_fused
     assert_matches_tf(gpt2, path, feeds)
 
 
@@ -280,3 +287,61 @@ def test_fused_model_takes_onnxruntime_dynamic_int8_as_qattention(bert, tmp_path
     actual = session.run(None, {f"{k}:0": v for k, v in feeds.items()})
     expected = oracle.run(bert.graph_def, feeds, bert.outputs)
     assert 0 < oracle.relative_error(expected[0], actual[0]) < 0.1
+
+
+def test_dynamic_length_embedding_is_left_alone_saying_why(tmp_path):
+    """[None, None] inputs: the position rows are sliced at run time, not a constant block."""
+    built = transformers.frozen("bert", dynamic=True, layers=1, hidden=32, heads=2, seq=SEQ,
+                                vocab=VOCAB)
+    graph_def = api.optimize(built.graph_def, interface=api.Interface(
+        inputs=built.inputs, outputs=built.outputs, feeds=token_feeds(built))).graph_def
+    dynamic = BuiltModel(graph_def, built.inputs, built.outputs, None)
+    result, path, feeds = export(dynamic, tmp_path)
+    assert result.passed and "EmbedLayerNormalization" not in ops_of(path)
+    assert any("position" in line and "run time" in line for line in result.not_fused), \
+        result.not_fused
+    assert_matches_tf(dynamic, path, feeds)
+
+
+def embedding_graph(ids_dtype=tf.int32, positions=(1, 8, 16), seed=0):
+    """Gather(words, ids) + Gather(segments, segment_ids) + a constant block, then LayerNorm
+    (tf.nn.moments + batch_normalization, by hand)."""
+    r = np.random.default_rng(seed)
+    with tf.Graph().as_default() as graph:
+        ids = tf.compat.v1.placeholder(ids_dtype, [None, 8], name="ids")
+        segments = tf.compat.v1.placeholder(tf.int32, [None, 8], name="segments")
+        x = tf.gather(r.normal(0, 1, (50, 16)).astype(np.float32), ids) + \
+            tf.gather(r.normal(0, 1, (2, 16)).astype(np.float32), segments) + \
+            r.normal(0, 1, positions).astype(np.float32)
+        mean, variance = tf.nn.moments(x, [-1], keepdims=True)
+        y = tf.nn.batch_normalization(x, mean, variance, r.normal(0, 0.1, 16).astype(np.float32),
+                                      r.uniform(0.5, 1.5, 16).astype(np.float32), 1e-12)
+        tf.identity(y, name="y")
+    return graph.as_graph_def()
+
+
+@pytest.mark.parametrize("case", ["fused", "int64 ids", "one position for all"])
+def test_embedding_layer_norm_only_where_the_kernel_computes_the_same(tmp_path, case):
+    """Proven by value: int32 ids and a [1, seq, hidden] block fuse; int64 ids (the kernel
+    takes int32) and a [1, 1, hidden] block (one row for every position) stay, saying why.
+    onnxruntime matches a plain TF session either way."""
+    ids_dtype = tf.int64 if case == "int64 ids" else tf.int32
+    graph_def = embedding_graph(ids_dtype, (1, 1, 16) if case == "one position for all"
+                                else (1, 8, 16))
+    r = np.random.default_rng(1)
+    feeds = {"ids": r.integers(0, 50, (3, 8)).astype(ids_dtype.as_numpy_dtype),
+             "segments": r.integers(0, 2, (3, 8)).astype(np.int32)}
+    graph_def = api.optimize(graph_def, interface=api.Interface(   # (StopGradient goes)
+        inputs=["ids", "segments"], outputs=["y"], feeds=feeds)).graph_def
+    path = tmp_path / "embedding.onnx"
+    result = onnx_export.export(graph_def, ["ids", "segments"], ["y"], path, feeds=feeds)
+    assert result.passed
+    fused = "EmbedLayerNormalization" in ops_of(path)
+    assert fused == (case == "fused")
+    if not fused:
+        why = "int32" if case == "int64 ids" else "position block"
+        assert any(why in line for line in result.not_fused), result.not_fused
+        assert {"LayerNormalization", "SkipLayerNormalization"} & set(ops_of(path))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    actual = session.run(None, {f"{k}:0": v for k, v in feeds.items()})[0]
+    assert oracle.relative_error(oracle.run(graph_def, feeds, ["y"])[0], actual) <= 1e-4
