@@ -82,6 +82,50 @@ def test_erfc_as_erf_is_exact_to_float_rounding():
     assert result.verification.passed
 
 
+def exact_gelu_rnn():
+    """A SimpleRNN whose activation is exact GELU: frozen, its Erfc lives in the While loop's
+    body function (a library function tf2onnx converts into the ONNX Loop)."""
+    keras = tf.keras
+    x = keras.Input((None, 8), name="x")
+    cell = keras.layers.SimpleRNN(
+        16, activation=lambda t: keras.activations.gelu(t, approximate=False))
+    model = keras.Model(x, cell(x))
+    rng = np.random.default_rng(2)
+    for v in model.weights:
+        v.assign(rng.normal(0, 0.5, v.shape).astype("float32"))
+    return transformers.freeze(model)
+
+
+def test_erfc_in_a_while_body_exports_as_erf(tmp_path):
+    """Erfc inside a function body (not the top-level graph) is rewritten for the conversion
+    too: the export, which tf2onnx refused ('cannot convert op(s) Erfc'), passes and
+    onnxruntime matches a plain TF session on the original within 1e-4 at two lengths; the
+    .pb keeps its Erfc; the transform by name reports the body's node."""
+    built = exact_gelu_rnn()
+    bodies = [n.op for f in built.graph_def.library.function for n in f.node_def]
+    assert "Erfc" in bodies and "Erfc" not in ops_of(built.graph_def)
+    result = api.optimize(built.graph_def, interface=api.Interface(
+        inputs=built.inputs, outputs=built.outputs))
+    exported = result.export_onnx(tmp_path / "rnn.onnx")
+    assert exported.passed and exported.op_histogram.get("Loop") == 1
+    loop, = [n for n in onnx.load(str(tmp_path / "rnn.onnx")).graph.node if n.op_type == "Loop"]
+    body_ops = {n.op_type for a in loop.attribute if a.name == "body" for n in a.g.node}
+    assert "Erf" in body_ops and "Erfc" not in body_ops
+    assert "Erfc" in [n.op for f in result.graph_def.library.function for n in f.node_def]
+    rng = np.random.default_rng(0)
+    for steps in (3, 7):
+        feeds = {"x": rng.normal(0, 2, (2, steps, 8)).astype(np.float32)}
+        expected, = oracle.run(built.graph_def, feeds, built.outputs)
+        actual, = onnxruntime_outputs(tmp_path / "rnn.onnx", feeds)
+        assert oracle.relative_error(expected, actual) <= 1e-4
+    named = api.optimize(built.graph_def, ["erfc-as-erf"], interface=api.Interface(
+        inputs=built.inputs, outputs=built.outputs))
+    report, = [r for r in named.reports if r.name == "erfc-as-erf"]
+    assert len(report.rewritten) == 1 and "/" in report.rewritten[0]
+    assert "Erfc" not in [n.op for f in named.graph_def.library.function for n in f.node_def]
+    assert named.verification.passed
+
+
 @pytest.fixture
 def unconvertible_pb(tmp_path):
     """A graph that runs in TensorFlow but tf2onnx cannot convert (Expm1)."""

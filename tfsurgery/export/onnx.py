@@ -371,8 +371,10 @@ def dequantized_weights(graph_def):
 
 def erf_forms(graph_def):
     """ONNX has no ``Erfc`` (exact GELU in TF 2.21) and tf2onnx 1.17 no handler for it: the
-    conversion gets ``1 - Erf`` instead (``transforms/erfc_as_erf``). The ``.pb`` keeps Erfc."""
-    if not any(node.op == "Erfc" for node in graph_def.node):
+    conversion gets ``1 - Erf`` instead (``transforms/erfc_as_erf``), in function bodies too
+    (tf2onnx converts a While's body into its Loop). The ``.pb`` keeps Erfc."""
+    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    if not any(node.op == "Erfc" for node in nodes):
         return graph_def
     graph = Graph(graph_def, check_inputs=False)
     erfc_as_erf(graph, Options())

@@ -79,6 +79,11 @@ class LibraryMethods:
         """The FunctionDefLibrary (read it; change it through the methods here)."""
         return self._library.proto
 
+    def edit_function(self, name: str):
+        """The FunctionDef called ``name``, to change in place (the library is this graph's
+        own copy); None if there is none."""
+        return self._library.function(name)
+
     def function_names(self) -> Set[str]:
         return self._library.names()
 
