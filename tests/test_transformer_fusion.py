@@ -190,19 +190,41 @@ def test_causal_mask_alone_becomes_unidirectional_attention_without_mask(tmp_pat
     assert not np.allclose(expected[:, 0], expected[:, -1])
 
 
-def test_dynamic_length_causal_mask_is_left_alone_saying_why(tmp_path):
-    """[None, None] inputs: Keras computes the triangle from the run-time length; it cannot be
-    evaluated, so attention stays unfused, the export still matches TF, the record says why."""
+@pytest.fixture(scope="module")
+def dynamic_gpt2():
+    """GPT-2 with [None, None] inputs: Keras builds the causal mask from Shape(x)[1]."""
     built = transformers.frozen("gpt2", dynamic=True, layers=1, hidden=32, heads=2, seq=SEQ,
                                 vocab=VOCAB)
     graph_def = api.optimize(built.graph_def, interface=api.Interface(
         inputs=built.inputs, outputs=built.outputs, feeds=token_feeds(built))).graph_def
-    dynamic = BuiltModel(graph_def, built.inputs, built.outputs, None)
-    result, path, feeds = export(dynamic, tmp_path)
-    assert result.passed and "Attention" not in ops_of(path) and "Softmax" in ops_of(path)
-    assert any("run-time sequence length" in line for line in result.not_fused), \
-        result.not_fused
-    assert_matches_tf(dynamic, path, feeds)
+    return BuiltModel(graph_def, built.inputs, built.outputs, None)
+
+
+def test_dynamic_length_causal_mask_is_proven_by_its_form(dynamic_gpt2, tmp_path):
+    """At a run-time length there is no value to evaluate: Keras' form (Cumsum of ones over
+    rows >= over columns, n = Shape(x)[1]) is the lower triangle at every n, so attention
+    fuses with unidirectional=1 — and matches TF at two lengths."""
+    result, path, feeds = export(dynamic_gpt2, tmp_path)
+    assert result.passed and "Softmax" not in ops_of(path)
+    assert unidirectional(path) == [1]
+    assert_matches_tf(dynamic_gpt2, path, feeds)
+    assert_matches_tf(dynamic_gpt2, path, token_feeds(dynamic_gpt2, seed=4, seq=9))
+
+
+def test_a_run_time_mask_in_another_form_is_left_alone_saying_why(dynamic_gpt2, tmp_path):
+    """One Cumsum made exclusive: i >= j + 1, a strictly lower triangle (the same ops, another
+    mask) — not fused, said, and the export still matches TF."""
+    graph_def = type(dynamic_gpt2.graph_def)()
+    graph_def.CopyFrom(dynamic_gpt2.graph_def)
+    rows = next(n for n in graph_def.node if n.op == "Cumsum" and
+                any(n.input[1] == c.name and c.attr["value"].tensor.int_val == [-2]
+                    for c in graph_def.node))
+    rows.attr["exclusive"].b = True
+    shifted = BuiltModel(graph_def, dynamic_gpt2.inputs, dynamic_gpt2.outputs, None)
+    result, path, feeds = export(shifted, tmp_path)
+    assert result.passed and "Attention" not in ops_of(path)
+    assert any("other than Keras'" in line for line in result.not_fused), result.not_fused
+    assert_matches_tf(shifted, path, feeds)
 
 
 def test_a_full_attention_mask_is_left_alone_saying_why(tmp_path):

@@ -15,10 +15,11 @@ mask's ``filler`` as attributes) followed by ``MatMul(·, Wo) + bo``; the replac
 weights and biases are constants, the mask is a key-padding mask ``[batch, 1, keys]`` (its
 static shape says so), given to ``Attention`` as ``[batch, keys]`` int32 — ANDed with Keras'
 causal mask, or that mask alone: ``unidirectional=1``. The causal mask is proven by its value
-(computed from constants, evaluated by TensorFlow: a lower triangle), so only at a static
-sequence length; Keras computes it from the run-time length with dynamic shapes, and that is
-left alone, saying so. Any other ``[batch, queries, keys]`` mask, cross-attention or unequal
-head sizes are left alone, saying so.
+where it is computed from constants (static length: TensorFlow evaluates it, a lower
+triangle); with dynamic shapes Keras computes it from the run-time length, and then its form is
+the proof: Cumsum of ones over rows >= over columns is i + 1 >= j + 1 at every length, the
+length being Shape(x)[1] of the attention's own input. Any other ``[batch, queries, keys]``
+mask, cross-attention or unequal head sizes are left alone, saying so.
 A row whose keys are all masked differs (Keras: uniform; ``Attention``: filler added to scores).
 """
 from __future__ import annotations
@@ -81,6 +82,10 @@ def _match(graph: Graph, softmax: str, shapes):
         return "query, key and value read different tensors (cross-attention)"
     if len({p[1].shape for p in projections}) != 1:
         return "query, key and value projections differ in shape"
+    if mask is not None and isinstance(mask[2], Ref):
+        if mask[2] != projections[0][0]:
+            return "the run-time causal mask is not at the length of the attention's input"
+        mask = (mask[0], mask[1], True)
     output = _output_projection(graph, context)
     if output is None:
         return f"the context is not read by Einsum({OUTPUT}) with a constant kernel"
@@ -129,11 +134,12 @@ def _expanded_mask(graph: Graph, condition: Ref) -> Optional[str]:
 
 
 def _without_causal(graph: Graph, mask: Ref):
-    """Split Keras' causal mask off: (padding mask, True) when ``mask`` is LogicalAnd(padding
-    mask, causal), (None, True) when it is the causal mask alone, else (mask, False) — or
-    (mask, why not) for a causal mask that cannot be proven. Causal is proven by value: the
-    tensor, computed from constants alone (TensorFlow evaluates it: at a static length Keras
-    builds it from Cumsum/GreaterEqual over a constant shape), is a lower triangle."""
+    """Split Keras' causal mask off: (padding mask, causal) when ``mask`` is LogicalAnd(padding
+    mask, causal mask), (None, causal) when it is the causal mask alone, else (mask, False) — or
+    (mask, why not) for a causal-looking mask that cannot be proven. ``causal`` is True for a
+    mask proven by value (computed from constants alone, TensorFlow evaluates it: a lower
+    triangle), or the tensor ``x`` for Keras' triangle of ``x``'s run-time length (dynamic
+    shapes), which ``_match`` then checks is the attention's input."""
     if _is_lower_triangle(computed_value(graph, mask)):
         return None, True
     both = producer(graph, mask, {"LogicalAnd"})
@@ -142,11 +148,51 @@ def _without_causal(graph: Graph, mask: Ref):
     for causal, padding in (graph.inputs(both), graph.inputs(both)[::-1]):
         if _is_lower_triangle(computed_value(graph, causal)):
             return padding, True
-        if producer(graph, causal, {"GreaterEqual"}) and _depends_on_cumsum(graph, causal):
-            return mask, (f"the causal mask {tensor_name(causal)} is computed from the run-time "
-                          "sequence length (dynamic shapes): it is proven, and fused, only at "
-                          "a static length (give --input-shape)")
+        if producer(graph, causal, {"GreaterEqual"}):
+            length_of = _runtime_causal(graph, causal)
+            if length_of is not None:
+                return padding, length_of
+            return mask, (f"the causal mask {tensor_name(causal)} is computed at run time in a "
+                          "form other than Keras' (Cumsum over rows >= Cumsum over columns of "
+                          "ones [1, n, n], n = Shape(x)[1])")
     return mask, False
+
+
+def _runtime_causal(graph: Graph, ref: Ref) -> Optional[Ref]:
+    """``x`` where ``ref`` is Keras' causal mask at ``x``'s run-time length n:
+    GreaterEqual(Cumsum(ones, -2), Cumsum(ones, -1)), ones = Fill([1, n, n], 1), n =
+    Shape(x)[1]. Element (i, j) compares i + 1 with j + 1: the lower triangle at every n."""
+    greater = producer(graph, ref, {"GreaterEqual"})
+    rows, cols = (producer(graph, side, {"Cumsum"}) for side in graph.inputs(greater))
+    if not rows or not cols or graph.inputs(rows)[0] != graph.inputs(cols)[0] or any(
+            graph.attr(c, flag, False) for c in (rows, cols) for flag in ("exclusive", "reverse")):
+        return None
+    axes = [graph.const_value(graph.inputs(c)[1]) for c in (rows, cols)]
+    if any(a is None or a.size != 1 for a in axes) or \
+            (int(np.ravel(axes[0])[0]) % 3, int(np.ravel(axes[1])[0]) % 3) != (1, 2):
+        return None
+    fill = producer(graph, graph.inputs(rows)[0], {"Fill"})
+    pack = fill and producer(graph, graph.inputs(fill)[0], {"Pack"})
+    if not pack or not scalar_near(graph.const_value(graph.inputs(fill)[1]), 1.0):
+        return None
+    dims = graph.inputs(pack)
+    if len(dims) != 3 or not scalar_near(graph.const_value(dims[0]), 1.0) or dims[1] != dims[2]:
+        return None
+    return _sequence_length_of(graph, dims[1])
+
+
+def _sequence_length_of(graph: Graph, ref: Ref) -> Optional[Ref]:
+    """``x`` where ``ref`` is Shape(x)[1] (a StridedSlice taking element 1)."""
+    cut = producer(graph, ref, {"StridedSlice"})
+    shape = cut and producer(graph, graph.inputs(cut)[0], {"Shape"})
+    if not shape:
+        return None
+    begin, end, strides = (graph.const_value(r) for r in graph.inputs(cut)[1:4])
+    if any(v is None for v in (begin, end, strides)) or \
+            graph.attr(cut, "shrink_axis_mask", 0) != 1 or \
+            [np.ravel(v).tolist() for v in (begin, end, strides)] != [[1], [2], [1]]:
+        return None
+    return graph.inputs(shape)[0]
 
 
 def _is_lower_triangle(value: Optional[np.ndarray]) -> bool:
@@ -156,11 +202,6 @@ def _is_lower_triangle(value: Optional[np.ndarray]) -> bool:
         return False
     square = value.reshape(value.shape[-2:])
     return np.array_equal(square.astype(bool), np.tril(np.ones(square.shape, bool)))
-
-
-def _depends_on_cumsum(graph: Graph, ref: Ref) -> bool:
-    """Keras' causal mask: GreaterEqual of two Cumsums (of ones over rows and columns)."""
-    return all(producer(graph, side, {"Cumsum"}) for side in graph.inputs(ref.node))
 
 
 def _projection(graph: Graph, ref: Ref):
