@@ -371,3 +371,40 @@ def test_embedding_layer_norm_only_where_the_kernel_computes_the_same(tmp_path, 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     actual = session.run(None, {f"{k}:0": v for k, v in feeds.items()})[0]
     assert oracle.relative_error(oracle.run(graph_def, feeds, ["y"])[0], actual) <= 1e-4
+
+
+class _HubPositions(tf.keras.layers.Layer):
+    """keras-hub's PositionEmbedding.call (a sequence shorter than its table): the table's first
+    rows broadcast to the input's shape."""
+
+    def build(self, input_shape):
+        self.table = self.add_weight(shape=(64, input_shape[-1]), name="embeddings")
+
+    def call(self, x):
+        ops, shape = tf.keras.ops, tf.keras.ops.shape(x)
+        rows = ops.slice(ops.convert_to_tensor(self.table), (0, 0), (shape[-2], shape[-1]))
+        return ops.broadcast_to(rows, shape)
+
+
+def test_keras_hub_position_embedding_fuses_too(tmp_path):
+    """keras-hub adds BroadcastTo(rows, Shape(token embedding)) — after the pipeline
+    BroadcastTo(constant, [Shape(gathered)[0], seq, hidden]), the same sum: fused, and
+    onnxruntime matches a plain TF session."""
+    keras, layers = tf.keras, tf.keras.layers
+    ids = keras.Input((SEQ,), dtype="int32", name="token_ids")
+    segments = keras.Input((SEQ,), dtype="int32", name="segment_ids")
+    tokens = layers.Embedding(VOCAB, 32)(ids)
+    x = layers.Add()((tokens, _HubPositions()(tokens), layers.Embedding(2, 32)(segments)))
+    model = keras.Model([ids, segments], layers.LayerNormalization(epsilon=1e-12)(x))
+    r = np.random.default_rng(0)
+    for v in model.weights:
+        v.assign(r.normal(0, 1, v.shape).astype("float32"))
+    built = transformers.freeze(model)
+    graph_def = api.optimize(built.graph_def, interface=api.Interface(
+        inputs=built.inputs, outputs=built.outputs, feeds=token_feeds(built))).graph_def
+    assert "BroadcastTo" in {n.op for n in graph_def.node}
+    hub = BuiltModel(graph_def, built.inputs, built.outputs, None)
+    result, path, feeds = export(hub, tmp_path)
+    assert result.passed and ops_of(path).get("EmbedLayerNormalization") == 1
+    assert "Gather" not in ops_of(path)
+    assert_matches_tf(hub, path, feeds)

@@ -11,9 +11,10 @@ the kernel adds ``words[ids] + positions[0..seq-1] + segments[segment_ids]`` and
 Matched by value: a sum (any order) of one or two ``Gather``s of constant float tables along
 axis 0 with int32 ids (the kernel's only id type) of rank 2, and one constant position block
 ``[1, seq, hidden]`` whose ``seq`` is the ids' static length — positions 0..seq-1 exactly, the
-kernel's default; every table ``hidden`` wide, as gamma. The ids the kernel reads are the ones
-TensorFlow gathers with: Keras wraps negative ids (``ids < 0 ? ids + vocab : ids``) before its
-Gather, and that stays in front. The attention keeps its own ``[batch, keys]`` mask: the
+kernel's default — added as it is or, as keras-hub's ``PositionEmbedding`` does, broadcast to
+a gathered term's own shape first; every table ``hidden`` wide, as gamma. The ids the kernel
+reads are the ones TensorFlow gathers with: Keras wraps negative ids (``ids < 0 ? ids + vocab
+: ids``) before its Gather, and that stays in front. The attention keeps its own mask: the
 kernel's ``mask_index`` counts valid tokens (right padding only), where TensorFlow's mask may
 be any 0/1 pattern. A dynamic length (the position slice computed at run time), int64 ids, a
 third table, or a sum read elsewhere too (GPT-2's pre-LN residual: its gathers would stay
@@ -21,7 +22,7 @@ beside the fused op) are left alone, saying so.
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -94,7 +95,7 @@ def _embedding(graph: Graph, leaves: List[Ref], norm: LayerNorm, shapes):
         (tables if gathered else rest).append(gathered or leaf)
     if len(tables) > 2:
         return f"{len(tables)} gathered tables: the kernel takes words and segments only"
-    positions = [graph.const_value(leaf) for leaf in rest]
+    positions = [_position_block(graph, leaf, leaves) for leaf in rest]
     if len(rest) != 1 or positions[0] is None:
         return ("the rows are not added to one constant position block (at a dynamic length "
                 "the position slice is computed at run time: give --input-shape)")
@@ -108,6 +109,36 @@ def _embedding(graph: Graph, leaves: List[Ref], norm: LayerNorm, shapes):
     if any(t.shape[1] != hidden for _, t in tables) or block.shape[-1] != hidden:
         return "a table's width is not the LayerNorm's"
     return _fused(norm, tables, block.reshape(-1, hidden).astype(np.float32))
+
+
+def _position_block(graph: Graph, leaf: Ref, leaves: List[Ref]) -> Optional[np.ndarray]:
+    """The constant position block ``leaf`` adds: a constant, or keras-hub's
+    BroadcastTo(constant, Shape(rows)) — the shape of a gathered term, or the Pack
+    [Shape(rows)[0], seq, hidden] materialize-shapes makes of it — where broadcasting to the
+    term's own shape adds the same as the Add's broadcasting would."""
+    value = graph.const_value(leaf)
+    broadcast = producer(graph, leaf, {"BroadcastTo"})
+    if value is not None or broadcast is None:
+        return value
+    block, shape = graph.const_value(graph.inputs(broadcast)[0]), graph.inputs(broadcast)[1]
+    gathered = {leaf.node for leaf in leaves if producer(graph, leaf, GATHERS)}
+    of_shape = producer(graph, shape, {"Shape"})
+    if block is None or (of_shape and graph.inputs(of_shape)[0].node in gathered):
+        return block
+    pack = producer(graph, shape, {"Pack"})
+    dims = graph.inputs(pack) if pack else []
+    sizes = [graph.const_value(d) for d in dims[1:]]
+    if len(dims) != 3 or [int(v) if v is not None and v.size == 1 else None
+                          for v in sizes] != list(block.shape[-2:]):
+        return None
+    cut = producer(graph, dims[0], {"StridedSlice"})
+    batch_of = cut and producer(graph, graph.inputs(cut)[0], {"Shape"})
+    bounds = [graph.const_value(r) for r in graph.inputs(cut)[1:4]] if cut else [None]
+    if not batch_of or graph.inputs(batch_of)[0].node not in gathered or \
+            any(b is None for b in bounds) or graph.attr(cut, "shrink_axis_mask", 0) != 1 or \
+            [np.ravel(b).tolist() for b in bounds] != [[0], [1], [1]]:
+        return None
+    return block
 
 
 def _gathered(graph: Graph, leaf: Ref):
