@@ -35,6 +35,9 @@ def token_feeds(built, seed=0, batch=2):
 
 
 def export(built, tmp_path, **options):
+    """Every fusion found applied (``fuse=True``) unless the test says otherwise: which of them
+    pay on this CPU (the default, "auto") is tests/test_fusion_choice.py's subject."""
+    options.setdefault("fuse", True)
     feeds = token_feeds(built)
     path = tmp_path / "model.onnx"
     result = onnx_export.export(built.graph_def, built.inputs, built.outputs, path, feeds=feeds,
@@ -138,7 +141,8 @@ def test_a_full_attention_mask_is_left_alone_saying_why(tmp_path):
              "mask": r.random((2, 8, 8)) < 0.7}
     feeds["mask"][:, :, 0] = True                   # every query sees a key
     path = tmp_path / "full_mask.onnx"
-    result = onnx_export.export(graph_def, built.inputs, built.outputs, path, feeds=feeds)
+    result = onnx_export.export(graph_def, built.inputs, built.outputs, path, feeds=feeds,
+                                fuse=True)
     assert result.passed and "Attention" not in ops_of(path)
     assert any("Softmax" in line and "not a key-padding mask" in line
                for line in result.not_fused), result.not_fused
@@ -173,7 +177,7 @@ def test_exact_gelu_becomes_gelu(tmp_path):
     graph_def = exact_gelu_graph()
     feeds = {"x": np.random.default_rng(1).normal(0, 2, (3, 8)).astype(np.float32)}
     path = tmp_path / "gelu.onnx"
-    result = onnx_export.export(graph_def, ["x"], ["y"], path, feeds=feeds)
+    result = onnx_export.export(graph_def, ["x"], ["y"], path, feeds=feeds, fuse=True)
     assert result.passed
     counts = ops_of(path)
     assert counts.get("Gelu", 0) + counts.get("BiasGelu", 0) == 1 and "Erf" not in counts
@@ -190,7 +194,8 @@ def test_a_wrong_constant_is_not_fused(tmp_path):
         tf.identity(0.6 * x * (1.0 + tf.math.erf(x / np.float32(np.sqrt(2.0)))), name="y")
     feeds = {"x": r.normal(0, 2, (3, 8)).astype(np.float32)}
     path = tmp_path / "not_gelu.onnx"
-    result = onnx_export.export(graph.as_graph_def(), ["x"], ["y"], path, feeds=feeds)
+    result = onnx_export.export(graph.as_graph_def(), ["x"], ["y"], path, feeds=feeds,
+                                fuse=True)
     assert result.passed and "Gelu" not in ops_of(path) and "Erf" in ops_of(path)
     assert any("not 0.5" in line for line in result.not_fused), result.not_fused
 
