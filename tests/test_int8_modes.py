@@ -16,73 +16,70 @@ from tfsurgery.cli import main
 from tfsurgery.int8 import kinds, speed as int8_speed
 
 VOCAB = 100
+SHAPE = dict(layers=2, hidden=64, heads=4, seq=16, vocab=VOCAB)
+MISSED_BY_STATIC = 32.5    # SQNR (dB): static int8 of SHAPE ≤ 31.5, dynamic 33.6
 
 
-def encoder(layers=2, hidden=64, heads=4, seq=16, seed=0):
-    """A BERT-style encoder from Keras layers (token embedding + position embedding,
-    LayerNorm, MultiHeadAttention, tanh-GELU feed-forward, residuals) with a tanh pooler on the
-    first token: an embedding output, not class scores. Random weights, LayerNorm scales and
-    biases; frozen with int32 token ids [None, seq] named ``input``."""
-    import keras
-    from tensorflow.python.framework.convert_to_constants import \
-        convert_variables_to_constants_v2
-    keras.utils.set_random_seed(seed)
-    ids = keras.Input((seq,), dtype="int32")
-    positions = keras.layers.Embedding(seq, hidden)(keras.ops.arange(seq)[None])
-    x = keras.layers.Embedding(VOCAB, hidden)(ids) + positions
-    x = keras.layers.LayerNormalization()(x)
-    gelu = keras.layers.Activation(lambda t: keras.activations.gelu(t, approximate=True))
-    for _ in range(layers):
-        attended = keras.layers.MultiHeadAttention(heads, hidden // heads)(x, x)
-        x = keras.layers.LayerNormalization()(x + attended)
-        inner = keras.layers.Dense(hidden)(gelu(keras.layers.Dense(4 * hidden)(x)))
-        x = keras.layers.LayerNormalization()(x + inner)
-    pooled = keras.layers.Dense(hidden, activation="tanh")(x[:, 0])
-    model = keras.Model(ids, pooled)
+def token_rows(rows, seq, seed):
+    """The test's own inputs for a BERT-style encoder: ids within the table, segment ids 0/1,
+    a padding mask with a valid prefix of 4..seq positions (a third of the rows full)."""
     rng = np.random.default_rng(seed)
-    for weight in model.weights:
-        shape, name = tuple(weight.shape), weight.path
-        if "gamma" in name:
-            weight.assign(1 + 0.1 * rng.standard_normal(shape).astype(np.float32))
-        elif "beta" in name or "bias" in name:
-            weight.assign(0.1 * rng.standard_normal(shape).astype(np.float32))
-    spec = tf.TensorSpec([None, seq], tf.int32, name="input")
-    function = tf.function(lambda t: model(t, training=False))
-    frozen = convert_variables_to_constants_v2(function.get_concrete_function(spec))
-    return frozen.graph.as_graph_def(), [t.op.name for t in frozen.outputs]
+    lengths = np.where(rng.random(rows) < 1 / 3, seq, rng.integers(4, seq + 1, rows))
+    return {"token_ids": rng.integers(0, VOCAB, (rows, seq)).astype(np.int32),
+            "segment_ids": rng.integers(0, 2, (rows, seq)).astype(np.int32),
+            "padding_mask": (np.arange(seq)[None] < lengths[:, None]).astype(np.int32)}
 
 
-def encoder_on_disk(folder, rows=48, **shape):
-    """The encoder as ``folder/encoder.pb``, ``rows`` random token-id rows as
-    ``folder/ids.npz`` and 32 other rows as ``folder/unseen.npz``."""
-    graph_def, outputs = encoder(**shape)
-    (folder / "encoder.pb").write_bytes(graph_def.SerializeToString())
-    seq = shape.get("seq", 16)
-    rng = np.random.default_rng(1)
-    np.savez(folder / "ids.npz", input=rng.integers(0, VOCAB, (rows, seq), dtype=np.int32))
-    np.savez(folder / "unseen.npz", input=rng.integers(0, VOCAB, (32, seq), dtype=np.int32))
-    return folder / "encoder.pb", graph_def, outputs
+def encoder_on_disk(folder, rows=48):
+    """A BERT-style encoder (``tfsurgery.models.transformers``: token, segment and position
+    embeddings, post-LN MultiHeadAttention blocks with the padding mask, tanh-GELU FFN; a
+    sequence output and a tanh-pooled first token — embeddings, not class scores; random
+    weights) as ``folder/encoder.pb``, ``rows`` rows as ``folder/ids.npz`` and 32 other rows
+    as ``folder/unseen.npz``."""
+    from tfsurgery.models import transformers
+    built = transformers.frozen("bert", **SHAPE)
+    (folder / "encoder.pb").write_bytes(built.graph_def.SerializeToString())
+    np.savez(folder / "ids.npz", **token_rows(rows, SHAPE["seq"], seed=1))
+    np.savez(folder / "unseen.npz", **token_rows(32, SHAPE["seq"], seed=2))
+    return folder / "encoder.pb", built
 
 
-def tf_run(graph_def, output, feeds):
-    with tf.Graph().as_default() as graph:
-        tf.compat.v1.import_graph_def(graph_def, name="")
-        with tf.compat.v1.Session(graph=graph) as session:
-            return session.run(f"{output}:0", {"input:0": feeds})
+def tf_run(graph_def, outputs, feeds):
+    """The outputs in a plain TensorFlow session (the oracle), for dict or one-input feeds."""
+    import oracle
+    feeds = feeds if isinstance(feeds, dict) else {"input": feeds}
+    return oracle.run(graph_def, feeds, [outputs] if isinstance(outputs, str) else outputs)
 
 
 def ort_run(path, rows):
+    """Each output over the rows, one row at a time, in onnxruntime (dict or one input)."""
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    return np.concatenate([session.run(None, {name: row[None]})[0] for row in rows])
+    rows = rows if isinstance(rows, dict) else {"input": rows}
+    count = len(next(iter(rows.values())))
+    per_row = [session.run(None, {i.name: rows[i.name.split(":")[0]][n:n + 1]
+                                  for i in session.get_inputs()}) for n in range(count)]
+    return [np.concatenate(values) for values in zip(*per_row)]
+
+
+def max_relative_error(expected, actual):
+    """The benchmark's measure: max |error| / max |reference|, the worst output."""
+    return max(float(np.abs(e - a).max() / np.abs(e).max()) for e, a in zip(expected, actual))
+
+
+def sqnr_db(expected, actual):
+    """The worst output's SQNR (−20·log10 of its relative L2 error)."""
+    return min(-20 * np.log10(np.linalg.norm(e - a) / np.linalg.norm(e))
+               for e, a in zip(expected, actual))
 
 
 @pytest.fixture(scope="module")
 def encoder_model(tmp_path_factory):
     folder = tmp_path_factory.mktemp("encoder")
-    pb, graph_def, outputs = encoder_on_disk(folder)
-    return dict(pb=pb, graph_def=graph_def, output=outputs[0], folder=folder,
-                unseen=np.load(folder / "unseen.npz")["input"])
+    pb, built = encoder_on_disk(folder)
+    unseen = dict(np.load(folder / "unseen.npz"))
+    return dict(pb=pb, graph_def=built.graph_def, inputs=built.inputs, outputs=built.outputs,
+                folder=folder, unseen=unseen,
+                expected=tf_run(built.graph_def, built.outputs, unseen))
 
 
 @pytest.fixture(scope="module")
@@ -92,13 +89,14 @@ def recipe(encoder_model):
     import tf2onnx
     from onnxruntime.quantization import quantize_dynamic
     folder = encoder_model["folder"]
-    tf2onnx.convert.from_graph_def(encoder_model["graph_def"], input_names=["input:0"],
-                                   output_names=[f"{encoder_model['output']}:0"], opset=17,
-                                   output_path=str(folder / "tf2onnx.onnx"))
+    tf2onnx.convert.from_graph_def(encoder_model["graph_def"],
+                                   input_names=[f"{i}:0" for i in encoder_model["inputs"]],
+                                   output_names=[f"{o}:0" for o in encoder_model["outputs"]],
+                                   opset=17, output_path=str(folder / "tf2onnx.onnx"))
     quantize_dynamic(str(folder / "tf2onnx.onnx"), str(folder / "recipe.onnx"))
-    ref = tf_run(encoder_model["graph_def"], encoder_model["output"], encoder_model["unseen"])
     got = ort_run(folder / "recipe.onnx", encoder_model["unseen"])
-    return dict(path=folder / "recipe.onnx", max_error=float(np.abs(got - ref).max()))
+    return dict(path=folder / "recipe.onnx",
+                max_error=max_relative_error(encoder_model["expected"], got))
 
 
 def export(model, out, *extra):
@@ -129,33 +127,49 @@ def test_an_output_kind_is_read_from_the_graph():
     assert asked["probabilities"] == "classes" and asked["embedding"] is None
 
 
-def test_an_encoder_gets_dynamic_int8_as_accurate_as_onnxruntimes_recipe(encoder_model,
-                                                                        recipe, tmp_path):
-    """--int8-mode dynamic: int8 weights, activations quantized at run time (onnxruntime's
-    MatMulInteger behind DynamicQuantizeLinear), the embedding judged by SQNR (never top-1);
-    on unseen rows its max error against TensorFlow float is no more than the recipe's."""
+def same_speed(monkeypatch, speedup=2.0):
+    """Every int8 mode timed at ``speedup`` × float (the timing replaced): which mode is
+    faster is this CPU's business — the benchmark's, never a test's — so accuracy decides."""
+    def timed(float_model, models, feeds, **_):
+        return {name: int8_speed.Speed(speedup, 1.0, 0.0, 0.0, 3, 2, "test CPU")
+                for name in models}
+    monkeypatch.setattr(int8_speed, "against_float", timed)
+
+
+def test_an_encoders_int8_is_as_accurate_as_onnxruntimes_recipe(encoder_model, recipe,
+                                                                 tmp_path, monkeypatch):
+    """Issue 40's done-when, on a small BERT: ``export --quantize int8`` in the default mode
+    (auto) writes dynamic int8 of the fused ONNX (QAttention, MatMulInteger behind
+    DynamicQuantizeLinear, per-channel weights), the outputs judged by SQNR (never top-1); on
+    unseen rows its max error against TensorFlow float is no more than that of onnxruntime's
+    recipe (quantize_dynamic on tf2onnx's ONNX), both run in onnxruntime."""
+    same_speed(monkeypatch)
     out = tmp_path / "encoder_int8.onnx"
-    code, int8 = export(encoder_model, out, "--int8-mode", "dynamic", "--int8-min-speedup", "0")
+    code, int8 = export(encoder_model, out)
     assert code == 0, int8
-    assert int8["mode"] == "dynamic" and [m["mode"] for m in int8["modes"]] == ["dynamic"]
-    assert int8["outputs"][0]["measure"] == "sqnr_db" and int8["outputs"][0]["cosine"] > 0.99
+    modes = {m["mode"]: m for m in int8["modes"]}
+    assert int8["mode"] == "dynamic" and modes["dynamic"]["written"] and "static" in modes
+    assert all(o["measure"] == "sqnr_db" and o["cosine"] > 0.99 for o in int8["outputs"])
     ops = {node.op_type for node in onnx.load(str(out)).graph.node}
-    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops and "QuantizeLinear" not in ops
-    ref = tf_run(encoder_model["graph_def"], encoder_model["output"], encoder_model["unseen"])
+    assert {"QAttention", "DynamicQuantizeLinear", "MatMulInteger"} <= ops
+    assert "QuantizeLinear" not in ops and "Attention" not in ops
     got = ort_run(out, encoder_model["unseen"])
-    error = float(np.abs(got - ref).max())
-    assert 0 < error <= recipe["max_error"] * 1.05 + 1e-6, (error, recipe["max_error"])
-    relative = np.linalg.norm(got - ref) / np.linalg.norm(ref)
-    assert -20 * np.log10(relative) > int8["outputs"][0]["threshold"]
+    error = max_relative_error(encoder_model["expected"], got)
+    assert 0 < error <= recipe["max_error"], (error, recipe["max_error"])
+    assert sqnr_db(encoder_model["expected"], got) > int8["outputs"][0]["threshold"]
 
 
-def test_auto_tries_dynamic_when_static_misses_and_shows_every_mode(encoder_model, tmp_path):
-    """An SQNR static int8 cannot reach on the selection rows: dynamic is tried on the same
-    rows and written; the report shows each mode's error, size and speed."""
+def test_auto_tries_dynamic_when_static_misses_and_shows_every_mode(encoder_model, tmp_path,
+                                                                    monkeypatch):
+    """Static int8 of the fused ONNX is a mode like any other: it leaves the com.microsoft
+    Attention float (onnxruntime's static quantizer has no int8 form of it) and says so in its
+    line. An SQNR it cannot reach on the selection rows: dynamic is tried on the same rows and
+    written; the report shows each mode's error, size and speed."""
+    same_speed(monkeypatch)
     out = tmp_path / "encoder_int8.onnx"
-    code, int8 = export(encoder_model, out, "--int8-min-sqnr", "33", "--int8-min-speedup", "0",
+    code, int8 = export(encoder_model, out, "--int8-min-sqnr", str(MISSED_BY_STATIC),
                         "--int8-calibration", "minmax", "--int8-bias-correction", "off",
-                        "--int8-max-float-layers", "1", "--raw-onnx")
+                        "--int8-max-float-layers", "1")
     assert code == 0, int8
     modes = {m["mode"]: m for m in int8["modes"]}
     assert int8["mode"] == "dynamic" and modes["dynamic"]["written"]
@@ -163,10 +177,13 @@ def test_auto_tries_dynamic_when_static_misses_and_shows_every_mode(encoder_mode
     for mode in modes.values():
         assert mode["int8_bytes"] > 0 and mode["float_bytes"] > 0 and mode["speedup"] > 0
         assert mode["outputs"][0]["measure"] == "sqnr_db"
-    assert modes["static"]["outputs"][0]["value"] < 33 <= modes["dynamic"]["outputs"][0]["value"]
-    ref = tf_run(encoder_model["graph_def"], encoder_model["output"], encoder_model["unseen"])
+    [note] = modes["static"]["notes"]           # (the fused embedding too, when fused)
+    assert note.startswith("Attention ×2") and note.endswith(
+        "left float (onnxruntime's static quantizer has no int8 form of it)"), note
+    static = min(o["value"] for o in modes["static"]["outputs"])
+    assert static < MISSED_BY_STATIC <= min(o["value"] for o in modes["dynamic"]["outputs"])
     got = ort_run(out, encoder_model["unseen"])
-    assert -20 * np.log10(np.linalg.norm(got - ref) / np.linalg.norm(ref)) > 30
+    assert sqnr_db(encoder_model["expected"], got) > MISSED_BY_STATIC - 2, static
 
 
 @pytest.fixture(scope="module")
@@ -204,8 +221,8 @@ def test_int8_not_faster_is_refused_by_default(digits_model, tmp_path, monkeypat
     assert "written for its size only (--int8-min-speedup 0)" in capsys.readouterr().err
     int8 = json.loads(report.read_text())["int8"]
     assert int8["speed"]["speedup"] == 0.5 and int8["speed"]["passed"]
-    ref = tf_run(digits_model["graph_def"], "Identity", digits_model["unseen"])
-    got = ort_run(out, digits_model["unseen"])
+    ref, = tf_run(digits_model["graph_def"], "Identity", digits_model["unseen"])
+    got, = ort_run(out, digits_model["unseen"])
     assert np.mean(ref.argmax(-1) == got.argmax(-1)) >= 0.9
 
 
@@ -267,7 +284,7 @@ def test_tflite_dynamic_range_int8(digits_model, tmp_path):
         interpreter.set_tensor(given["index"], image[None])
         interpreter.invoke()
         got.append(interpreter.get_tensor(interpreter.get_output_details()[0]["index"])[0])
-    ref = tf_run(digits_model["graph_def"], "Identity", digits_model["unseen"])
+    ref, = tf_run(digits_model["graph_def"], "Identity", digits_model["unseen"])
     assert np.mean(ref.argmax(-1) == np.array(got).argmax(-1)) >= 0.95
 
 

@@ -35,6 +35,9 @@ def token_feeds(built, seed=0, batch=2, seq=SEQ):
 
 
 def export(built, tmp_path, seq=SEQ, **options):
+    """Every fusion found applied (``fuse=True``) unless the test says otherwise: which of them
+    pay on this CPU (the default, "auto") is tests/test_fusion_choice.py's subject."""
+    options.setdefault("fuse", True)
     feeds = token_feeds(built, seq=seq)
     path = tmp_path / "model.onnx"
     result = onnx_export.export(built.graph_def, built.inputs, built.outputs, path, feeds=feeds,
@@ -175,7 +178,8 @@ def test_causal_mask_alone_becomes_unidirectional_attention_without_mask(tmp_pat
         inputs=built.inputs, outputs=built.outputs), checks=api.Checks(verify=False)).graph_def
     feeds = {"x": np.random.default_rng(0).normal(0, 1, (2, 24, 16)).astype(np.float32)}
     path = tmp_path / "causal.onnx"
-    result = onnx_export.export(graph_def, built.inputs, built.outputs, path, feeds=feeds)
+    result = onnx_export.export(graph_def, built.inputs, built.outputs, path, feeds=feeds,
+                                fuse=True)
     assert result.passed
     lower = mask is None or mask[0, -1, 0]
     assert ("Softmax" not in ops_of(path)) == lower
@@ -244,7 +248,8 @@ def test_a_full_attention_mask_is_left_alone_saying_why(tmp_path):
              "mask": r.random((2, 8, 8)) < 0.7}
     feeds["mask"][:, :, 0] = True                   # every query sees a key
     path = tmp_path / "full_mask.onnx"
-    result = onnx_export.export(graph_def, built.inputs, built.outputs, path, feeds=feeds)
+    result = onnx_export.export(graph_def, built.inputs, built.outputs, path, feeds=feeds,
+                                fuse=True)
     assert result.passed and "Attention" not in ops_of(path)
     assert any("Softmax" in line and "not a key-padding mask" in line
                for line in result.not_fused), result.not_fused
@@ -279,7 +284,7 @@ def test_exact_gelu_becomes_gelu(tmp_path):
     graph_def = exact_gelu_graph()
     feeds = {"x": np.random.default_rng(1).normal(0, 2, (3, 8)).astype(np.float32)}
     path = tmp_path / "gelu.onnx"
-    result = onnx_export.export(graph_def, ["x"], ["y"], path, feeds=feeds)
+    result = onnx_export.export(graph_def, ["x"], ["y"], path, feeds=feeds, fuse=True)
     assert result.passed
     counts = ops_of(path)
     assert counts.get("Gelu", 0) + counts.get("BiasGelu", 0) == 1 and "Erf" not in counts
@@ -296,7 +301,8 @@ def test_a_wrong_constant_is_not_fused(tmp_path):
         tf.identity(0.6 * x * (1.0 + tf.math.erf(x / np.float32(np.sqrt(2.0)))), name="y")
     feeds = {"x": r.normal(0, 2, (3, 8)).astype(np.float32)}
     path = tmp_path / "not_gelu.onnx"
-    result = onnx_export.export(graph.as_graph_def(), ["x"], ["y"], path, feeds=feeds)
+    result = onnx_export.export(graph.as_graph_def(), ["x"], ["y"], path, feeds=feeds,
+                                fuse=True)
     assert result.passed and "Gelu" not in ops_of(path) and "Erf" in ops_of(path)
     assert any("not 0.5" in line for line in result.not_fused), result.not_fused
 
@@ -360,7 +366,8 @@ def test_embedding_layer_norm_only_where_the_kernel_computes_the_same(tmp_path, 
     graph_def = api.optimize(graph_def, interface=api.Interface(   # (StopGradient goes)
         inputs=["ids", "segments"], outputs=["y"], feeds=feeds)).graph_def
     path = tmp_path / "embedding.onnx"
-    result = onnx_export.export(graph_def, ["ids", "segments"], ["y"], path, feeds=feeds)
+    result = onnx_export.export(graph_def, ["ids", "segments"], ["y"], path, feeds=feeds,
+                                fuse=True)
     assert result.passed
     fused = "EmbedLayerNormalization" in ops_of(path)
     assert fused == (case == "fused")

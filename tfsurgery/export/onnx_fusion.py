@@ -66,6 +66,13 @@ def fuse(model, graph_def, *, only: Optional[Sequence[str]] = None,
     return report
 
 
+def found(graph_def, shapes=None) -> List[str]:
+    """The names of the fusions that find at least one pattern in ``graph_def``."""
+    graph = Graph(graph_def, check_inputs=False)
+    shapes = shapes or static_shapes(graph_def)
+    return [fusion.NAME for fusion in ONNX_FUSIONS if fusion.find(graph, shapes)[0]]
+
+
 def _named_as_converted(fused: onnx_splice.Fused, graph: Graph, model) -> onnx_splice.Fused:
     """tf2onnx drops an Identity (a graph output's, say) and gives its name to the tensor it
     forwarded: then the fused op writes that name."""

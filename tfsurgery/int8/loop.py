@@ -39,6 +39,9 @@ from tfsurgery.verify.samples import Samples
 
 MAX_FLOAT_FRACTION = 0.10          # default cap on layers kept float: 10% of them (at least 1)
 DYNAMIC = "dynamic"                # the Choice.method of dynamic int8
+# speed ratios closer than this are one speed (a shared machine's timing noise, ~20%):
+# between two such modes the more accurate is written
+SPEED_NOISE = 1.2
 
 
 # ---------------------------------------------------------------- choices and attempts
@@ -145,6 +148,7 @@ class Int8Report:
             (f", {m['int8_bytes'] / m['float_bytes']:.2f} of the float size"
              if m["float_bytes"] else f", {m['int8_bytes']} bytes") +
             (f", {m['speedup']:.2f}× float" if m.get("speedup") else ", speed not measured") +
+            "".join(f", {note}" for note in m.get("notes", ())) +
             ("" if m["selection_passed"] else ", misses on the selection rows")
             for m in self.modes)
 
@@ -432,6 +436,7 @@ def run_loop(backend, outputs: Sequence[str], rows: Rows, expected: Dict[str, li
     report.mode = picked.name
     report.tried = [a for chosen in picks for a in chosen.tried]
     report.modes = [entry.as_dict(backend, picked) for entry in entries]
+    report.notes += mode_notes(backend, picked.chosen.choice)
     if picked.speed is not None:
         report.speed = dict(picked.speed.as_dict(), line=picked.speed.line())
     if not report.passed:
@@ -462,8 +467,15 @@ class Mode:
                     outputs=[o.as_dict() for o in self.chosen.final.outputs],
                     int8_bytes=backend.size(self.chosen.model),
                     float_bytes=backend.float_size(self.chosen.choice),
+                    notes=mode_notes(backend, self.chosen.choice),
                     **({"speedup": self.speed.speedup, "int8_ms": self.speed.int8_ms,
                         "float_ms": self.speed.float_ms} if self.speed is not None else {}))
+
+
+def mode_notes(backend, choice: Choice) -> List[str]:
+    """What the format says of a mode's model (``backend.mode_notes``: e.g. the layers its
+    quantizer leaves float)."""
+    return list(getattr(backend, "mode_notes", lambda _: [])(choice))
 
 
 def timed(backend, entries: List[Mode], min_speedup: float) -> List[Mode]:
@@ -493,14 +505,19 @@ def mode_entries(picks: Sequence[Chosen]) -> List[Mode]:
 
 
 def pick_mode(entries: Sequence[Mode], min_speedup: float) -> Mode:
-    """The mode to gate and write: of those passing on the selection rows, the fastest that
-    runs ``min_speedup`` × float (else the fastest; untimed: the first, static before
-    dynamic); when none passes, the best ranked (the gate will say why)."""
+    """The mode to gate and write: of those passing on the selection rows and running
+    ``min_speedup`` × float (else of all passing), the most accurate — unless another is
+    faster than it by more than SPEED_NOISE, then the fastest (untimed: the first, static
+    before dynamic); when none passes, the best ranked (the gate will say why). Speeds
+    within SPEED_NOISE of each other are one speed on a shared machine: accuracy decides."""
     passing = [m for m in entries if m.passed]
     if not passing:
         return min(entries, key=lambda m: rank(m.chosen.final))
     timed = [m for m in passing if m.speed is not None]
     if not timed:
         return passing[0]
-    fast = [m for m in timed if m.speed.speedup >= min_speedup]
-    return max(fast or timed, key=lambda m: m.speed.speedup)
+    candidates = [m for m in timed if m.speed.speedup >= min_speedup] or timed
+    accurate = min(candidates, key=lambda m: rank(m.chosen.final))
+    fastest = max(candidates, key=lambda m: m.speed.speedup)
+    clearly = fastest.speed.speedup > accurate.speed.speedup * SPEED_NOISE
+    return fastest if clearly else accurate

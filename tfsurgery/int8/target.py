@@ -46,6 +46,14 @@ class Int8Settings:
                     weight_type=types[self.weights], per_channel=self.per_channel,
                     reduce_range=self.reduce_range)
 
+    def quantize_dynamic_options(self) -> dict:
+        """``quantize_dynamic``'s: its activations are always uint8 (DynamicQuantizeLinear);
+        weights int8 per output channel as static's (on a BERT 4×256, seq 128: max relative
+        error 0.094 per channel against 0.122 per tensor, speed the same; docs/int8.md)."""
+        from onnxruntime import quantization as q
+        return dict(weight_type=q.QuantType.QInt8, per_channel=self.per_channel,
+                    reduce_range=self.reduce_range)
+
     @property
     def summary(self) -> str:
         """One line: "x86-vnni: activations uint8, weights int8 per-channel (why)"."""

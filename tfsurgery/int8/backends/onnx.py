@@ -30,6 +30,7 @@ from tfsurgery.export import artefacts
 from tfsurgery.int8 import target as int8_target
 from tfsurgery.errors import ExportError, InputError
 from tfsurgery.int8 import speed as int8_speed
+from tfsurgery.int8.backends.onnx_coverage import left_float_note, untyped_as_float
 from tfsurgery.int8.loop import (DYNAMIC, MAX_FLOAT_FRACTION, MIN_AGREEMENT,  # noqa: F401
                                  MIN_SQNR_DB, Attempt, Backend, Choice, Int8Refused, Int8Report,
                                  OutputMeasure, Rows, Thresholds, compare, is_class_scores,
@@ -87,7 +88,7 @@ class OnnxBackend(Backend):
         out = self.stage / f"int8-{self._built}.onnx"
         float_model = self.candidates[choice.model]
         if choice.mode == DYNAMIC:
-            _quantize_dynamic(float_model, out, kept_float)
+            _quantize_dynamic(float_model, out, kept_float, self.settings)
             return out
         _quantize_static(float_model, out, self.calibration,
                          list(kept_float) + output_heads(float_model), method=choice.method,
@@ -115,6 +116,11 @@ class OnnxBackend(Backend):
 
     def details(self, model: Path) -> dict:
         return {"target": self.settings.as_dict()}
+
+    def mode_notes(self, choice: Choice) -> List[str]:
+        """What onnxruntime's quantizer for ``choice``'s mode leaves float in its model (a
+        fused transformer's com.microsoft ``Attention`` has no static int8 form)."""
+        return left_float_note(self.candidates[choice.model], choice.mode)
 
     def time(self, models: Dict[str, Path]) -> Optional[Dict[str, int8_speed.Speed]]:
         """Each model against the plain float ONNX on the first calibration row (batch 1),
@@ -329,7 +335,8 @@ def _quantize_static(float_model: Path, out: Path, calibration: Samples,
             q.quantize_static(str(float_model), str(out), Rows(), **options,
                               calibrate_method=getattr(q.CalibrationMethod, method),
                               nodes_to_exclude=list(kept_float),
-                              calibration_cache_path=str(cache))
+                              calibration_cache_path=str(cache),
+                              extra_options=untyped_as_float())
 
 
 @contextlib.contextmanager
@@ -347,14 +354,15 @@ def _onnxruntime_quantizing(failure: str):
         root.level = level
 
 
-def _quantize_dynamic(float_model: Path, out: Path, kept_float: Sequence[str]) -> None:
-    """Dynamic int8 as onnxruntime's recipe makes it (``quantize_dynamic``'s defaults: int8
-    weights per tensor; each activation's range measured as the model runs), ``kept_float``
-    left float."""
+def _quantize_dynamic(float_model: Path, out: Path, kept_float: Sequence[str],
+                      settings: int8_target.Int8Settings) -> None:
+    """Dynamic int8 by onnxruntime's ``quantize_dynamic`` (each activation's range measured
+    as the model runs), int8 weights as the target wants them (per channel; 7 bits without
+    VNNI), ``kept_float`` left float. On a fused transformer ONNX it makes ``QAttention``."""
     from onnxruntime import quantization as q
     with _onnxruntime_quantizing("onnxruntime cannot quantize the model dynamically"):
-        q.quantize_dynamic(str(float_model), str(out), weight_type=q.QuantType.QInt8,
-                           nodes_to_exclude=list(kept_float))
+        q.quantize_dynamic(str(float_model), str(out), **settings.quantize_dynamic_options(),
+                           nodes_to_exclude=list(kept_float), extra_options=untyped_as_float())
 
 
 def correct_biases(float_model: Path, quantized: Path, calibration: Samples,
