@@ -321,18 +321,59 @@ def test_fused_model_takes_onnxruntime_dynamic_int8_as_qattention(bert, tmp_path
     assert 0 < oracle.relative_error(expected[0], actual[0]) < 0.1
 
 
-def test_dynamic_length_embedding_is_left_alone_saying_why(tmp_path):
-    """[None, None] inputs: the position rows are sliced at run time, not a constant block."""
+def test_dynamic_length_embedding_fuses_with_the_whole_position_table(tmp_path):
+    """[None, None] inputs: the position rows are table[None, :n] with n = Shape(sum)[1], the
+    run-time length — the kernel's default positions 0..n-1 of the whole table; matches TF at
+    two lengths."""
     built = transformers.frozen("bert", dynamic=True, layers=1, hidden=32, heads=2, seq=SEQ,
                                 vocab=VOCAB)
     graph_def = api.optimize(built.graph_def, interface=api.Interface(
         inputs=built.inputs, outputs=built.outputs, feeds=token_feeds(built))).graph_def
     dynamic = BuiltModel(graph_def, built.inputs, built.outputs, None)
     result, path, feeds = export(dynamic, tmp_path)
-    assert result.passed and "EmbedLayerNormalization" not in ops_of(path)
-    assert any("position" in line and "run time" in line for line in result.not_fused), \
-        result.not_fused
+    assert result.passed and ops_of(path).get("EmbedLayerNormalization") == 1
+    model = onnx.load(str(path))
+    tables = {t.name for t in model.graph.initializer if len(t.dims) == 2}
+    assert not [n for n in model.graph.node if n.op_type == "Gather" and n.input[0] in tables]
     assert_matches_tf(dynamic, path, feeds)
+    assert_matches_tf(dynamic, path, token_feeds(dynamic, seed=4, seq=9))
+
+
+def shifted_positions_graph(shift, seed=0):
+    """ids [None, None]; Gather(words, ids) + table[None, shift:n + shift], then LayerNorm:
+    shift 0 is positions 0..n-1, shift 1 positions 1..n (another sum)."""
+    r = np.random.default_rng(seed)
+    with tf.Graph().as_default() as graph:
+        ids = tf.compat.v1.placeholder(tf.int32, [None, None], name="ids")
+        words = tf.gather(r.normal(0, 1, (50, 16)).astype(np.float32), ids)
+        n = tf.shape(words)[1]
+        table = tf.constant(r.normal(0, 1, (32, 16)).astype(np.float32))
+        x = words + table[None, shift:n + shift]
+        mean, variance = tf.nn.moments(x, [-1], keepdims=True)
+        tf.identity(tf.nn.batch_normalization(
+            x, mean, variance, r.normal(0, 0.1, 16).astype(np.float32),
+            r.uniform(0.5, 1.5, 16).astype(np.float32), 1e-6), name="y")
+    return graph.as_graph_def()
+
+
+@pytest.mark.parametrize("shift", [0, 1])
+def test_run_time_positions_fuse_only_from_row_zero(tmp_path, shift):
+    graph_def = shifted_positions_graph(shift)
+    feeds = {"ids": np.random.default_rng(1).integers(0, 50, (2, 7)).astype(np.int32)}
+    graph_def = api.optimize(graph_def, interface=api.Interface(
+        inputs=["ids"], outputs=["y"], feeds=feeds)).graph_def
+    path = tmp_path / "positions.onnx"
+    result = onnx_export.export(graph_def, ["ids"], ["y"], path, feeds=feeds, fuse=True)
+    assert result.passed
+    assert ("EmbedLayerNormalization" in ops_of(path)) == (shift == 0)
+    if shift:
+        assert any("first rows of a constant table" in line for line in result.not_fused), \
+            result.not_fused
+    for length in (7, 3):
+        more = {"ids": np.random.default_rng(length).integers(0, 50, (2, length)).astype(np.int32)}
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        actual = session.run(None, {"ids:0": more["ids"]})[0]
+        assert oracle.relative_error(oracle.run(graph_def, more, ["y"])[0], actual) <= 1e-4
 
 
 def embedding_graph(ids_dtype=tf.int32, positions=(1, 8, 16), seed=0):

@@ -12,13 +12,15 @@ Matched by value: a sum (any order) of one or two ``Gather``s of constant float 
 axis 0 with int32 ids (the kernel's only id type) of rank 2, and one constant position block
 ``[1, seq, hidden]`` whose ``seq`` is the ids' static length — positions 0..seq-1 exactly, the
 kernel's default — added as it is or, as keras-hub's ``PositionEmbedding`` does, broadcast to
-a gathered term's own shape first; every table ``hidden`` wide, as gamma. The ids the kernel
+a gathered term's own shape first — or, at a run-time length n, the first n rows of a
+constant table (``table[None, :n]``, n = Shape(term)[1]): the whole table goes to the kernel,
+which adds rows 0..n-1; every table ``hidden`` wide, as gamma. The ids the kernel
 reads are the ones TensorFlow gathers with: Keras wraps negative ids (``ids < 0 ? ids + vocab
 : ids``) before its Gather, and that stays in front. The attention keeps its own mask: the
 kernel's ``mask_index`` counts valid tokens (right padding only), where TensorFlow's mask may
-be any 0/1 pattern. A dynamic length (the position slice computed at run time), int64 ids, a
-third table, or a sum read elsewhere too (GPT-2's pre-LN residual: its gathers would stay
-beside the fused op) are left alone, saying so.
+be any 0/1 pattern. Positions from another row than 0, int64 ids, a third table, or a sum
+read elsewhere too (GPT-2's pre-LN residual: its gathers would stay beside the fused op) are
+left alone, saying so.
 """
 from __future__ import annotations
 
@@ -58,13 +60,17 @@ def find(graph: Graph, shapes=None) -> Tuple[List[Fused], List[Tuple[str, str]]]
     return found, skipped
 
 
-def _summands(graph: Graph, ref: Ref, top: bool = False) -> List[Ref]:
+def _summands(graph: Graph, ref: Ref, top: bool = False, adds=None) -> List[Ref]:
     """The terms of a tree of Adds (a single term where ``ref`` is no Add); an inner sum read
-    elsewhere too is a term (a residual stream is not an embedding's sum)."""
+    elsewhere too is a term (a residual stream is not an embedding's sum). ``adds``, if given,
+    collects the tree's Add nodes."""
     add = producer(graph, ref, SUMS)
     if add is None or (not top and len(_value_readers(graph, Ref(add))) > 1):
         return [ref]
-    return [term for summand in graph.inputs(add) for term in _summands(graph, summand)]
+    if adds is not None:
+        adds.append(add)
+    return [term for summand in graph.inputs(add) for term in _summands(graph, summand,
+                                                                          adds=adds)]
 
 
 def _value_readers(graph: Graph, ref: Ref) -> List[str]:
@@ -95,20 +101,76 @@ def _embedding(graph: Graph, leaves: List[Ref], norm: LayerNorm, shapes):
         (tables if gathered else rest).append(gathered or leaf)
     if len(tables) > 2:
         return f"{len(tables)} gathered tables: the kernel takes words and segments only"
-    positions = [_position_block(graph, leaf, leaves) for leaf in rest]
-    if len(rest) != 1 or positions[0] is None:
-        return ("the rows are not added to one constant position block (at a dynamic length "
-                "the position slice is computed at run time: give --input-shape)")
-    seq = [(shapes(ids) or [None, None])[1:] for ids, _ in tables]
-    block = positions[0]
-    if block.ndim not in (2, 3) or block.shape[:-2] not in ((), (1,)) or \
-            any(s != [block.shape[-2]] for s in seq):
-        return (f"the position block {block.shape} is not [1, seq, hidden] at the ids' static "
-                f"length {seq[0]}")
     hidden = norm.gamma.size
+    sized = _sequence_sized(graph, norm.x, leaves)
+    leading = [_leading_rows(graph, leaf, sized, hidden) for leaf in rest]
+    if len(rest) == 1 and leading[0] is not None:         # table[:n] at run-time length n
+        block = leading[0]
+    else:
+        positions = [_position_block(graph, leaf, leaves) for leaf in rest]
+        if len(rest) != 1 or positions[0] is None:
+            return ("the rows added are not one constant position block [1, seq, hidden] nor "
+                    "the first rows of a constant table at the run-time length")
+        seq = [(shapes(ids) or [None, None])[1:] for ids, _ in tables]
+        block = positions[0]
+        if block.ndim not in (2, 3) or block.shape[:-2] not in ((), (1,)) or \
+                any(s != [block.shape[-2]] for s in seq):
+            return (f"the position block {block.shape} is not [1, seq, hidden] at the ids' "
+                    f"static length {seq[0]}")
     if any(t.shape[1] != hidden for _, t in tables) or block.shape[-1] != hidden:
         return "a table's width is not the LayerNorm's"
     return _fused(norm, tables, block.reshape(-1, hidden).astype(np.float32))
+
+
+def _sequence_sized(graph: Graph, x: Ref, leaves: List[Ref]) -> set:
+    """Nodes whose output's dimension 1 is the sequence length: the gathered terms and the
+    sums of the tree (each [batch, seq, hidden])."""
+    adds: List[str] = []
+    _summands(graph, x, top=True, adds=adds)
+    return set(adds) | {leaf.node for leaf in leaves if producer(graph, leaf, GATHERS)}
+
+
+def _leading_rows(graph: Graph, leaf: Ref, sized: set, hidden: int) -> Optional[np.ndarray]:
+    """The constant table [rows, hidden] when ``leaf`` is its first n rows, n = Shape(t)[1] of
+    a ``sized`` tensor (the run-time length): a StridedSlice from 0 with step 1 whose only
+    bounded end is n on the table's row axis (``table[None, :n]``, ``table[:, :n]``) —
+    exactly what the kernel adds by default (positions 0..n-1)."""
+    cut = producer(graph, leaf, {"StridedSlice"})
+    table = graph.const_value(graph.inputs(cut)[0]) if cut else None
+    end = producer(graph, graph.inputs(cut)[2], {"Pack"}) if cut else None
+    begin, strides = (graph.const_value(graph.inputs(cut)[i]) for i in (1, 3)) if end else \
+        (None, None)
+    if begin is None or strides is None or table is None or table.shape[-1] != hidden or \
+            graph.attr(cut, "ellipsis_mask", 0) or graph.attr(cut, "shrink_axis_mask", 0):
+        return None
+    new_axes, begins, ends = (graph.attr(cut, m, 0) for m in
+                              ("new_axis_mask", "begin_mask", "end_mask"))
+    row_axis, axis, lengths = None, 0, []
+    for k, bound in enumerate(graph.inputs(end)):
+        if new_axes >> k & 1:
+            continue
+        if not (begins >> k & 1 or int(np.ravel(begin)[k]) == 0) or int(strides[k]) != 1:
+            return None
+        if not ends >> k & 1:
+            lengths.append(bound)
+            row_axis = axis
+        axis += 1
+    if len(lengths) != 1 or row_axis is None or row_axis == table.ndim - 1 or \
+            any(d != 1 for i, d in enumerate(table.shape[:-1]) if i != row_axis) or \
+            _length_of(graph, lengths[0]) not in sized:
+        return None
+    return table.reshape(-1, hidden)
+
+
+def _length_of(graph: Graph, ref: Ref) -> Optional[str]:
+    """The node t where ``ref`` is Shape(t)[1]."""
+    cut = producer(graph, ref, {"StridedSlice"})
+    shape = cut and producer(graph, graph.inputs(cut)[0], {"Shape"})
+    bounds = [graph.const_value(r) for r in graph.inputs(cut)[1:4]] if shape else [None]
+    if any(b is None for b in bounds) or graph.attr(cut, "shrink_axis_mask", 0) != 1 or \
+            [np.ravel(b).tolist() for b in bounds] != [[1], [2], [1]]:
+        return None
+    return graph.inputs(shape)[0].node
 
 
 def _position_block(graph: Graph, leaf: Ref, leaves: List[Ref]) -> Optional[np.ndarray]:
