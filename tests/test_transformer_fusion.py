@@ -376,13 +376,13 @@ def test_run_time_positions_fuse_only_from_row_zero(tmp_path, shift):
         assert oracle.relative_error(oracle.run(graph_def, more, ["y"])[0], actual) <= 1e-4
 
 
-def embedding_graph(ids_dtype=tf.int32, positions=(1, 8, 16), seed=0):
+def embedding_graph(ids_dtype=tf.int32, positions=(1, 8, 16), seed=0, segment_shape=(None, 8)):
     """Gather(words, ids) + Gather(segments, segment_ids) + a constant block, then LayerNorm
     (tf.nn.moments + batch_normalization, by hand)."""
     r = np.random.default_rng(seed)
     with tf.Graph().as_default() as graph:
         ids = tf.compat.v1.placeholder(ids_dtype, [None, 8], name="ids")
-        segments = tf.compat.v1.placeholder(tf.int32, [None, 8], name="segments")
+        segments = tf.compat.v1.placeholder(tf.int32, segment_shape, name="segments")
         x = tf.gather(r.normal(0, 1, (50, 16)).astype(np.float32), ids) + \
             tf.gather(r.normal(0, 1, (2, 16)).astype(np.float32), segments) + \
             r.normal(0, 1, positions).astype(np.float32)
@@ -393,17 +393,20 @@ def embedding_graph(ids_dtype=tf.int32, positions=(1, 8, 16), seed=0):
     return graph.as_graph_def()
 
 
-@pytest.mark.parametrize("case", ["fused", "int64 ids", "one position for all"])
+@pytest.mark.parametrize("case", ["fused", "int64 ids", "one position for all",
+                                  "one segment per row"])
 def test_embedding_layer_norm_only_where_the_kernel_computes_the_same(tmp_path, case):
     """Proven by value: int32 ids and a [1, seq, hidden] block fuse; int64 ids (the kernel
-    takes int32) and a [1, 1, hidden] block (one row for every position) stay, saying why.
+    takes int32), a [1, 1, hidden] block (one row for every position) and segment ids [batch,
+    1] broadcast over the sequence (the kernel wants them shaped as the ids) stay, saying why.
     onnxruntime matches a plain TF session either way."""
     ids_dtype = tf.int64 if case == "int64 ids" else tf.int32
+    segment_shape = (None, 1) if case == "one segment per row" else (None, 8)
     graph_def = embedding_graph(ids_dtype, (1, 1, 16) if case == "one position for all"
-                                else (1, 8, 16))
+                                else (1, 8, 16), segment_shape=segment_shape)
     r = np.random.default_rng(1)
     feeds = {"ids": r.integers(0, 50, (3, 8)).astype(ids_dtype.as_numpy_dtype),
-             "segments": r.integers(0, 2, (3, 8)).astype(np.int32)}
+             "segments": r.integers(0, 2, (3, segment_shape[1])).astype(np.int32)}
     graph_def = api.optimize(graph_def, interface=api.Interface(   # (StopGradient goes)
         inputs=["ids", "segments"], outputs=["y"], feeds=feeds)).graph_def
     path = tmp_path / "embedding.onnx"
@@ -413,7 +416,8 @@ def test_embedding_layer_norm_only_where_the_kernel_computes_the_same(tmp_path, 
     fused = "EmbedLayerNormalization" in ops_of(path)
     assert fused == (case == "fused")
     if not fused:
-        why = "int32" if case == "int64 ids" else "position block"
+        why = {"int64 ids": "int32", "one position for all": "position block",
+               "one segment per row": "not [batch, seq] alike"}[case]
         assert any(why in line for line in result.not_fused), result.not_fused
         assert {"LayerNormalization", "SkipLayerNormalization"} & set(ops_of(path))
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

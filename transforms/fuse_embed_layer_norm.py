@@ -101,6 +101,10 @@ def _embedding(graph: Graph, leaves: List[Ref], norm: LayerNorm, shapes):
         (tables if gathered else rest).append(gathered or leaf)
     if len(tables) > 2:
         return f"{len(tables)} gathered tables: the kernel takes words and segments only"
+    id_shapes = [shapes(ids) for ids, _ in tables]
+    if any(shape is None or len(shape) != 2 for shape in id_shapes) or \
+            any(shape != id_shapes[0] for shape in id_shapes):
+        return f"the ids are not [batch, seq] alike (static shapes {id_shapes})"
     hidden = norm.gamma.size
     sized = _sequence_sized(graph, norm.x, leaves)
     leading = [_leading_rows(graph, leaf, sized, hidden) for leaf in rest]
@@ -111,7 +115,7 @@ def _embedding(graph: Graph, leaves: List[Ref], norm: LayerNorm, shapes):
         if len(rest) != 1 or positions[0] is None:
             return ("the rows added are not one constant position block [1, seq, hidden] nor "
                     "the first rows of a constant table at the run-time length")
-        seq = [(shapes(ids) or [None, None])[1:] for ids, _ in tables]
+        seq = [shape[1:] for shape in id_shapes]
         block = positions[0]
         if block.ndim not in (2, 3) or block.shape[:-2] not in ((), (1,)) or \
                 any(s != [block.shape[-2]] for s in seq):
