@@ -153,11 +153,11 @@ class _ConstantMask(tf.keras.layers.Layer):
         return self.attention(x, x, attention_mask=tf.constant(self.mask))
 
 
-def causal_only_model(seq=24, mask=None):
+def causal_only_model(seq=24, mask=None, dynamic=False):
     """Keras MultiHeadAttention with use_causal_mask=True and no padding mask (a decoder fed
     whole sequences) — or under a constant ``mask`` — random weights."""
     keras = tf.keras
-    x = keras.Input((seq, 16), name="x")
+    x = keras.Input((None if dynamic else seq, 16), name="x")
     y = keras.layers.MultiHeadAttention(2, 8)(x, x, use_causal_mask=True) if mask is None \
         else _ConstantMask(mask)(x)
     model = keras.Model(x, y)
@@ -167,13 +167,17 @@ def causal_only_model(seq=24, mask=None):
     return model
 
 
-@pytest.mark.parametrize("mask", [None, np.tril(np.ones((1, 24, 24), bool)),
-                                  np.triu(np.ones((1, 24, 24), bool))],
-                         ids=["causal", "constant-lower-triangle", "upper-triangle"])
-def test_causal_mask_alone_becomes_unidirectional_attention_without_mask(tmp_path, mask):
+@pytest.mark.parametrize("mask, dynamic", [(None, False), (None, True),
+                                           (np.tril(np.ones((1, 24, 24), bool)), False),
+                                           (np.triu(np.ones((1, 24, 24), bool)), False)],
+                         ids=["causal", "causal-dynamic-length", "constant-lower-triangle",
+                              "upper-triangle"])
+def test_causal_mask_alone_becomes_unidirectional_attention_without_mask(tmp_path, mask,
+                                                                          dynamic):
     """Proven by value: Keras' causal flag and a constant lower triangle fuse; an upper
-    triangle (same ops, other value) stays, and every export matches TF."""
-    built = transformers.freeze(causal_only_model(mask=mask))
+    triangle (same ops, other value) stays, and every export matches TF. At a dynamic length
+    Keras' form is the proof."""
+    built = transformers.freeze(causal_only_model(mask=mask, dynamic=dynamic))
     graph_def = api.optimize(built.graph_def, interface=api.Interface(
         inputs=built.inputs, outputs=built.outputs), checks=api.Checks(verify=False)).graph_def
     feeds = {"x": np.random.default_rng(0).normal(0, 1, (2, 24, 16)).astype(np.float32)}
@@ -192,6 +196,30 @@ def test_causal_mask_alone_becomes_unidirectional_attention_without_mask(tmp_pat
     assert oracle.relative_error(expected, actual) <= 1e-4
     # the triangle matters: the first position sees itself only, so it differs from full attention
     assert not np.allclose(expected[:, 0], expected[:, -1])
+
+
+def test_a_run_time_upper_band_is_left_alone(tmp_path):
+    """The dynamic causal-only form with the band turned around (MatrixBandPart(ones, 0, -1):
+    j >= i) is the same ops with another mask: not fused, and the export matches TF."""
+    from tensorflow.core.framework import node_def_pb2
+    built = transformers.freeze(causal_only_model(dynamic=True))
+    graph_def = api.optimize(built.graph_def, interface=api.Interface(
+        inputs=built.inputs, outputs=built.outputs), checks=api.Checks(verify=False)).graph_def
+    band = next(n for n in graph_def.node if n.op == "MatrixBandPart")
+    for index, (name, value) in enumerate((("upper/lower", 0), ("upper/upper", -1)), 1):
+        const = node_def_pb2.NodeDef(name=name, op="Const")
+        const.attr["dtype"].type = tf.int32.as_datatype_enum
+        const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.int32(value)))
+        graph_def.node.append(const)
+        band.input[index] = name
+    feeds = {"x": np.random.default_rng(0).normal(0, 1, (2, 24, 16)).astype(np.float32)}
+    path = tmp_path / "upper.onnx"
+    result = onnx_export.export(graph_def, built.inputs, built.outputs, path, feeds=feeds,
+                                fuse=True)
+    assert result.passed and "Attention" not in ops_of(path)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    actual = session.run(None, {"x:0": feeds["x"]})[0]
+    assert oracle.relative_error(oracle.run(graph_def, feeds, built.outputs)[0], actual) <= 1e-4
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,10 @@ causal mask, or that mask alone: ``unidirectional=1``. The causal mask is proven
 where it is computed from constants (static length: TensorFlow evaluates it, a lower
 triangle); with dynamic shapes Keras computes it from the run-time length, and then its form is
 the proof: Cumsum of ones over rows >= over columns is i + 1 >= j + 1 at every length, the
-length being Shape(x)[1] of the attention's own input. Any other ``[batch, queries, keys]``
-mask, cross-attention or unequal head sizes are left alone, saying so.
+length being Shape(x)[1] of the attention's own input — or, with no other mask, Keras'
+MatrixBandPart(ones [T, S], -1, 0), T and S the scores' own dimensions. Any other
+``[batch, queries, keys]`` mask, cross-attention or unequal head sizes are left alone, saying
+so.
 A row whose keys are all masked differs (Keras: uniform; ``Attention``: filler added to scores).
 """
 from __future__ import annotations
@@ -101,8 +103,9 @@ def _unmasked(graph: Graph, ref: Ref, shapes):
         return ref, None
     condition, scores, filler = graph.inputs(select)
     filler = graph.const_value(filler)
-    if filler is not None and filler.size == 1 and \
-            _is_lower_triangle(computed_value(graph, condition)):      # folded whole
+    if filler is not None and filler.size == 1 and (
+            _is_lower_triangle(computed_value(graph, condition)) or     # folded whole
+            _lower_band_of(graph, condition, scores)):
         return scores, (None, float(np.ravel(filler)[0]), True)
     expand = _expanded_mask(graph, condition)
     if filler is None or filler.size != 1 or expand is None:
@@ -111,7 +114,7 @@ def _unmasked(graph: Graph, ref: Ref, shapes):
     if isinstance(causal, str):
         return scores, causal
     if mask is None:                                # the causal triangle alone
-        return scores, (None, float(np.ravel(filler)[0]), True)
+        return scores, (None, float(np.ravel(filler)[0]), causal)
     shape = shapes(mask)
     if shape is None or len(shape) != 3 or shape[1] != 1:
         return scores, (f"the mask {tensor_name(mask)} is not a key-padding mask "
@@ -136,26 +139,80 @@ def _expanded_mask(graph: Graph, condition: Ref) -> Optional[str]:
 def _without_causal(graph: Graph, mask: Ref):
     """Split Keras' causal mask off: (padding mask, causal) when ``mask`` is LogicalAnd(padding
     mask, causal mask), (None, causal) when it is the causal mask alone, else (mask, False) — or
-    (mask, why not) for a causal-looking mask that cannot be proven. ``causal`` is True for a
-    mask proven by value (computed from constants alone, TensorFlow evaluates it: a lower
-    triangle), or the tensor ``x`` for Keras' triangle of ``x``'s run-time length (dynamic
-    shapes), which ``_match`` then checks is the attention's input."""
-    if _is_lower_triangle(computed_value(graph, mask)):
-        return None, True
+    (mask, why not) for a causal-looking mask that cannot be proven (see ``_causal``)."""
+    alone = _causal(graph, mask)
+    if alone is not None:
+        return (mask, alone) if isinstance(alone, str) else (None, alone)
     both = producer(graph, mask, {"LogicalAnd"})
     if both is None:
         return mask, False
     for causal, padding in (graph.inputs(both), graph.inputs(both)[::-1]):
-        if _is_lower_triangle(computed_value(graph, causal)):
-            return padding, True
-        if producer(graph, causal, {"GreaterEqual"}):
-            length_of = _runtime_causal(graph, causal)
-            if length_of is not None:
-                return padding, length_of
-            return mask, (f"the causal mask {tensor_name(causal)} is computed at run time in a "
-                          "form other than Keras' (Cumsum over rows >= Cumsum over columns of "
-                          "ones [1, n, n], n = Shape(x)[1])")
+        found = _causal(graph, causal)
+        if found is not None:
+            return (mask, found) if isinstance(found, str) else (padding, found)
     return mask, False
+
+
+def _causal(graph: Graph, ref: Ref):
+    """True where ``ref`` is proven a causal mask by its value (computed from constants alone,
+    TensorFlow evaluates it: a lower triangle); the tensor ``x`` where it is Keras' triangle of
+    ``x``'s run-time length (dynamic shapes; ``_match`` checks ``x`` is the attention's
+    input); why not for another GreaterEqual; None for anything else."""
+    if _is_lower_triangle(computed_value(graph, ref)):
+        return True
+    if producer(graph, ref, {"GreaterEqual"}) is None:
+        return None
+    length_of = _runtime_causal(graph, ref)
+    return length_of if length_of is not None else (
+        f"the causal mask {tensor_name(ref)} is computed at run time in a form other than "
+        "Keras' (Cumsum over rows >= Cumsum over columns of ones [1, n, n], n = Shape(x)[1])")
+
+
+def _lower_band_of(graph: Graph, ref: Ref, scores: Ref) -> bool:
+    """Keras' causal mask with no other mask, at a run-time length: MatrixBandPart(ones [T, S],
+    -1, 0) — 1 where j <= i — under new leading axes, T and S the last two dimensions of the
+    ``scores`` it masks: the lower triangle of every [T, S]."""
+    cut = producer(graph, ref, {"StridedSlice"})
+    if cut is not None:
+        if not _adds_leading_axes(graph, cut):
+            return False
+        ref = graph.inputs(cut)[0]
+    band = producer(graph, ref, {"MatrixBandPart"})
+    fill = band and producer(graph, graph.inputs(band)[0], {"Fill"})
+    pack = fill and producer(graph, graph.inputs(fill)[0], {"Pack"})
+    if not pack or not scalar_near(graph.const_value(graph.inputs(fill)[1]), 1.0) or \
+            not scalar_near(graph.const_value(graph.inputs(band)[1]), -1.0) or \
+            not _is_value(graph.const_value(graph.inputs(band)[2]), 0):
+        return False
+    dims = [_dimension_of(graph, d) for d in graph.inputs(pack)]    # scores: [B, N, T, S]
+    return dims in ([(scores, 2), (scores, 3)], [(scores, -2), (scores, -1)])
+
+
+def _adds_leading_axes(graph: Graph, cut: str) -> bool:
+    """The StridedSlice only puts new axes in front (``t[None, None, :, :]``)."""
+    new_axes, begins, ends = (graph.attr(cut, m, 0) for m in
+                              ("new_axis_mask", "begin_mask", "end_mask"))
+    strides = graph.const_value(graph.inputs(cut)[3])
+    if strides is None or np.any(strides != 1) or graph.attr(cut, "shrink_axis_mask", 0) or \
+            graph.attr(cut, "ellipsis_mask", 0):
+        return False
+    rest = ((1 << strides.size) - 1) ^ new_axes        # the axes after the new ones: whole
+    return new_axes & (new_axes + 1) == 0 and begins & rest == rest and ends & rest == rest
+
+
+def _dimension_of(graph: Graph, ref: Ref):
+    """(x, axis) where ``ref`` is Shape(x)[axis]; None otherwise."""
+    cut = producer(graph, ref, {"StridedSlice"})
+    shape = cut and producer(graph, graph.inputs(cut)[0], {"Shape"})
+    bounds = [graph.const_value(r) for r in graph.inputs(cut)[1:4]] if shape else [None]
+    if any(b is None or b.size != 1 for b in bounds) or \
+            graph.attr(cut, "shrink_axis_mask", 0) != 1 or int(np.ravel(bounds[2])[0]) != 1:
+        return None
+    return graph.inputs(shape)[0], int(np.ravel(bounds[0])[0])
+
+
+def _is_value(value, number: int) -> bool:
+    return value is not None and value.size == 1 and int(np.ravel(value)[0]) == number
 
 
 def _runtime_causal(graph: Graph, ref: Ref) -> Optional[Ref]:
@@ -182,17 +239,9 @@ def _runtime_causal(graph: Graph, ref: Ref) -> Optional[Ref]:
 
 
 def _sequence_length_of(graph: Graph, ref: Ref) -> Optional[Ref]:
-    """``x`` where ``ref`` is Shape(x)[1] (a StridedSlice taking element 1)."""
-    cut = producer(graph, ref, {"StridedSlice"})
-    shape = cut and producer(graph, graph.inputs(cut)[0], {"Shape"})
-    if not shape:
-        return None
-    begin, end, strides = (graph.const_value(r) for r in graph.inputs(cut)[1:4])
-    if any(v is None for v in (begin, end, strides)) or \
-            graph.attr(cut, "shrink_axis_mask", 0) != 1 or \
-            [np.ravel(v).tolist() for v in (begin, end, strides)] != [[1], [2], [1]]:
-        return None
-    return graph.inputs(shape)[0]
+    """``x`` where ``ref`` is Shape(x)[1]."""
+    dimension = _dimension_of(graph, ref)
+    return dimension[0] if dimension and dimension[1] == 1 else None
 
 
 def _is_lower_triangle(value: Optional[np.ndarray]) -> bool:
