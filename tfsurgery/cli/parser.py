@@ -276,7 +276,8 @@ def _onnx_options(parser: argparse.ArgumentParser) -> None:
                              "optimizations, e.g. MatMul+Add -> Gemm)")
     parser.add_argument("--onnx-fusions", default="auto", metavar="auto|all|none|A,B",
                         help="transformer patterns made onnxruntime's fused kernels "
-                             "(fuse-layer-norm, fuse-gelu, fuse-attention): auto (default) "
+                             "(fuse-embed-layer-norm, fuse-layer-norm, fuse-gelu, "
+                             "fuse-attention): auto (default) "
                              "keeps those that make this model faster in onnxruntime on this "
                              "CPU, timed at export; all; none; or a list")
 
