@@ -127,12 +127,12 @@ def test_an_output_kind_is_read_from_the_graph():
     assert asked["probabilities"] == "classes" and asked["embedding"] is None
 
 
-def same_speed(monkeypatch, speedup=2.0):
-    """Every int8 mode timed at ``speedup`` × float (the timing replaced): which mode is
-    faster is this CPU's business — the benchmark's, never a test's — so accuracy decides."""
+def same_speed(monkeypatch, speedup=2.0, **by_mode):
+    """Every int8 mode timed at ``speedup`` × float, or its own (``by_mode``): the timing
+    replaced — which mode is faster is this CPU's business, the benchmark's, never a test's."""
     def timed(float_model, models, feeds, **_):
-        return {name: int8_speed.Speed(speedup, 1.0, 0.0, 0.0, 3, 2, "test CPU")
-                for name in models}
+        return {name: int8_speed.Speed(by_mode.get(name, speedup), 1.0, 0.0, 0.0, 3, 2,
+                                       "test CPU") for name in models}
     monkeypatch.setattr(int8_speed, "against_float", timed)
 
 
@@ -157,6 +157,26 @@ def test_an_encoders_int8_is_as_accurate_as_onnxruntimes_recipe(encoder_model, r
     error = max_relative_error(encoder_model["expected"], got)
     assert 0 < error <= recipe["max_error"], (error, recipe["max_error"])
     assert sqnr_db(encoder_model["expected"], got) > int8["outputs"][0]["threshold"]
+
+
+def test_a_clearly_faster_mode_is_written_over_a_more_accurate_one(encoder_model, tmp_path,
+                                                                   monkeypatch):
+    """Speeds within 1.2× are one speed (the more accurate mode is written, above); a passing
+    mode more than that faster than the most accurate one is written instead: static here,
+    timed 3× float against dynamic's 2× (both pass the default 20 dB)."""
+    same_speed(monkeypatch, 2.0, static=3.0)
+    out = tmp_path / "encoder_int8.onnx"
+    code, int8 = export(encoder_model, out, "--int8-calibration", "minmax",
+                        "--int8-bias-correction", "off")
+    assert code == 0, int8
+    modes = {m["mode"]: m for m in int8["modes"]}
+    assert int8["mode"] == "static" and modes["dynamic"]["selection_passed"]
+    assert modes["dynamic"]["outputs"][0]["value"] > modes["static"]["outputs"][0]["value"]
+    assert "Attention ×2 left float" in " ".join(int8["notes"])
+    ops = {node.op_type for node in onnx.load(str(out)).graph.node}
+    assert {"QuantizeLinear", "Attention"} <= ops and "QAttention" not in ops
+    got = ort_run(out, encoder_model["unseen"])
+    assert sqnr_db(encoder_model["expected"], got) > 20
 
 
 def test_auto_tries_dynamic_when_static_misses_and_shows_every_mode(encoder_model, tmp_path,
