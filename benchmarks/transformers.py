@@ -7,10 +7,12 @@ named:
 - onnxruntime (one process, sessions not spinning when idle): tf2onnx's ONNX of the original;
   that ONNX through onnxruntime's transformer optimizer (``optimizer.optimize_model``,
   ``model_type="bert"``); tfsurgery's ONNX with no fusion, with each fusion alone
-  (``fuse-layer-norm``, ``fuse-gelu``, ``fuse-attention``) and with all of them; onnxruntime's
-  ``quantize_dynamic`` (int8 MatMul weights) on tf2onnx's ONNX and on tfsurgery's fused ONNX;
-  tfsurgery's own int8 — ``--quantize int8`` with every default (``--int8-mode auto``) through
-  the public API (``tfsurgery.write``), on rows of other seeds than the rows that judge it;
+  (``fuse-layer-norm``, ``fuse-gelu``, ``fuse-attention``), with all of them, and as a user
+  gets it by default (``--onnx-fusions auto``: the fusions its own timing at export keeps);
+  onnxruntime's ``quantize_dynamic`` (int8 MatMul weights) on tf2onnx's ONNX and on tfsurgery's
+  fused ONNX; tfsurgery's own int8 — ``--quantize int8`` with every default
+  (``--int8-mode auto``) through the public API (``tfsurgery.write``), on rows of other seeds
+  than the rows that judge it;
 - OpenVINO (one process): tfsurgery's optimized graph as IR, at f32 and at OpenVINO's default
   CPU precision (bf16 where the CPU has it).
 
@@ -46,9 +48,12 @@ MODELS = {
     "bert-base": ("bert", dict(layers=12, hidden=768, heads=12, seq=384)),
 }
 BATCHES = (1, 4)
+# BERT-base at seq 384 takes ~0.8 s a run at batch 1 on 2 cores: a quarter of the runs (at
+# least 5) keeps its section near 15 minutes; its spread is in the JSON.
+RUNS_DIVISOR = {"bert-base": 4}
 TIMED_ONNX = ("tf2onnx", "tf2onnx + ort optimizer", "tfsurgery unfused",
               "tfsurgery + fuse-layer-norm", "tfsurgery + fuse-gelu",
-              "tfsurgery + fuse-attention", "tfsurgery fused",
+              "tfsurgery + fuse-attention", "tfsurgery fused", "tfsurgery default (auto)",
               "ort dynamic int8 (tf2onnx)", "ort dynamic int8 (tfsurgery fused)",
               "tfsurgery int8")
 INT8_PEER = "ort dynamic int8 (tf2onnx)"     # the recipe tfsurgery's int8 is held against
@@ -78,6 +83,7 @@ def feeds_for(built, batch: int, seed: int = 0) -> Dict[str, np.ndarray]:
 
 def model_section(label: str, *, runs: int = 20, batches=BATCHES, log=print) -> dict:
     style, params = MODELS[label]
+    runs = max(5, runs // RUNS_DIVISOR.get(label, 1))
     extra = {} if style == "vit" else {"vocab": VOCAB}
     built = transformers.frozen(style, **params, **extra)
     feeds = {b: feeds_for(built, b) for b in batches}
@@ -126,7 +132,7 @@ def _onnx_variants(built, optimized, params, feeds, work: Path):
             lambda p: _ort_optimizer(paths.get("tf2onnx"), p, params))
     for name, fuse in (("tfsurgery unfused", False),
                        *[(f"tfsurgery + {n}", [n]) for n in onnx_fusion.NAMES],
-                       ("tfsurgery fused", True)):
+                       ("tfsurgery fused", True), ("tfsurgery default (auto)", "auto")):
         attempt(name, lambda p, fuse=fuse: _tfsurgery(built, optimized, feeds, p, fuse))
     attempt("ort dynamic int8 (tf2onnx)",
             lambda p: _quantize_dynamic(paths.get("tf2onnx"), p))
@@ -189,7 +195,8 @@ def _tfsurgery(built, optimized, feeds, path: Path, fuse) -> dict:
     if not exported.passed:
         raise RuntimeError(f"failed its check: max error {exported.max_error:.3g}")
     return {"fused": exported.tidied, "not_fused": exported.not_fused,
-            "check_max_error": exported.max_error}
+            "check_max_error": exported.max_error, "choice": exported.fusion_choice,
+            "choice_lines": exported.fusion_lines}
 
 
 def _quantize_dynamic(source: Optional[Path], path: Path) -> dict:
@@ -283,7 +290,7 @@ def _render_model(section: dict) -> List[str]:
     p = section["params"]
     batches = sorted(section["batches"])
     lines = [f"### {section['model']} ({p['layers']} layers, hidden {p['hidden']}, "
-             f"{p['heads']} heads, seq {p['seq']})", ""]
+             f"{p['heads']} heads, seq {p['seq']}; medians of {section['runs']} runs)", ""]
     names = ["TF original", "TF optimized", *TIMED_ONNX, "OpenVINO f32", "OpenVINO default"]
     base = "tf2onnx"
     rows = []
@@ -337,6 +344,10 @@ def _int8_line(section: dict) -> str:
 def _fused_note(note: dict) -> str:
     if "mode" in note:                  # tfsurgery's int8: the mode it wrote
         return f"int8 mode: {note['mode']}"
+    choice = note.get("choice")
+    if choice:
+        return (f"kept by its timing at export: {', '.join(choice['kept']) or 'none'}"
+                + (f"; dropped: {', '.join(choice['dropped'])}" if choice["dropped"] else ""))
     fused = note.get("fused") or {}
     text = ", ".join(f"{n} {what}" for what, n in fused.items() if n)
     return text[:120]

@@ -17,7 +17,7 @@ from tfsurgery.int8 import kinds, speed as int8_speed
 
 VOCAB = 100
 SHAPE = dict(layers=2, hidden=64, heads=4, seq=16, vocab=VOCAB)
-MISSED_BY_STATIC = 32.5    # SQNR (dB): static int8 of SHAPE ≤ 31.5, dynamic 33.6
+MISSED_BY_STATIC = 31.5    # SQNR (dB): static int8 of SHAPE ≈ 29.8, dynamic 33.8
 
 
 def token_rows(rows, seq, seed):
@@ -100,10 +100,12 @@ def recipe(encoder_model):
 
 
 def export(model, out, *extra):
+    """``export --quantize int8`` of ``model``; every fusion made (``--onnx-fusions all``:
+    which ones pay is this CPU's business, timed at export by default — not a test's)."""
     report = out.with_suffix(".json")
     code = main(["export", str(model["pb"]), "-o", str(out), "--quantize", "int8", "--samples",
                  str(model["folder"] / "ids.npz"), "--int8-equalize", "off",
-                 "--report-json", str(report), "-q", *extra])
+                 "--onnx-fusions", "all", "--report-json", str(report), "-q", *extra])
     return code, (json.loads(report.read_text())["int8"] if report.exists() else None)
 
 
@@ -172,7 +174,8 @@ def test_a_clearly_faster_mode_is_written_over_a_more_accurate_one(encoder_model
     modes = {m["mode"]: m for m in int8["modes"]}
     assert int8["mode"] == "static" and modes["dynamic"]["selection_passed"]
     assert modes["dynamic"]["outputs"][0]["value"] > modes["static"]["outputs"][0]["value"]
-    assert "Attention ×2 left float" in " ".join(int8["notes"])
+    [note] = [n for n in int8["notes"] if "left float" in n]
+    assert note.startswith("Attention ×2") and "static quantizer" in note, note
     ops = {node.op_type for node in onnx.load(str(out)).graph.node}
     assert {"QuantizeLinear", "Attention"} <= ops and "QAttention" not in ops
     got = ort_run(out, encoder_model["unseen"])
@@ -197,8 +200,9 @@ def test_auto_tries_dynamic_when_static_misses_and_shows_every_mode(encoder_mode
     for mode in modes.values():
         assert mode["int8_bytes"] > 0 and mode["float_bytes"] > 0 and mode["speedup"] > 0
         assert mode["outputs"][0]["measure"] == "sqnr_db"
-    assert modes["static"]["notes"] == ["Attention ×2 left float (onnxruntime's static "
-                                        "quantizer has no int8 form of it)"]
+    [note] = modes["static"]["notes"]           # (the fused embedding too, when fused)
+    assert note.startswith("Attention ×2") and note.endswith(
+        "left float (onnxruntime's static quantizer has no int8 form of it)"), note
     static = min(o["value"] for o in modes["static"]["outputs"])
     assert static < MISSED_BY_STATIC <= min(o["value"] for o in modes["dynamic"]["outputs"])
     got = ort_run(out, encoder_model["unseen"])

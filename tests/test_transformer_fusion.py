@@ -17,25 +17,28 @@ from tfsurgery.models.common import BuiltModel
 SEQ, VOCAB, LAYERS = 16, 100, 2
 
 
-def token_feeds(built, seed=0, batch=2):
+def token_feeds(built, seed=0, batch=2, seq=SEQ):
     """Token ids within the vocabulary, segment ids 0/1, a padding mask whose second row is
     padded after 11 tokens (every row keeps valid keys)."""
     r = np.random.default_rng(seed)
     feeds = {}
     for name in built.inputs:
         if "mask" in name:
-            feeds[name] = (np.arange(SEQ)[None] < np.array([[SEQ], [11]][:batch])).astype(np.int32)
+            feeds[name] = (np.arange(seq)[None] < np.array([[seq], [11]][:batch])).astype(np.int32)
         elif "segment" in name:
-            feeds[name] = r.integers(0, 2, (batch, SEQ)).astype(np.int32)
+            feeds[name] = r.integers(0, 2, (batch, seq)).astype(np.int32)
         elif "image" in name:
             feeds[name] = r.standard_normal((batch, 16, 16, 3)).astype(np.float32)
         else:
-            feeds[name] = r.integers(0, VOCAB, (batch, SEQ)).astype(np.int32)
+            feeds[name] = r.integers(0, VOCAB, (batch, seq)).astype(np.int32)
     return feeds
 
 
-def export(built, tmp_path, **options):
-    feeds = token_feeds(built)
+def export(built, tmp_path, seq=SEQ, **options):
+    """Every fusion found applied (``fuse=True``) unless the test says otherwise: which of them
+    pay on this CPU (the default, "auto") is tests/test_fusion_choice.py's subject."""
+    options.setdefault("fuse", True)
+    feeds = token_feeds(built, seq=seq)
     path = tmp_path / "model.onnx"
     result = onnx_export.export(built.graph_def, built.inputs, built.outputs, path, feeds=feeds,
                                 **options)
@@ -61,13 +64,13 @@ def ops_of(path):
     return counts
 
 
-def optimized(style):
+def optimized(style, seq=SEQ):
     """The model as ``tfsurgery export`` converts it: frozen, then through the default
     pipeline (its verification on the same token inputs)."""
-    sizes = dict(layers=LAYERS, hidden=32, heads=2, seq=SEQ)
+    sizes = dict(layers=LAYERS, hidden=32, heads=2, seq=seq)
     built = transformers.frozen(style, **sizes, **({} if style == "vit" else {"vocab": VOCAB}))
     result = api.optimize(built.graph_def, interface=api.Interface(
-        inputs=built.inputs, outputs=built.outputs, feeds=token_feeds(built)))
+        inputs=built.inputs, outputs=built.outputs, feeds=token_feeds(built, seq=seq)))
     return BuiltModel(result.graph_def, built.inputs, built.outputs, None)
 
 
@@ -80,9 +83,12 @@ def test_bert_gets_one_fused_op_per_layer_norm_attention_and_gelu(bert, tmp_path
     result, path, feeds = export(bert, tmp_path)
     assert result.passed, result
     counts = ops_of(path)
-    # embedding LayerNorm + two post-LN per layer; one attention and one GELU per layer
+    # the embedding (token + segment + position rows, LayerNorm) is one EmbedLayerNormalization;
+    # two post-LN per layer; one attention and one GELU per layer
+    assert counts.get("EmbedLayerNormalization") == 1 and "Gather" not in counts
+    assert result.tidied["embedding + LayerNorm → EmbedLayerNormalization"] == 1
     assert counts.get("LayerNormalization", 0) + counts.get("SkipLayerNormalization", 0) \
-        == 1 + 2 * LAYERS
+        == 2 * LAYERS
     assert counts.get("SkipLayerNormalization", 0) == 2 * LAYERS     # each after a residual Add
     assert counts.get("Attention") == LAYERS
     assert counts.get("FastGelu", 0) + counts.get("BiasGelu", 0) == LAYERS
@@ -93,6 +99,10 @@ def test_bert_gets_one_fused_op_per_layer_norm_attention_and_gelu(bert, tmp_path
     expected, actual = assert_matches_tf(bert, path, feeds)
     # the padded row really was masked: its output differs from the same ids unpadded
     assert not np.allclose(expected[0][0], expected[0][1])
+    # Keras wraps negative ids (-1 is the last row); the fused embedding reads the wrapped ids
+    wrapped = dict(feeds, token_ids=feeds["token_ids"] - VOCAB * (feeds["token_ids"] % 2))
+    assert (wrapped["token_ids"] < 0).any()
+    assert_matches_tf(bert, path, wrapped)
 
 
 @pytest.mark.parametrize("off", [{"fuse": False}, {"ort_optimize": False}],
@@ -100,25 +110,103 @@ def test_bert_gets_one_fused_op_per_layer_norm_attention_and_gelu(bert, tmp_path
 def test_fusion_off_leaves_standard_onnx_that_matches_too(bert, tmp_path, off):
     result, path, feeds = export(bert, tmp_path, **off)
     assert result.passed
-    assert {"Attention", "LayerNormalization", "FastGelu"}.isdisjoint(ops_of(path))
+    assert {"Attention", "LayerNormalization", "FastGelu",
+            "EmbedLayerNormalization"}.isdisjoint(ops_of(path))
     assert_matches_tf(bert, path, feeds)
 
 
-def test_gpt2_causal_attention_becomes_unidirectional_attention(tmp_path):
-    """Keras' causal mask (a constant lower triangle at a static length) ANDed with the padding
-    mask: Attention(unidirectional=1) with the padding mask; pre-LN blocks."""
-    gpt2 = optimized("gpt2")
-    result, path, feeds = export(gpt2, tmp_path)
+def unidirectional(path):
+    return [onnx.helper.get_attribute_value(a) for n in onnx.load(str(path)).graph.node
+            if n.op_type == "Attention" for a in n.attribute if a.name == "unidirectional"]
+
+
+@pytest.mark.parametrize("seq", [SEQ, 32])
+def test_gpt2_causal_attention_becomes_unidirectional_attention(tmp_path, seq):
+    """Keras' causal mask ANDed with the padding mask: Attention(unidirectional=1) with the
+    padding mask; pre-LN blocks. At 16 the triangle is a folded constant; at 32 fold-constants
+    leaves Keras' Cumsum/GreaterEqual (its value outweighs its ops): proven by evaluating it."""
+    gpt2 = optimized("gpt2", seq)
+    folded = "Cumsum" not in {n.op for n in gpt2.graph_def.node}
+    assert folded == (seq == SEQ)
+    result, path, feeds = export(gpt2, tmp_path, seq=seq)
     assert result.passed
     counts = ops_of(path)
     assert counts.get("Attention") == LAYERS and "Softmax" not in counts
-    attention = [n for n in onnx.load(str(path)).graph.node if n.op_type == "Attention"]
-    assert all(onnx.helper.get_attribute_value(a) == 1 for n in attention
-               for a in n.attribute if a.name == "unidirectional")
+    assert unidirectional(path) == [1] * LAYERS
     assert counts.get("FastGelu", 0) + counts.get("BiasGelu", 0) == LAYERS
     assert counts.get("LayerNormalization", 0) + counts.get("SkipLayerNormalization", 0) == \
         2 * LAYERS + 1
+    # pre-LN: the embedding sum is also the residual stream, so its LayerNorm stays plain
+    assert "EmbedLayerNormalization" not in counts
+    assert any("pre-LN residual" in line for line in result.not_fused), result.not_fused
     assert_matches_tf(gpt2, path, feeds)
+
+
+class _ConstantMask(tf.keras.layers.Layer):
+    """Self-attention under a fixed [1, seq, seq] mask (no causal flag)."""
+
+    def __init__(self, mask, **kwargs):
+        super().__init__(**kwargs)
+        self.mask, self.attention = mask, tf.keras.layers.MultiHeadAttention(2, 8)
+
+    def call(self, x):
+        return self.attention(x, x, attention_mask=tf.constant(self.mask))
+
+
+def causal_only_model(seq=24, mask=None):
+    """Keras MultiHeadAttention with use_causal_mask=True and no padding mask (a decoder fed
+    whole sequences) — or under a constant ``mask`` — random weights."""
+    keras = tf.keras
+    x = keras.Input((seq, 16), name="x")
+    y = keras.layers.MultiHeadAttention(2, 8)(x, x, use_causal_mask=True) if mask is None \
+        else _ConstantMask(mask)(x)
+    model = keras.Model(x, y)
+    r = np.random.default_rng(3)
+    for v in model.weights:
+        v.assign(r.normal(0, 0.3, v.shape).astype("float32"))
+    return model
+
+
+@pytest.mark.parametrize("mask", [None, np.tril(np.ones((1, 24, 24), bool)),
+                                  np.triu(np.ones((1, 24, 24), bool))],
+                         ids=["causal", "constant-lower-triangle", "upper-triangle"])
+def test_causal_mask_alone_becomes_unidirectional_attention_without_mask(tmp_path, mask):
+    """Proven by value: Keras' causal flag and a constant lower triangle fuse; an upper
+    triangle (same ops, other value) stays, and every export matches TF."""
+    built = transformers.freeze(causal_only_model(mask=mask))
+    graph_def = api.optimize(built.graph_def, interface=api.Interface(
+        inputs=built.inputs, outputs=built.outputs), checks=api.Checks(verify=False)).graph_def
+    feeds = {"x": np.random.default_rng(0).normal(0, 1, (2, 24, 16)).astype(np.float32)}
+    path = tmp_path / "causal.onnx"
+    result = onnx_export.export(graph_def, built.inputs, built.outputs, path, feeds=feeds,
+                                fuse=True)
+    assert result.passed
+    lower = mask is None or mask[0, -1, 0]
+    assert ("Softmax" not in ops_of(path)) == lower
+    assert unidirectional(path) == ([1] if lower else [])
+    attention = [n for n in onnx.load(str(path)).graph.node if n.op_type == "Attention"]
+    assert all(len(a.input) == 3 for a in attention)    # x, weights, bias: no mask_index
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    actual = session.run(None, {"x:0": feeds["x"]})[0]
+    expected = oracle.run(graph_def, feeds, built.outputs)[0]
+    assert oracle.relative_error(expected, actual) <= 1e-4
+    # the triangle matters: the first position sees itself only, so it differs from full attention
+    assert not np.allclose(expected[:, 0], expected[:, -1])
+
+
+def test_dynamic_length_causal_mask_is_left_alone_saying_why(tmp_path):
+    """[None, None] inputs: Keras computes the triangle from the run-time length; it cannot be
+    evaluated, so attention stays unfused, the export still matches TF, the record says why."""
+    built = transformers.frozen("gpt2", dynamic=True, layers=1, hidden=32, heads=2, seq=SEQ,
+                                vocab=VOCAB)
+    graph_def = api.optimize(built.graph_def, interface=api.Interface(
+        inputs=built.inputs, outputs=built.outputs, feeds=token_feeds(built))).graph_def
+    dynamic = BuiltModel(graph_def, built.inputs, built.outputs, None)
+    result, path, feeds = export(dynamic, tmp_path)
+    assert result.passed and "Attention" not in ops_of(path) and "Softmax" in ops_of(path)
+    assert any("run-time sequence length" in line for line in result.not_fused), \
+        result.not_fused
+    assert_matches_tf(dynamic, path, feeds)
 
 
 def test_a_full_attention_mask_is_left_alone_saying_why(tmp_path):
@@ -138,7 +226,8 @@ def test_a_full_attention_mask_is_left_alone_saying_why(tmp_path):
              "mask": r.random((2, 8, 8)) < 0.7}
     feeds["mask"][:, :, 0] = True                   # every query sees a key
     path = tmp_path / "full_mask.onnx"
-    result = onnx_export.export(graph_def, built.inputs, built.outputs, path, feeds=feeds)
+    result = onnx_export.export(graph_def, built.inputs, built.outputs, path, feeds=feeds,
+                                fuse=True)
     assert result.passed and "Attention" not in ops_of(path)
     assert any("Softmax" in line and "not a key-padding mask" in line
                for line in result.not_fused), result.not_fused
@@ -173,7 +262,7 @@ def test_exact_gelu_becomes_gelu(tmp_path):
     graph_def = exact_gelu_graph()
     feeds = {"x": np.random.default_rng(1).normal(0, 2, (3, 8)).astype(np.float32)}
     path = tmp_path / "gelu.onnx"
-    result = onnx_export.export(graph_def, ["x"], ["y"], path, feeds=feeds)
+    result = onnx_export.export(graph_def, ["x"], ["y"], path, feeds=feeds, fuse=True)
     assert result.passed
     counts = ops_of(path)
     assert counts.get("Gelu", 0) + counts.get("BiasGelu", 0) == 1 and "Erf" not in counts
@@ -190,7 +279,8 @@ def test_a_wrong_constant_is_not_fused(tmp_path):
         tf.identity(0.6 * x * (1.0 + tf.math.erf(x / np.float32(np.sqrt(2.0)))), name="y")
     feeds = {"x": r.normal(0, 2, (3, 8)).astype(np.float32)}
     path = tmp_path / "not_gelu.onnx"
-    result = onnx_export.export(graph.as_graph_def(), ["x"], ["y"], path, feeds=feeds)
+    result = onnx_export.export(graph.as_graph_def(), ["x"], ["y"], path, feeds=feeds,
+                                fuse=True)
     assert result.passed and "Gelu" not in ops_of(path) and "Erf" in ops_of(path)
     assert any("not 0.5" in line for line in result.not_fused), result.not_fused
 
@@ -207,3 +297,62 @@ def test_fused_model_takes_onnxruntime_dynamic_int8_as_qattention(bert, tmp_path
     actual = session.run(None, {f"{k}:0": v for k, v in feeds.items()})
     expected = oracle.run(bert.graph_def, feeds, bert.outputs)
     assert 0 < oracle.relative_error(expected[0], actual[0]) < 0.1
+
+
+def test_dynamic_length_embedding_is_left_alone_saying_why(tmp_path):
+    """[None, None] inputs: the position rows are sliced at run time, not a constant block."""
+    built = transformers.frozen("bert", dynamic=True, layers=1, hidden=32, heads=2, seq=SEQ,
+                                vocab=VOCAB)
+    graph_def = api.optimize(built.graph_def, interface=api.Interface(
+        inputs=built.inputs, outputs=built.outputs, feeds=token_feeds(built))).graph_def
+    dynamic = BuiltModel(graph_def, built.inputs, built.outputs, None)
+    result, path, feeds = export(dynamic, tmp_path)
+    assert result.passed and "EmbedLayerNormalization" not in ops_of(path)
+    assert any("position" in line and "run time" in line for line in result.not_fused), \
+        result.not_fused
+    assert_matches_tf(dynamic, path, feeds)
+
+
+def embedding_graph(ids_dtype=tf.int32, positions=(1, 8, 16), seed=0):
+    """Gather(words, ids) + Gather(segments, segment_ids) + a constant block, then LayerNorm
+    (tf.nn.moments + batch_normalization, by hand)."""
+    r = np.random.default_rng(seed)
+    with tf.Graph().as_default() as graph:
+        ids = tf.compat.v1.placeholder(ids_dtype, [None, 8], name="ids")
+        segments = tf.compat.v1.placeholder(tf.int32, [None, 8], name="segments")
+        x = tf.gather(r.normal(0, 1, (50, 16)).astype(np.float32), ids) + \
+            tf.gather(r.normal(0, 1, (2, 16)).astype(np.float32), segments) + \
+            r.normal(0, 1, positions).astype(np.float32)
+        mean, variance = tf.nn.moments(x, [-1], keepdims=True)
+        y = tf.nn.batch_normalization(x, mean, variance, r.normal(0, 0.1, 16).astype(np.float32),
+                                      r.uniform(0.5, 1.5, 16).astype(np.float32), 1e-12)
+        tf.identity(y, name="y")
+    return graph.as_graph_def()
+
+
+@pytest.mark.parametrize("case", ["fused", "int64 ids", "one position for all"])
+def test_embedding_layer_norm_only_where_the_kernel_computes_the_same(tmp_path, case):
+    """Proven by value: int32 ids and a [1, seq, hidden] block fuse; int64 ids (the kernel
+    takes int32) and a [1, 1, hidden] block (one row for every position) stay, saying why.
+    onnxruntime matches a plain TF session either way."""
+    ids_dtype = tf.int64 if case == "int64 ids" else tf.int32
+    graph_def = embedding_graph(ids_dtype, (1, 1, 16) if case == "one position for all"
+                                else (1, 8, 16))
+    r = np.random.default_rng(1)
+    feeds = {"ids": r.integers(0, 50, (3, 8)).astype(ids_dtype.as_numpy_dtype),
+             "segments": r.integers(0, 2, (3, 8)).astype(np.int32)}
+    graph_def = api.optimize(graph_def, interface=api.Interface(   # (StopGradient goes)
+        inputs=["ids", "segments"], outputs=["y"], feeds=feeds)).graph_def
+    path = tmp_path / "embedding.onnx"
+    result = onnx_export.export(graph_def, ["ids", "segments"], ["y"], path, feeds=feeds,
+                                fuse=True)
+    assert result.passed
+    fused = "EmbedLayerNormalization" in ops_of(path)
+    assert fused == (case == "fused")
+    if not fused:
+        why = "int32" if case == "int64 ids" else "position block"
+        assert any(why in line for line in result.not_fused), result.not_fused
+        assert {"LayerNormalization", "SkipLayerNormalization"} & set(ops_of(path))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    actual = session.run(None, {f"{k}:0": v for k, v in feeds.items()})[0]
+    assert oracle.relative_error(oracle.run(graph_def, feeds, ["y"])[0], actual) <= 1e-4

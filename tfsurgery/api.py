@@ -24,13 +24,11 @@ import numpy as np
 from tensorflow.core.framework import graph_pb2
 
 from tfsurgery import io, pipeline, picture, preprocessing, progress, report  # noqa: F401
-from tfsurgery.verify import localize
 from tfsurgery.export import onnx as onnx_export
+from tfsurgery.verify import (check as verify_mod, compare as compare_mod, localize,
+                             samples as samples_mod)
 from tfsurgery.trust import outside
-from tfsurgery.verify import samples as samples_mod
-from tfsurgery.verify import check as verify_mod
 from tfsurgery import batch  # noqa: F401 - batch: the CLI's, via api
-from tfsurgery.verify import compare as compare_mod
 from tfsurgery.export.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
 from tfsurgery.errors import (CannotVerify, ExportError, InputError,  # noqa: F401
                               OnnxCheckFailed, OriginalDoesNotRun, StructureError, TransformError,
@@ -67,6 +65,7 @@ from tfsurgery.export.formats import (OPENVINO_PRECISIONS, check_drawable,  # no
                                       export_saved_model, export_tflite, pb_artefact,
                                       wants_directory)
 from tfsurgery.export.writer import Int8Targets, Targets, write  # noqa: F401
+from tfsurgery.export.fusion_choice import requested as onnx_fusions  # noqa: F401
 from tfsurgery.bench.command import (RUNTIMES, bench, bench_int8, bench_runtimes,  # noqa: F401
                              check_plot, check_runs, check_runtimes, write_bench_plot)
 

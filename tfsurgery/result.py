@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 from tensorflow.core.framework import graph_pb2
 
@@ -229,6 +229,7 @@ def save(result: Result, path, *, input_path=None, allow_unverified: bool = Fals
 @with_allowed_ops
 def export_onnx(result: Result, path, *, opset: Optional[int] = None,
                 inputs_as_nchw: Sequence[str] = (), ort_optimize: bool = True,
+                fusions: Union[bool, str, Sequence[str]] = "auto",
                 input_path=None, batch: Optional[Batch] = None,
                 allow_unverified: bool = False) -> onnx_export.OnnxExport:
     """Convert the optimized graph with tf2onnx and check it in onnxruntime against TensorFlow
@@ -246,7 +247,7 @@ def export_onnx(result: Result, path, *, opset: Optional[int] = None,
     require_verified(result, allow_unverified=allow_unverified)
     progress.say(f"exporting to ONNX with tf2onnx: {path}")
     settings = dict(opset=opset, inputs_as_nchw=list(inputs_as_nchw), ort_optimize=ort_optimize,
-                    input_path=input_path, batch=batch)
+                    input_path=input_path, batch=batch, fuse=fusions)
     try:
         exported = _export_onnx(result, path, **settings)
     except OnnxUnconvertible as refused:

@@ -14,7 +14,8 @@ from tfsurgery.transforms import (add_preprocessing, flatten_atrous_conv, fold_a
                                   strip_debug, to_nhwc)
 from tfsurgery.transforms import (equalize_cross_layer, erfc_as_erf, float16_weights,
                                   inline_functions, int8_weights)
-from tfsurgery.transforms import fuse_attention, fuse_gelu, fuse_layer_norm
+from tfsurgery.transforms import (fuse_attention, fuse_embed_layer_norm, fuse_gelu,
+                                  fuse_layer_norm)
 
 PIPELINE = (
     add_preprocessing.add_preprocessing,
@@ -54,7 +55,8 @@ PIPELINE = (
 
 # Proven on the TensorFlow graph, spliced into the ONNX export as onnxruntime's fused kernels
 # (tfsurgery.export.onnx_fusion); the TensorFlow graph keeps its ops for Grappler's remapper.
-ONNX_FUSIONS = (fuse_layer_norm, fuse_gelu, fuse_attention)
+# The embedding's LayerNorm is the embedding fusion's: the first to claim a tensor makes it.
+ONNX_FUSIONS = (fuse_embed_layer_norm, fuse_layer_norm, fuse_gelu, fuse_attention)
 
 REGISTRY = {fn.transform_name: fn for fn in PIPELINE}
 ORDER = tuple(REGISTRY)

@@ -14,8 +14,11 @@ mask's ``filler`` as attributes) followed by ``MatMul(·, Wo) + bo``; the replac
 ``y`` under its TensorFlow name. Matched by value: the three projections read the same ``x``,
 weights and biases are constants, the mask is a key-padding mask ``[batch, 1, keys]`` (its
 static shape says so), given to ``Attention`` as ``[batch, keys]`` int32 — ANDed with Keras'
-causal mask (a constant lower triangle at a static length: ``unidirectional=1``). Any other
-``[batch, queries, keys]`` mask, cross-attention or unequal head sizes are left alone, saying so.
+causal mask, or that mask alone: ``unidirectional=1``. The causal mask is proven by its value
+(computed from constants, evaluated by TensorFlow: a lower triangle), so only at a static
+sequence length; Keras computes it from the run-time length with dynamic shapes, and that is
+left alone, saying so. Any other ``[batch, queries, keys]`` mask, cross-attention or unequal
+head sizes are left alone, saying so.
 A row whose keys are all masked differs (Keras: uniform; ``Attention``: filler added to scores).
 """
 from __future__ import annotations
@@ -27,8 +30,8 @@ import numpy as np
 from tfsurgery.export.onnx_splice import MICROSOFT, Fused, tensor_name
 from tfsurgery.graph import Graph
 from tfsurgery.graph.refs import Ref
-from tfsurgery.transforms.fusion_match import (ADDS, const_and_other, consumers_with_op,
-                                               producer, scalar_near)
+from tfsurgery.transforms.fusion_match import (ADDS, computed_value, const_and_other,
+                                               consumers_with_op, producer, scalar_near)
 
 NAME = "fuse-attention"
 WHAT = "attention → Attention"
@@ -85,18 +88,25 @@ def _match(graph: Graph, softmax: str, shapes):
 
 
 def _unmasked(graph: Graph, ref: Ref, shapes):
-    """(scores, None) or (scores, (mask as [batch, 1, keys] bool, filler, causal)), or
-    (_, why not). The condition is ExpandDims(mask, -3) — as simplify-algebra leaves it — or
-    Keras' own LogicalAnd(ones_like(scores), ExpandDims(mask, -3))."""
+    """(scores, None) or (scores, (padding mask as [batch, 1, keys] bool or None, filler,
+    causal)), or (_, why not). The condition is ExpandDims(mask, -3) — as simplify-algebra
+    leaves it — or Keras' own LogicalAnd(ones_like(scores), ExpandDims(mask, -3))."""
     select = producer(graph, ref, {"SelectV2", "Select"})
     if select is None:
         return ref, None
     condition, scores, filler = graph.inputs(select)
     filler = graph.const_value(filler)
+    if filler is not None and filler.size == 1 and \
+            _is_lower_triangle(computed_value(graph, condition)):      # folded whole
+        return scores, (None, float(np.ravel(filler)[0]), True)
     expand = _expanded_mask(graph, condition)
     if filler is None or filler.size != 1 or expand is None:
         return scores, "the Softmax input is a SelectV2 that is not Keras' attention mask"
     mask, causal = _without_causal(graph, graph.inputs(expand)[0])
+    if isinstance(causal, str):
+        return scores, causal
+    if mask is None:                                # the causal triangle alone
+        return scores, (None, float(np.ravel(filler)[0]), True)
     shape = shapes(mask)
     if shape is None or len(shape) != 3 or shape[1] != 1:
         return scores, (f"the mask {tensor_name(mask)} is not a key-padding mask "
@@ -118,20 +128,39 @@ def _expanded_mask(graph: Graph, condition: Ref) -> Optional[str]:
     return expand if axis is not None and int(np.ravel(axis)[0]) in (-3, 1) else None
 
 
-def _without_causal(graph: Graph, mask: Ref) -> Tuple[Ref, bool]:
-    """(padding mask, True) when ``mask`` is LogicalAnd(padding mask, a constant lower-triangular
-    [1, seq, seq] — Keras' causal mask at a static length); else (mask, False)."""
+def _without_causal(graph: Graph, mask: Ref):
+    """Split Keras' causal mask off: (padding mask, True) when ``mask`` is LogicalAnd(padding
+    mask, causal), (None, True) when it is the causal mask alone, else (mask, False) — or
+    (mask, why not) for a causal mask that cannot be proven. Causal is proven by value: the
+    tensor, computed from constants alone (TensorFlow evaluates it: at a static length Keras
+    builds it from Cumsum/GreaterEqual over a constant shape), is a lower triangle."""
+    if _is_lower_triangle(computed_value(graph, mask)):
+        return None, True
     both = producer(graph, mask, {"LogicalAnd"})
-    split = const_and_other(graph, both)
-    if split is None:
+    if both is None:
         return mask, False
-    causal, padding = split
-    square = causal.reshape(causal.shape[-2:]) if causal.ndim >= 2 and \
-        causal.size == causal.shape[-1] * causal.shape[-2] else None
-    if square is None or square.shape[0] != square.shape[1] or \
-            not np.array_equal(square.astype(bool), np.tril(np.ones(square.shape, bool))):
-        return mask, False
-    return padding, True
+    for causal, padding in (graph.inputs(both), graph.inputs(both)[::-1]):
+        if _is_lower_triangle(computed_value(graph, causal)):
+            return padding, True
+        if producer(graph, causal, {"GreaterEqual"}) and _depends_on_cumsum(graph, causal):
+            return mask, (f"the causal mask {tensor_name(causal)} is computed from the run-time "
+                          "sequence length (dynamic shapes): it is proven, and fused, only at "
+                          "a static length (give --input-shape)")
+    return mask, False
+
+
+def _is_lower_triangle(value: Optional[np.ndarray]) -> bool:
+    """``value`` is a [.., seq, seq] boolean lower triangle (ones on and below the diagonal)."""
+    if value is None or value.ndim < 2 or value.size != value.shape[-1] * value.shape[-2] or \
+            value.shape[-1] != value.shape[-2]:
+        return False
+    square = value.reshape(value.shape[-2:])
+    return np.array_equal(square.astype(bool), np.tril(np.ones(square.shape, bool)))
+
+
+def _depends_on_cumsum(graph: Graph, ref: Ref) -> bool:
+    """Keras' causal mask: GreaterEqual of two Cumsums (of ones over rows and columns)."""
+    return all(producer(graph, side, {"Cumsum"}) for side in graph.inputs(ref.node))
 
 
 def _projection(graph: Graph, ref: Ref):
@@ -214,6 +243,8 @@ def _fused(projections, scale: float, mask, output) -> Fused:
     if mask is not None:
         bool_mask, filler, causal = mask
         attributes["unidirectional"] = int(causal)
+        attributes["mask_filter_value"] = filler
+    if mask is not None and bool_mask is not None:
         reads.append(tensor_name(bool_mask))
         weights[f"{prefix}/mask_axis"] = np.array([1], np.int64)
         nodes += [helper.make_node("Squeeze", [tensor_name(bool_mask), f"{prefix}/mask_axis"],
@@ -221,7 +252,6 @@ def _fused(projections, scale: float, mask, output) -> Fused:
                   helper.make_node("Cast", [f"{prefix}/mask_2d"], [f"{prefix}/mask_index"],
                                    name=f"{prefix}/mask_cast", to=TensorProto.INT32)]
         mask_index = f"{prefix}/mask_index"
-        attributes["mask_filter_value"] = filler
     inputs = [x, f"{prefix}/qkv_weight", f"{prefix}/qkv_bias"] + ([mask_index] if mask_index
                                                                    else [])
     nodes.append(helper.make_node("Attention", inputs, [f"{prefix}/context"],

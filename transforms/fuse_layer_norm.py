@@ -15,7 +15,7 @@ under its TensorFlow name. onnxruntime then turns a residual ``Add`` in front in
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -29,8 +29,23 @@ NAME = "fuse-layer-norm"
 WHAT = "LayerNorm → LayerNormalization"
 
 
+class LayerNorm(NamedTuple):
+    """``out = (x - mean) / sqrt(var + eps) * gamma + beta`` over the last axis."""
+    out: str
+    x: Ref
+    gamma: np.ndarray
+    beta: np.ndarray
+    eps: float
+
+
 def find(graph: Graph, shapes=None) -> Tuple[List[Fused], List[Tuple[str, str]]]:
     """Every LayerNorm of the graph as a ``Fused``; and (Rsqrt node, why not) for the rest."""
+    found, skipped = layer_norms(graph)
+    return [_fused(*norm) for norm in found], skipped
+
+
+def layer_norms(graph: Graph) -> Tuple[List[LayerNorm], List[Tuple[str, str]]]:
+    """Every LayerNorm of the graph; and (Rsqrt node, why not) for the rest."""
     found, skipped = [], []
     for rsqrt in graph.names_with_ops({"Rsqrt"}):
         result = _match(graph, rsqrt)
@@ -62,7 +77,7 @@ def _match(graph: Graph, rsqrt: str):
     beta = np.zeros(size, np.float32) if beta is None else beta
     if gamma.size != beta.size:
         return "scale and offset differ in size"
-    return _fused(out, x, gamma, beta, float(np.ravel(eps)[0]))
+    return LayerNorm(out, x, gamma, beta, float(np.ravel(eps)[0]))
 
 
 def _moments(graph: Graph, variance: Ref):

@@ -10,6 +10,7 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from tfsurgery.constants import constant_values
 from tfsurgery.graph import Graph
 from tfsurgery.graph.refs import Ref
 
@@ -36,6 +37,16 @@ def const_and_other(graph: Graph, name: Optional[str]) -> Split:
         if value is not None and graph.const_value(other) is None:
             return np.asarray(value), other
     return None
+
+
+def computed_value(graph: Graph, ref: Optional[Ref]) -> Optional[np.ndarray]:
+    """``ref``'s value where it is computed from constants alone — TensorFlow evaluates it (a
+    Keras causal mask at a static length is Cumsum/GreaterEqual over a constant shape, left
+    unfolded when its value outweighs its ops) — else None."""
+    if ref is None:
+        return None
+    value = graph.const_value(ref)
+    return value if value is not None else constant_values(graph, [ref])[str(ref)]
 
 
 def scalar_near(value, target: float, rtol: float = 1e-5) -> bool:

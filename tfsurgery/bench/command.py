@@ -4,9 +4,12 @@ result against its int8-weight twin, each runtime in its own process (latency.py
 int8_bench.py)."""
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
+
+import numpy as np
 
 from tfsurgery import io, progress
 from tfsurgery.int8 import bench as int8_bench
@@ -32,10 +35,56 @@ def bench(source: Source, result: Result, *, runs: int = 50, onnx: bool = True) 
     """Latency of the original and the optimized graph, in TensorFlow and onnxruntime."""
     check_runs(runs)
     feeds = feeds_for_checks(result)
-    return latency.bench(result.original, result.graph_def, result.inputs, result.outputs,
-                         result.original_extra_feeds, feeds=feeds, runs=runs, onnx=onnx,
-                         original_feeds=(result.preprocess.model_feeds(feeds)
-                                         if result.preprocess else None))
+    return before_after(result.original, result.graph_def, result.inputs, result.outputs,
+                        result.original_extra_feeds, feeds=feeds, runs=runs, onnx=onnx,
+                        original_feeds=(result.preprocess.model_feeds(feeds)
+                                        if result.preprocess else None))
+
+
+def before_after(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
+          settings: Dict[str, object] = None, *, feeds: Dict[str, np.ndarray], runs: int = 50,
+          onnx: bool = True, timeout: float = 600,
+          original_feeds: Optional[Dict[str, np.ndarray]] = None) -> List[latency.Timing]:
+    """Latency of the original and optimized graph, in TF and (optionally) onnxruntime, each
+    runtime in its own process. ``settings`` are fed to the original only (training flags);
+    ``original_feeds`` replace ``feeds`` for the original (preprocessing in the optimized graph:
+    the original takes the preprocessed values)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for variant, graph_def in zip(latency.VARIANTS, (original, optimized)):
+            (work / f"{variant}.pb").write_bytes(graph_def.SerializeToString())
+        extra = {k: np.asarray(v) for k, v in (settings or {}).items()}
+        given = {"original": {**(feeds if original_feeds is None else original_feeds), **extra},
+                 "optimized": feeds}
+        for variant in latency.VARIANTS:
+            np.savez(work / f"{variant}.npz", **given[variant])
+        (work / "outputs.json").write_text(json.dumps(list(outputs)))
+        rows = latency.measure_variants("tensorflow", work, runs, timeout)
+        if onnx:
+            rows += _onnxruntime_rows(original, optimized, inputs, outputs, given, work, runs,
+                                      timeout)
+    return rows
+
+
+def _onnxruntime_rows(original, optimized, inputs, outputs, given, work: Path, runs: int,
+                      timeout: float) -> List[latency.Timing]:
+    """Both variants in onnxruntime. An original tf2onnx cannot convert (a TF1 training cond
+    whose Merge it leaves, say) is reported as not timed; the optimized one must convert."""
+    from tfsurgery.export import onnx as onnx_export
+    from tfsurgery.errors import ExportError
+    skipped = []
+    for variant, graph_def in zip(latency.VARIANTS, (original, optimized)):
+        try:
+            onnx_export.export(graph_def, inputs, outputs, work / f"{variant}.onnx",
+                               feeds=given[variant])
+        except ExportError as error:
+            if variant != "original":
+                raise
+            skipped.append(latency.Timing("onnxruntime", variant, None, None, latency.threads(),
+                                  str(error)))
+    (work / "onnx_variants.json").write_text(json.dumps(
+        [v for v in latency.VARIANTS if v not in {t.variant for t in skipped}]))
+    return skipped + latency.measure_variants("onnxruntime", work, runs, timeout)
 
 
 RUNTIMES = runtime_bench.RUNTIMES

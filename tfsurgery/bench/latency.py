@@ -16,7 +16,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
@@ -113,53 +112,7 @@ def ort_runner(model_path: Path, feeds: Dict[str, np.ndarray], spinning: bool = 
     return lambda: session.run(None, feed)
 
 
-def bench(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
-          settings: Dict[str, object] = None, *, feeds: Dict[str, np.ndarray], runs: int = 50,
-          onnx: bool = True, timeout: float = 600,
-          original_feeds: Optional[Dict[str, np.ndarray]] = None) -> List[Timing]:
-    """Latency of the original and optimized graph, in TF and (optionally) onnxruntime, each
-    runtime in its own process. ``settings`` are fed to the original only (training flags);
-    ``original_feeds`` replace ``feeds`` for the original (preprocessing in the optimized graph:
-    the original takes the preprocessed values)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        for variant, graph_def in zip(VARIANTS, (original, optimized)):
-            (work / f"{variant}.pb").write_bytes(graph_def.SerializeToString())
-        extra = {k: np.asarray(v) for k, v in (settings or {}).items()}
-        given = {"original": {**(feeds if original_feeds is None else original_feeds), **extra},
-                 "optimized": feeds}
-        for variant in VARIANTS:
-            np.savez(work / f"{variant}.npz", **given[variant])
-        (work / "outputs.json").write_text(json.dumps(list(outputs)))
-        rows = _measure("tensorflow", work, runs, timeout)
-        if onnx:
-            rows += _onnxruntime_rows(original, optimized, inputs, outputs, given, work, runs,
-                                      timeout)
-    return rows
-
-
-def _onnxruntime_rows(original, optimized, inputs, outputs, given, work: Path, runs: int,
-                      timeout: float) -> List[Timing]:
-    """Both variants in onnxruntime. An original tf2onnx cannot convert (a TF1 training cond
-    whose Merge it leaves, say) is reported as not timed; the optimized one must convert."""
-    from tfsurgery.export import onnx as onnx_export
-    from tfsurgery.errors import ExportError
-    skipped = []
-    for variant, graph_def in zip(VARIANTS, (original, optimized)):
-        try:
-            onnx_export.export(graph_def, inputs, outputs, work / f"{variant}.onnx",
-                               feeds=given[variant])
-        except ExportError as error:
-            if variant != "original":
-                raise
-            skipped.append(Timing("onnxruntime", variant, None, None, threads(),
-                                  str(error)))
-    (work / "onnx_variants.json").write_text(json.dumps(
-        [v for v in VARIANTS if v not in {t.variant for t in skipped}]))
-    return skipped + _measure("onnxruntime", work, runs, timeout)
-
-
-def _measure(runtime: str, work: Path, runs: int, timeout: float) -> List[Timing]:
+def measure_variants(runtime: str, work: Path, runs: int, timeout: float) -> List[Timing]:
     """Both variants of ``work`` in one runtime, in a process of its own."""
     variants = VARIANTS if runtime == "tensorflow" else \
         json.loads((work / "onnx_variants.json").read_text())

@@ -170,6 +170,7 @@ def _targets(args, source):
         opset=getattr(args, "opset", None), inputs_as_nchw=_split(getattr(args, "inputs_as_nchw",
                                                                            None)),
         ort_optimize=not getattr(args, "raw_onnx", False), int8=int8,
+        onnx_fusions=_onnx_fusions(args),
         openvino=getattr(args, "openvino", None) or None,
         openvino_precision=getattr(args, "openvino_precision", "f32"),
         openvino_tolerance=getattr(args, "openvino_tolerance", None),
@@ -192,6 +193,8 @@ def _say_checks(args, result, written) -> None:
                    f"({exported.converted_node_count} from tf2onnx"
                    f"{''.join(f'; {n} {what}' for what, n in exported.tidied.items())})"
                    f"{', weights in ' + path.name + '.data' if exported.external_data else ''}")
+        for line in exported.fusion_lines:
+            _say(args, line)
         _say(args, api.format_table(
             _side_by_side(api.summary(result.graph_def), exported),
             headers=("TF after", "count", "ONNX", "count")))
@@ -267,6 +270,12 @@ def _saved_model_path(args) -> Optional[Path]:
     if getattr(args, "saved_model", None):
         return Path(args.saved_model)
     return Path(args.output) if _saved_model_from_output(args) else None
+
+
+def _onnx_fusions(args):
+    """--onnx-fusions as the export's ``fuse`` (a bad name: one line, exit 2)."""
+    from tfsurgery import api
+    return api.onnx_fusions(getattr(args, "onnx_fusions", "auto"))
 
 
 def _onnx_path(args, source) -> Optional[Path]:

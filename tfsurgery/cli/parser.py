@@ -274,6 +274,11 @@ def _onnx_options(parser: argparse.ArgumentParser) -> None:
                         help="keep tf2onnx's output as is (skip the removal of identity "
                              "Reshapes and onnxruntime's basic graph "
                              "optimizations, e.g. MatMul+Add -> Gemm)")
+    parser.add_argument("--onnx-fusions", default="auto", metavar="auto|all|none|A,B",
+                        help="transformer patterns made onnxruntime's fused kernels "
+                             "(fuse-layer-norm, fuse-gelu, fuse-attention): auto (default) "
+                             "keeps those that make this model faster in onnxruntime on this "
+                             "CPU, timed at export; all; none; or a list")
 
 
 # the int8 gate's thresholds (None: quantize.Thresholds' defaults): flag, type, metavar, help

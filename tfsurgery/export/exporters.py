@@ -180,6 +180,7 @@ def _convert_onnx(job: ExportJob, path: Path, batch: Optional[Batch]) -> None:
         exported = export_onnx(job.result, path, opset=targets.opset,
                                inputs_as_nchw=list(targets.inputs_as_nchw),
                                ort_optimize=targets.ort_optimize, input_path=job.source.path,
+                               fusions=targets.onnx_fusions,
                                batch=batch, allow_unverified=targets.allow_unverified)
     except OnnxCheckFailed as failed:
         written.onnx, written.onnx_record = failed.export, failed.export.as_dict()

@@ -32,7 +32,7 @@ import numpy as np
 
 from tfsurgery import _compat, io
 from tfsurgery.export import artefacts
-from tfsurgery.export import onnx_fusion, onnx_tidy
+from tfsurgery.export import fusion_choice, onnx_tidy
 from tfsurgery.export.onnx_weights import (  # noqa: F401 - part of this module's API
     EXTERNAL_MIN_BYTES, weights_to_float16, weights_to_int8)
 from tfsurgery.trust import outside
@@ -74,6 +74,9 @@ class OnnxExport:
     # them: [{"transform", "why", "verification"}] (the fully optimized graph is the .pb)
     left_out: List[dict] = dataclasses.field(default_factory=list)
     not_fused: List[str] = dataclasses.field(default_factory=list)   # onnx_fusion: why not
+    # --onnx-fusions auto: what was measured and kept (fusion_choice.FusionChoice.as_dict())
+    fusion_choice: Optional[dict] = None
+    fusion_lines: List[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict:
         data = dataclasses.asdict(self)
@@ -91,7 +94,7 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
            int8_min_elements: Optional[int] = None,
            more_feeds: Optional[Dict[str, Dict[str, np.ndarray]]] = None,
            expected: Optional[Dict[str, np.ndarray]] = None, batch=None,
-           fuse: Union[bool, Sequence[str]] = True) -> OnnxExport:
+           fuse: Union[bool, str, Sequence[str]] = "auto") -> OnnxExport:
     """Convert ``graph_def`` to ONNX at ``path`` and check it against TensorFlow.
 
     ``large_model=None`` chooses external data when the GraphDef exceeds ``LARGE_MODEL_BYTES``.
@@ -105,7 +108,8 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
     second sequence length), their errors named ``output@32``.
     ``fuse``: LayerNorm, GELU and attention become onnxruntime's fused kernels
     (``onnx_fusion``; the model then needs onnxruntime for its com.microsoft ops); a list of
-    fusion names (``onnx_fusion.NAMES``) makes only those. ``ort_optimize=False`` (--raw-onnx)
+    fusion names (``onnx_fusion.NAMES``) makes only those; "auto" those that make this model
+    faster in onnxruntime on this CPU, measured (``fusion_choice``). ``ort_optimize=False`` (--raw-onnx)
     leaves them out too: tf2onnx's output, standard ops only.
     ``expected`` (output → values, e.g. the original fed the verifier's preprocessing) replaces
     the optimized graph in TensorFlow as the reference on ``feeds``; with a ``batch``
@@ -136,8 +140,9 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
             model = stage / path.name       # from here on, the steps read and write the file
         if ort_optimize:
             model = _basic_rewrites(model)
-        fusions = onnx_fusion.fuse(model, graph_def, only=None if fuse is True else fuse) \
-            if fuse and ort_optimize and stage is None else None
+        fusions, choice = fusion_choice.apply(model, graph_def, fuse,
+                                               _onnx_feeds(feeds, nchw), outputs) \
+            if fuse and ort_optimize and stage is None else (None, None)
         if fusions is not None:
             tidied.update(fusions.fused)
         if float16_min_elements is not None:
@@ -159,7 +164,9 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         result = OnnxExport(path, opset, sum(hist.values()), hist, max_error,
                             compared and max_error <= tolerance, external, tolerance,
                             converted_nodes, errors, reference, tidied,
-                            not_fused=fusions.not_fused() if fusions else [])
+                            not_fused=fusions.not_fused() if fusions else [],
+                            fusion_choice=choice.as_dict() if choice else None,
+                            fusion_lines=choice.lines() if choice else [])
         if result.passed and stage is not None:
             artefacts.publish(lambda: _publish(stage, path), batch, stage)
         elif result.passed:

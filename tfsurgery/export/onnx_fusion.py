@@ -38,18 +38,23 @@ class FusionReport:
 def fuse(model, graph_def, *, only: Optional[Sequence[str]] = None,
          skip_layer_norm: bool = True, bias_gelu: bool = True, shapes=None) -> FusionReport:
     """Splice every fusion ``ONNX_FUSIONS`` proves on ``graph_def`` into ``model`` (in place);
-    ``only``: the fusions by name (``fuse-layer-norm``, ``fuse-gelu``, ``fuse-attention``)."""
+    ``only``: the fusions by name (``fuse-embed-layer-norm``, ``fuse-layer-norm``,
+    ``fuse-gelu``, ``fuse-attention``)."""
     graph = Graph(graph_def, check_inputs=False)
     shapes = shapes or static_shapes(graph_def)
-    report = FusionReport()
+    report, claimed = FusionReport(), set()
     for fusion in ONNX_FUSIONS:
         if only is not None and fusion.NAME not in only:
             continue
         found, skipped = fusion.find(graph, shapes)
         report.skipped += skipped
         for fused in found:
+            if fused.output in claimed:     # the embedding's LayerNorm: already fused with it
+                continue
+            output = fused.output
             why = onnx_splice.splice(model, _named_as_converted(fused, graph, model))
             if why is None:
+                claimed.add(output)
                 report.fused[fused.what] = report.fused.get(fused.what, 0) + 1
             else:
                 report.skipped.append((fused.output, why))
@@ -59,6 +64,13 @@ def fuse(model, graph_def, *, only: Optional[Sequence[str]] = None,
                                          _histogram(model), bias_gelu)
         report.fused.update({what: n for what, n in ort_fused.items() if n})
     return report
+
+
+def found(graph_def, shapes=None) -> List[str]:
+    """The names of the fusions that find at least one pattern in ``graph_def``."""
+    graph = Graph(graph_def, check_inputs=False)
+    shapes = shapes or static_shapes(graph_def)
+    return [fusion.NAME for fusion in ONNX_FUSIONS if fusion.find(graph, shapes)[0]]
 
 
 def _named_as_converted(fused: onnx_splice.Fused, graph: Graph, model) -> onnx_splice.Fused:

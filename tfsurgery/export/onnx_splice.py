@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 MICROSOFT = "com.microsoft"
+INT_OUTPUTS = {("EmbedLayerNormalization", 1): 6}     # its mask_index: int32 (TensorProto.INT32)
 
 
 @dataclasses.dataclass
@@ -76,8 +77,9 @@ def declare_microsoft_opset(model) -> None:
         model.opset_import.append(helper.make_opsetid(MICROSOFT, 1))
     typed = {v.name for v in model.graph.value_info} | {o.name for o in model.graph.output}
     model.graph.value_info.extend(
-        helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
-        for node in ours for name in node.output if name and name not in typed)
+        helper.make_tensor_value_info(name, INT_OUTPUTS.get((node.op_type, port),
+                                                            TensorProto.FLOAT), None)
+        for node in ours for port, name in enumerate(node.output) if name and name not in typed)
 
 
 def remove_dead_nodes(graph) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence, Union
 
 from tfsurgery.export import exporters
 from tfsurgery.export import openvino as openvino_export
@@ -68,7 +68,9 @@ class Int8Targets:
 class Targets:
     """What :func:`write` writes: the frozen graph (``pb``), a ``saved_model`` directory
     (``force``: replace a non-empty one), a ``tflite`` file, an ``onnx`` model (``opset``,
-    ``inputs_as_nchw``, ``ort_optimize``: onnxruntime's basic rewrites), each ``int8`` when
+    ``inputs_as_nchw``, ``ort_optimize``: onnxruntime's basic rewrites, ``onnx_fusions``:
+    onnxruntime's fused kernels — "auto" those measured faster here, see
+    ``export.fusion_choice``), each ``int8`` when
     given, an ``openvino`` IR directory (checked at ``openvino_precision``, "f32" unless asked,
     within ``openvino_tolerance``: default that precision's own), and a ``picture`` of the graph
     before and after. ``more``: a registered format's path by its exporter's name
@@ -83,6 +85,7 @@ class Targets:
     opset: Optional[int] = None
     inputs_as_nchw: Sequence[str] = ()
     ort_optimize: bool = True
+    onnx_fusions: Union[bool, str, Sequence[str]] = "auto"     # export.fusion_choice
     int8: Optional[Int8Targets] = None
     openvino: Optional[Path] = None
     openvino_precision: str = "f32"
