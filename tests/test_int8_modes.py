@@ -197,6 +197,7 @@ def test_auto_tries_dynamic_when_static_misses_and_shows_every_mode(encoder_mode
     modes = {m["mode"]: m for m in int8["modes"]}
     assert int8["mode"] == "dynamic" and modes["dynamic"]["written"]
     assert "static" in modes and not modes["static"]["selection_passed"]
+    assert modes["mixed"]["kept_float"] and not modes["mixed"]["written"]   # static + 1 float
     for mode in modes.values():
         assert mode["int8_bytes"] > 0 and mode["float_bytes"] > 0 and mode["speedup"] > 0
         assert mode["outputs"][0]["measure"] == "sqnr_db"
