@@ -10,8 +10,9 @@ named:
   (``fuse-layer-norm``, ``fuse-gelu``, ``fuse-attention``), with all of them, and as a user
   gets it by default (``--onnx-fusions auto``: the fusions its own timing at export keeps);
   onnxruntime's ``quantize_dynamic`` (int8 MatMul weights) on tf2onnx's ONNX and on tfsurgery's
-  fused ONNX;
-  tfsurgery's own int8 modes are a slot until branch int8-modes is merged;
+  fused ONNX; tfsurgery's own int8 — ``--quantize int8`` with every default
+  (``--int8-mode auto``) through the public API (``tfsurgery.write``), on rows of other seeds
+  than the rows that judge it;
 - OpenVINO (one process): tfsurgery's optimized graph as IR, at f32 and at OpenVINO's default
   CPU precision (bf16 where the CPU has it).
 
@@ -53,9 +54,11 @@ RUNS_DIVISOR = {"bert-base": 4}
 TIMED_ONNX = ("tf2onnx", "tf2onnx + ort optimizer", "tfsurgery unfused",
               "tfsurgery + fuse-layer-norm", "tfsurgery + fuse-gelu",
               "tfsurgery + fuse-attention", "tfsurgery fused", "tfsurgery default (auto)",
-              "ort dynamic int8 (tf2onnx)", "ort dynamic int8 (tfsurgery fused)")
-INT8_SLOT = ("tfsurgery's own int8 for transformers (dynamic / mixed modes, branch int8-modes): "
-             "a slot — not in main when this ran")
+              "ort dynamic int8 (tf2onnx)", "ort dynamic int8 (tfsurgery fused)",
+              "tfsurgery int8")
+INT8_PEER = "ort dynamic int8 (tf2onnx)"     # the recipe tfsurgery's int8 is held against
+INT8_ROWS = 40              # --samples rows: 16 calibration, 8 selection, 16 gate
+INT8_SEED = 100             # their seeds: 100, 101, ... (the timed and judged rows: seed 0)
 
 
 def feeds_for(built, batch: int, seed: int = 0) -> Dict[str, np.ndarray]:
@@ -85,18 +88,20 @@ def model_section(label: str, *, runs: int = 20, batches=BATCHES, log=print) -> 
     built = transformers.frozen(style, **params, **extra)
     feeds = {b: feeds_for(built, b) for b in batches}
     log(f"{label}: optimizing")
-    optimized = api.optimize(built.graph_def, interface=api.Interface(
-        inputs=built.inputs, outputs=built.outputs, feeds=feeds[batches[0]])).graph_def
+    result = api.optimize(built.graph_def, interface=api.Interface(
+        inputs=built.inputs, outputs=built.outputs, feeds=feeds[batches[0]]))
+    optimized = result.graph_def
     section = {"model": label, "style": style, "params": params, "runs": runs,
                "tf_nodes": {"original": len(built.graph_def.node),
-                            "optimized": len(optimized.node)},
-               "int8_slot": INT8_SLOT, "batches": {}}
+                            "optimized": len(optimized.node)}, "batches": {}}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "original.pb").write_bytes(built.graph_def.SerializeToString())
         (work / "optimized.pb").write_bytes(optimized.SerializeToString())
         log(f"{label}: ONNX variants")
         onnx_paths, notes = _onnx_variants(built, optimized, params, feeds[batches[0]], work)
+        log(f"{label}: tfsurgery int8 (--quantize int8, defaults)")
+        _int8_variant(built, result, work, onnx_paths, notes)
         section["onnx"] = notes
         ir = _openvino_ir(built, optimized, feeds[batches[0]], work, notes)
         for batch in batches:
@@ -134,6 +139,28 @@ def _onnx_variants(built, optimized, params, feeds, work: Path):
     attempt("ort dynamic int8 (tfsurgery fused)",
             lambda p: _quantize_dynamic(paths.get("tfsurgery fused"), p))
     return paths, notes
+
+
+def _int8_variant(built, result, work: Path, paths: Dict[str, Path], notes: Dict[str, dict]):
+    """tfsurgery's own int8 of the model as ``export --quantize int8`` writes it, every
+    default (modes auto, int8 refused when not faster than float): the mode it chose, or why
+    it refused. Its rows come from ``feeds_for`` with seeds INT8_SEED, ... — the rows that
+    choose are not the rows that judge (seed 0, the timed and compared ones)."""
+    import tfsurgery
+    rows = [feeds_for(built, 4, seed=INT8_SEED + i) for i in range(INT8_ROWS // 4)]
+    samples, path = work / "int8_rows.npz", work / "tfsurgery_int8.onnx"
+    np.savez(samples, **{name: np.concatenate([r[name] for r in rows]) for name in built.inputs})
+    try:
+        report = tfsurgery.write(built.graph_def, result, tfsurgery.Targets(
+            onnx=path, int8=tfsurgery.Int8Targets(samples=samples))).int8
+    except Exception as error:      # noqa: BLE001 - refused or failed: said in its row
+        notes["tfsurgery int8"] = {"failed": f"{type(error).__name__}: "
+                                             f"{str(error).splitlines()[0]}"}
+        return
+    paths["tfsurgery int8"] = path
+    notes["tfsurgery int8"] = {
+        "mode": report.mode, "modes": report.modes_line(), "rows": INT8_ROWS,
+        "speedup_vs_float": report.speed.get("speedup"), "nodes": _node_count(path)}
 
 
 def _tf2onnx(built, path: Path) -> dict:
@@ -288,11 +315,35 @@ def _render_model(section: dict) -> List[str]:
     lines.append(markdown_table(header + ["error", "fused"], rows, "l" + "r" * (len(header) - 1)
                                 + "rl"))
     lines += ["", f"TF nodes: {section['tf_nodes']['original']} original, "
-              f"{section['tf_nodes']['optimized']} optimized. {section['int8_slot']}.", ""]
+              f"{section['tf_nodes']['optimized']} optimized.", "", _int8_line(section), ""]
     return lines
 
 
+def _int8_line(section: dict) -> str:
+    """tfsurgery's int8: the mode chosen, its speed against the recipe (same onnxruntime
+    process, each batch) and both errors on the judged rows — or why there is none."""
+    note = section["onnx"].get("tfsurgery int8", {})
+    if "mode" not in note:
+        return f"tfsurgery int8: none — {note.get('failed', 'not run')}"
+    batches = sorted(section["batches"])
+    ratios = []
+    for b in batches:
+        ms = section["batches"][b]["median_ms"]
+        ours, peer = ms.get("tfsurgery int8"), ms.get(INT8_PEER)
+        ratios.append(f"batch {b} {peer / ours:.2f}×" if ours and peer else f"batch {b} —")
+    errors = section["batches"][batches[0]].get("errors", {})
+    ours, peer = errors.get("tfsurgery int8"), errors.get(INT8_PEER)
+    error = (f"error {ours:.2e} against the recipe's {peer:.2e}" if ours is not None and
+             peer is not None else "error —")
+    return (f"tfsurgery int8 (`--quantize int8`, every default, {note['rows']} rows of other "
+            f"seeds): wrote **{note['mode']}**; speed vs `{INT8_PEER}` (its ms / ours): "
+            f"{', '.join(ratios)}; {error}. Modes it measured on its selection rows: "
+            f"{note['modes']}.")
+
+
 def _fused_note(note: dict) -> str:
+    if "mode" in note:                  # tfsurgery's int8: the mode it wrote
+        return f"int8 mode: {note['mode']}"
     choice = note.get("choice")
     if choice:
         return (f"kept by its timing at export: {', '.join(choice['kept']) or 'none'}"

@@ -17,7 +17,7 @@ from tfsurgery.int8 import kinds, speed as int8_speed
 
 VOCAB = 100
 SHAPE = dict(layers=2, hidden=64, heads=4, seq=16, vocab=VOCAB)
-MISSED_BY_STATIC = 32.5    # SQNR (dB): static int8 of SHAPE ≤ 31.5, dynamic 33.6
+MISSED_BY_STATIC = 31.5    # SQNR (dB): static int8 of SHAPE ≈ 29.8, dynamic 33.8
 
 
 def token_rows(rows, seq, seed):
@@ -100,10 +100,12 @@ def recipe(encoder_model):
 
 
 def export(model, out, *extra):
+    """``export --quantize int8`` of ``model``; every fusion made (``--onnx-fusions all``:
+    which ones pay is this CPU's business, timed at export by default — not a test's)."""
     report = out.with_suffix(".json")
     code = main(["export", str(model["pb"]), "-o", str(out), "--quantize", "int8", "--samples",
                  str(model["folder"] / "ids.npz"), "--int8-equalize", "off",
-                 "--report-json", str(report), "-q", *extra])
+                 "--onnx-fusions", "all", "--report-json", str(report), "-q", *extra])
     return code, (json.loads(report.read_text())["int8"] if report.exists() else None)
 
 
@@ -127,12 +129,12 @@ def test_an_output_kind_is_read_from_the_graph():
     assert asked["probabilities"] == "classes" and asked["embedding"] is None
 
 
-def same_speed(monkeypatch, speedup=2.0):
-    """Every int8 mode timed at ``speedup`` × float (the timing replaced): which mode is
-    faster is this CPU's business — the benchmark's, never a test's — so accuracy decides."""
+def same_speed(monkeypatch, speedup=2.0, **by_mode):
+    """Every int8 mode timed at ``speedup`` × float, or its own (``by_mode``): the timing
+    replaced — which mode is faster is this CPU's business, the benchmark's, never a test's."""
     def timed(float_model, models, feeds, **_):
-        return {name: int8_speed.Speed(speedup, 1.0, 0.0, 0.0, 3, 2, "test CPU")
-                for name in models}
+        return {name: int8_speed.Speed(by_mode.get(name, speedup), 1.0, 0.0, 0.0, 3, 2,
+                                       "test CPU") for name in models}
     monkeypatch.setattr(int8_speed, "against_float", timed)
 
 
@@ -153,10 +155,34 @@ def test_an_encoders_int8_is_as_accurate_as_onnxruntimes_recipe(encoder_model, r
     ops = {node.op_type for node in onnx.load(str(out)).graph.node}
     assert {"QAttention", "DynamicQuantizeLinear", "MatMulInteger"} <= ops
     assert "QuantizeLinear" not in ops and "Attention" not in ops
+    # the embedding lookup stays float (int8 there saves size, not time): said in the report
+    assert "EmbedLayerNormalization" in ops and "QEmbedLayerNormalization" not in ops
+    assert any(n.startswith("EmbedLayerNormalization ×1 kept float") for n in int8["notes"])
     got = ort_run(out, encoder_model["unseen"])
     error = max_relative_error(encoder_model["expected"], got)
     assert 0 < error <= recipe["max_error"], (error, recipe["max_error"])
     assert sqnr_db(encoder_model["expected"], got) > int8["outputs"][0]["threshold"]
+
+
+def test_a_clearly_faster_mode_is_written_over_a_more_accurate_one(encoder_model, tmp_path,
+                                                                   monkeypatch):
+    """Speeds within 1.2× are one speed (the more accurate mode is written, above); a passing
+    mode more than that faster than the most accurate one is written instead: static here,
+    timed 3× float against dynamic's 2× (both pass the default 20 dB)."""
+    same_speed(monkeypatch, 2.0, static=3.0)
+    out = tmp_path / "encoder_int8.onnx"
+    code, int8 = export(encoder_model, out, "--int8-calibration", "minmax",
+                        "--int8-bias-correction", "off")
+    assert code == 0, int8
+    modes = {m["mode"]: m for m in int8["modes"]}
+    assert int8["mode"] == "static" and modes["dynamic"]["selection_passed"]
+    assert modes["dynamic"]["outputs"][0]["value"] > modes["static"]["outputs"][0]["value"]
+    [note] = [n for n in int8["notes"] if "left float" in n]
+    assert note.startswith("Attention ×2") and "static quantizer" in note, note
+    ops = {node.op_type for node in onnx.load(str(out)).graph.node}
+    assert {"QuantizeLinear", "Attention"} <= ops and "QAttention" not in ops
+    got = ort_run(out, encoder_model["unseen"])
+    assert sqnr_db(encoder_model["expected"], got) > 20
 
 
 def test_auto_tries_dynamic_when_static_misses_and_shows_every_mode(encoder_model, tmp_path,
@@ -174,6 +200,7 @@ def test_auto_tries_dynamic_when_static_misses_and_shows_every_mode(encoder_mode
     modes = {m["mode"]: m for m in int8["modes"]}
     assert int8["mode"] == "dynamic" and modes["dynamic"]["written"]
     assert "static" in modes and not modes["static"]["selection_passed"]
+    assert modes["mixed"]["kept_float"] and not modes["mixed"]["written"]   # static + 1 float
     for mode in modes.values():
         assert mode["int8_bytes"] > 0 and mode["float_bytes"] > 0 and mode["speedup"] > 0
         assert mode["outputs"][0]["measure"] == "sqnr_db"

@@ -67,8 +67,10 @@ def _say_int8_speed(args, report) -> None:
     """The ONNX int8 target (what and why) and its speed against float on this machine —
     loudly, on stderr even with -q, when int8 is not faster."""
     target = report.target
-    if target and not report.mode.startswith("dynamic"):      # the static settings
-        _say(args, f"  int8 target {target['target']}: activations {target['activations']}, "
+    if target:       # dynamic: the same weights; activations uint8, quantized at run time
+        activations = "uint8 at run time" if report.mode.startswith("dynamic") else \
+            target["activations"]
+        _say(args, f"  int8 target {target['target']}: activations {activations}, "
                    f"weights {target['weights']}{' per-channel' if target['per_channel'] else ''}"
                    f"{', reduce_range' if target['reduce_range'] else ''} ({target['why']})")
     if report.speed.get("faster"):

@@ -30,7 +30,8 @@ from tfsurgery.export import artefacts
 from tfsurgery.int8 import target as int8_target
 from tfsurgery.errors import ExportError, InputError
 from tfsurgery.int8 import speed as int8_speed
-from tfsurgery.int8.backends.onnx_coverage import left_float_note, untyped_as_float
+from tfsurgery.int8.backends.onnx_coverage import (dynamic_op_types, left_float_note,
+                                                   untyped_as_float)
 from tfsurgery.int8.loop import (DYNAMIC, MAX_FLOAT_FRACTION, MIN_AGREEMENT,  # noqa: F401
                                  MIN_SQNR_DB, Attempt, Backend, Choice, Int8Refused, Int8Report,
                                  OutputMeasure, Rows, Thresholds, compare, is_class_scores,
@@ -358,10 +359,12 @@ def _quantize_dynamic(float_model: Path, out: Path, kept_float: Sequence[str],
                       settings: int8_target.Int8Settings) -> None:
     """Dynamic int8 by onnxruntime's ``quantize_dynamic`` (each activation's range measured
     as the model runs), int8 weights as the target wants them (per channel; 7 bits without
-    VNNI), ``kept_float`` left float. On a fused transformer ONNX it makes ``QAttention``."""
+    VNNI), table lookups and ``kept_float`` left float (``onnx_coverage``). On a fused
+    transformer ONNX it makes ``QAttention``."""
     from onnxruntime import quantization as q
     with _onnxruntime_quantizing("onnxruntime cannot quantize the model dynamically"):
         q.quantize_dynamic(str(float_model), str(out), **settings.quantize_dynamic_options(),
+                           op_types_to_quantize=dynamic_op_types(),
                            nodes_to_exclude=list(kept_float), extra_options=untyped_as_float())
 
 
