@@ -34,7 +34,8 @@ from tfsurgery.export.onnx_splice import MICROSOFT, Fused, tensor_name
 from tfsurgery.graph import Graph
 from tfsurgery.graph.refs import Ref
 from tfsurgery.transforms.fusion_match import (ADDS, computed_value, const_and_other,
-                                               consumers_with_op, producer, scalar_near)
+                                               consumers_with_op, dimension_of, producer,
+                                               scalar_near)
 
 NAME = "fuse-attention"
 WHAT = "attention → Attention"
@@ -184,7 +185,7 @@ def _lower_band_of(graph: Graph, ref: Ref, scores: Ref) -> bool:
             not scalar_near(graph.const_value(graph.inputs(band)[1]), -1.0) or \
             not _is_value(graph.const_value(graph.inputs(band)[2]), 0):
         return False
-    dims = [_dimension_of(graph, d) for d in graph.inputs(pack)]    # scores: [B, N, T, S]
+    dims = [dimension_of(graph, d) for d in graph.inputs(pack)]    # scores: [B, N, T, S]
     return dims in ([(scores, 2), (scores, 3)], [(scores, -2), (scores, -1)])
 
 
@@ -198,17 +199,6 @@ def _adds_leading_axes(graph: Graph, cut: str) -> bool:
         return False
     rest = ((1 << strides.size) - 1) ^ new_axes        # the axes after the new ones: whole
     return new_axes & (new_axes + 1) == 0 and begins & rest == rest and ends & rest == rest
-
-
-def _dimension_of(graph: Graph, ref: Ref):
-    """(x, axis) where ``ref`` is Shape(x)[axis]; None otherwise."""
-    cut = producer(graph, ref, {"StridedSlice"})
-    shape = cut and producer(graph, graph.inputs(cut)[0], {"Shape"})
-    bounds = [graph.const_value(r) for r in graph.inputs(cut)[1:4]] if shape else [None]
-    if any(b is None or b.size != 1 for b in bounds) or \
-            graph.attr(cut, "shrink_axis_mask", 0) != 1 or int(np.ravel(bounds[2])[0]) != 1:
-        return None
-    return graph.inputs(shape)[0], int(np.ravel(bounds[0])[0])
 
 
 def _is_value(value, number: int) -> bool:
@@ -240,7 +230,7 @@ def _runtime_causal(graph: Graph, ref: Ref) -> Optional[Ref]:
 
 def _sequence_length_of(graph: Graph, ref: Ref) -> Optional[Ref]:
     """``x`` where ``ref`` is Shape(x)[1]."""
-    dimension = _dimension_of(graph, ref)
+    dimension = dimension_of(graph, ref)
     return dimension[0] if dimension and dimension[1] == 1 else None
 
 

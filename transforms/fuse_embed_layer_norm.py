@@ -32,7 +32,7 @@ from tfsurgery.export.onnx_splice import MICROSOFT, Fused, tensor_name
 from tfsurgery.graph import Graph
 from tfsurgery.graph.refs import Ref
 from tfsurgery.transforms.fuse_layer_norm import LayerNorm, layer_norms
-from tfsurgery.transforms.fusion_match import producer
+from tfsurgery.transforms.fusion_match import dimension_of, producer
 
 NAME = "fuse-embed-layer-norm"
 WHAT = "embedding + LayerNorm → EmbedLayerNormalization"
@@ -161,20 +161,9 @@ def _leading_rows(graph: Graph, leaf: Ref, sized: set, hidden: int) -> Optional[
         axis += 1
     if len(lengths) != 1 or row_axis is None or row_axis == table.ndim - 1 or \
             any(d != 1 for i, d in enumerate(table.shape[:-1]) if i != row_axis) or \
-            _length_of(graph, lengths[0]) not in sized:
+            _node_sized(graph, lengths[0], 1) not in sized:
         return None
     return table.reshape(-1, hidden)
-
-
-def _length_of(graph: Graph, ref: Ref) -> Optional[str]:
-    """The node t where ``ref`` is Shape(t)[1]."""
-    cut = producer(graph, ref, {"StridedSlice"})
-    shape = cut and producer(graph, graph.inputs(cut)[0], {"Shape"})
-    bounds = [graph.const_value(r) for r in graph.inputs(cut)[1:4]] if shape else [None]
-    if any(b is None for b in bounds) or graph.attr(cut, "shrink_axis_mask", 0) != 1 or \
-            [np.ravel(b).tolist() for b in bounds] != [[1], [2], [1]]:
-        return None
-    return graph.inputs(shape)[0].node
 
 
 def _position_block(graph: Graph, leaf: Ref, leaves: List[Ref]) -> Optional[np.ndarray]:
@@ -197,14 +186,13 @@ def _position_block(graph: Graph, leaf: Ref, leaves: List[Ref]) -> Optional[np.n
     if len(dims) != 3 or [int(v) if v is not None and v.size == 1 else None
                           for v in sizes] != list(block.shape[-2:]):
         return None
-    cut = producer(graph, dims[0], {"StridedSlice"})
-    batch_of = cut and producer(graph, graph.inputs(cut)[0], {"Shape"})
-    bounds = [graph.const_value(r) for r in graph.inputs(cut)[1:4]] if cut else [None]
-    if not batch_of or graph.inputs(batch_of)[0].node not in gathered or \
-            any(b is None for b in bounds) or graph.attr(cut, "shrink_axis_mask", 0) != 1 or \
-            [np.ravel(b).tolist() for b in bounds] != [[0], [1], [1]]:
-        return None
-    return block
+    return block if _node_sized(graph, dims[0], 0) in gathered else None
+
+
+def _node_sized(graph: Graph, ref: Ref, axis: int) -> Optional[str]:
+    """The node t where ``ref`` is Shape(t)[axis]."""
+    dimension = dimension_of(graph, ref)
+    return dimension[0].node if dimension and dimension[1] == axis else None
 
 
 def _gathered(graph: Graph, leaf: Ref):

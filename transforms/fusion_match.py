@@ -49,6 +49,18 @@ def computed_value(graph: Graph, ref: Optional[Ref]) -> Optional[np.ndarray]:
     return value if value is not None else constant_values(graph, [ref])[str(ref)]
 
 
+def dimension_of(graph: Graph, ref: Optional[Ref]) -> Optional[Tuple[Ref, int]]:
+    """(x, axis) where ``ref`` is Shape(x)[axis] — a StridedSlice taking one element, step 1 —
+    as Keras writes a run-time dimension; None otherwise. ``axis`` as written (may be < 0)."""
+    cut = producer(graph, ref, {"StridedSlice"})
+    shape = cut and producer(graph, graph.inputs(cut)[0], {"Shape"})
+    bounds = [graph.const_value(r) for r in graph.inputs(cut)[1:4]] if shape else [None]
+    if any(b is None or b.size != 1 for b in bounds) or \
+            graph.attr(cut, "shrink_axis_mask", 0) != 1 or int(np.ravel(bounds[2])[0]) != 1:
+        return None
+    return graph.inputs(shape)[0], int(np.ravel(bounds[0])[0])
+
+
 def scalar_near(value, target: float, rtol: float = 1e-5) -> bool:
     """``value`` is one number (any shape of size 1) within ``rtol`` of ``target``."""
     return value is not None and np.size(value) == 1 and \
