@@ -222,14 +222,19 @@ def test_a_run_time_upper_band_is_left_alone(tmp_path):
     assert oracle.relative_error(oracle.run(graph_def, feeds, built.outputs)[0], actual) <= 1e-4
 
 
-@pytest.fixture(scope="module")
-def dynamic_gpt2():
-    """GPT-2 with [None, None] inputs: Keras builds the causal mask from Shape(x)[1]."""
-    built = transformers.frozen("gpt2", dynamic=True, layers=1, hidden=32, heads=2, seq=SEQ,
+def dynamic_optimized(style):
+    """A one-layer ``style`` model with [None, None] inputs through the default pipeline."""
+    built = transformers.frozen(style, dynamic=True, layers=1, hidden=32, heads=2, seq=SEQ,
                                 vocab=VOCAB)
     graph_def = api.optimize(built.graph_def, interface=api.Interface(
         inputs=built.inputs, outputs=built.outputs, feeds=token_feeds(built))).graph_def
     return BuiltModel(graph_def, built.inputs, built.outputs, None)
+
+
+@pytest.fixture(scope="module")
+def dynamic_gpt2():
+    """GPT-2 with [None, None] inputs: Keras builds the causal mask from Shape(x)[1]."""
+    return dynamic_optimized("gpt2")
 
 
 def test_dynamic_length_causal_mask_is_proven_by_its_form(dynamic_gpt2, tmp_path):
@@ -353,11 +358,7 @@ def test_dynamic_length_embedding_fuses_with_the_whole_position_table(tmp_path):
     """[None, None] inputs: the position rows are table[None, :n] with n = Shape(sum)[1], the
     run-time length — the kernel's default positions 0..n-1 of the whole table; matches TF at
     two lengths."""
-    built = transformers.frozen("bert", dynamic=True, layers=1, hidden=32, heads=2, seq=SEQ,
-                                vocab=VOCAB)
-    graph_def = api.optimize(built.graph_def, interface=api.Interface(
-        inputs=built.inputs, outputs=built.outputs, feeds=token_feeds(built))).graph_def
-    dynamic = BuiltModel(graph_def, built.inputs, built.outputs, None)
+    dynamic = dynamic_optimized("bert")
     result, path, feeds = export(dynamic, tmp_path)
     assert result.passed and ops_of(path).get("EmbedLayerNormalization") == 1
     model = onnx.load(str(path))
