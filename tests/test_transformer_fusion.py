@@ -489,3 +489,25 @@ def test_keras_hub_position_embedding_fuses_too(tmp_path):
     assert result.passed and ops_of(path).get("EmbedLayerNormalization") == 1
     assert "Gather" not in ops_of(path)
     assert_matches_tf(hub, path, feeds)
+
+
+def test_the_issue_size_bert_fuses_every_occurrence_and_matches_tf(tmp_path):
+    """Issue 40's done-when model: a BERT-style encoder of 4 layers, hidden 256, seq 128 from
+    Keras layers, through the default pipeline with no --samples (its token inputs read from
+    the graph), exported with every fusion: one fused op per LayerNorm, attention and GELU,
+    onnxruntime within 1e-4 of a plain TF session with a padded row."""
+    layers, seq = 4, 128
+    built = transformers.frozen("bert", layers=layers, hidden=256, heads=4, seq=seq,
+                                vocab=VOCAB)
+    result = api.optimize(built.graph_def, interface=api.Interface(inputs=built.inputs,
+                                                                   outputs=built.outputs))
+    bert_full = BuiltModel(result.graph_def, built.inputs, built.outputs, None)
+    exported, path, feeds = export(bert_full, tmp_path, seq=seq)
+    assert exported.passed
+    counts = ops_of(path)
+    assert counts.get("EmbedLayerNormalization") == 1
+    assert counts.get("SkipLayerNormalization", 0) == 2 * layers
+    assert counts.get("Attention") == layers
+    assert counts.get("FastGelu", 0) + counts.get("BiasGelu", 0) == layers
+    assert {"Softmax", "ReduceMean", "Einsum"}.isdisjoint(counts)
+    assert_matches_tf(built, path, feeds)         # against the original, not our graph
