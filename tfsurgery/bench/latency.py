@@ -210,11 +210,11 @@ def _worker(plan_path: Path) -> List[Timing]:
                                  precisions.get(name), spinning)
                    for name, (model, _) in plan["variants"].items()}
     return summarise(plan["runtime"], interleaved(runners, plan["runs"]), threads(),
-                     pid=os.getpid(), batch={name: _rows(f) for name, f in fed.items()},
+                     pid=os.getpid(), batch={name: rows_of(f) for name, f in fed.items()},
                      spinning=spinning if plan["runtime"] == "onnxruntime" else None)
 
 
-def _rows(feeds: Dict[str, np.ndarray]) -> int:
+def rows_of(feeds: Dict[str, np.ndarray]) -> int:
     """The rows of a feed: the leading dimension of its first batched array."""
     return next((int(v.shape[0]) for v in feeds.values() if np.ndim(v) > 0), 1)
 

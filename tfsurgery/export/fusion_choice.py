@@ -26,6 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from tfsurgery.bench import latency
 from tfsurgery.errors import InputError, VerificationError
 from tfsurgery.export import onnx_fusion
 from tfsurgery.int8.target import cpu_name
@@ -141,7 +142,8 @@ def choose(model, found: Sequence[str], fused: Callable[[object, Sequence[str]],
         variants.update({_without(name): [n for n in found if n != name] for name in found})
     models = {label: fused(copy.deepcopy(model), names) for label, names in variants.items()}
     batches = {b: at_batch(feeds, b) for b in BATCHES} if batch_is_free(model) else {}
-    batches = {b: fed for b, fed in batches.items() if fed is not None} or {_rows(feeds): feeds}
+    batches = {b: fed for b, fed in batches.items() if fed is not None} or \
+        {latency.rows_of(feeds): feeds}
     try:
         choice.timings, choice.runs = (timer or time_variants)(models, batches, outputs, budget)
     except VerificationError as error:
@@ -168,7 +170,6 @@ def time_variants(models: Dict[str, object], batches: Dict[int, Dict[str, np.nda
                   outputs: Sequence[str], budget: float) -> tuple:
     """Median ms of each model at each batch, all sessions interleaved in one onnxruntime
     process (idle threads not spinning); the runs sized to ``budget`` seconds in all."""
-    from tfsurgery.bench import latency
     timings: Dict[str, Dict[int, float]] = {label: {} for label in models}
     with tempfile.TemporaryDirectory(prefix="tfsurgery-fusions-") as tmp:
         work = Path(tmp)
@@ -193,7 +194,6 @@ def time_variants(models: Dict[str, object], batches: Dict[int, Dict[str, np.nda
 def _runs_for(variants: Dict[str, tuple], outputs, work: Path, seconds: float) -> int:
     """As many runs as fit in ``seconds`` (one probe run of every variant says how long one
     round takes), within ``RUNS``."""
-    from tfsurgery.bench import latency
     started = time.perf_counter()
     latency.measure_in_subprocess("onnxruntime", variants, outputs, runs=1, work=work,
                                   timeout=TIMEOUT_SECONDS, ort_spinning=False)
@@ -217,10 +217,6 @@ def at_batch(feeds: Dict[str, np.ndarray], batch: int) -> Optional[Dict[str, np.
     rows = leading.pop()
     picked = np.arange(batch) % rows
     return {k: (np.asarray(v)[picked] if np.ndim(v) > 0 else v) for k, v in feeds.items()}
-
-
-def _rows(feeds: Dict[str, np.ndarray]) -> int:
-    return next((int(np.shape(v)[0]) for v in feeds.values() if np.ndim(v) > 0), 1)
 
 
 def _without(name: str) -> str:

@@ -16,7 +16,8 @@ the tables stay float32.
 from pathlib import Path
 from typing import Dict, List
 
-DYNAMIC = "dynamic"                # as int8.loop.DYNAMIC (a Choice's mode)
+from tfsurgery.int8.loop import DYNAMIC
+
 # ops whose weights a quantizer makes int8 (what a user calls a layer), in either mode
 WEIGHT_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "Attention", "LSTM", "Gather",
               "EmbedLayerNormalization")
