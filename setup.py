@@ -30,6 +30,11 @@ setup(
         # --tflite: the LiteRT interpreter (tf.lite.Interpreter is deprecated). 2.3.0 installs
         # beside tensorflow 2.21 without changing tensorflow, numpy or protobuf.
         "ai-edge-litert>=2.3",
+        # --onnx-fusions: onnxruntime's transformer fusions (FusionSkipLayerNormalization) run its
+        # symbolic shape inference, which needs sympy; onnxruntime 1.32 no longer installs it.
+        "sympy",
+        # the int8 gate's confidence bound (scipy.stats.beta); it came only with the test extra
+        "scipy",
     ],
     extras_require={
         # scikit-learn: real data for the int8 tests, shipped inside its wheel (load_digits;
@@ -38,8 +43,12 @@ setup(
         # install beside tensorflow 2.21 and numpy 2 without changing either (docs/openvino.md).
         # ray: so CI runs batch --engine ray on a local instance (issue 41); `pip install
         # --dry-run` adds only ray, filelock and msgpack beside tensorflow 2.21 (docs/batch.md).
+        # keras-hub + transformers: the transformer tests build real BERT/GPT-2/ViT layers from
+        # configs (random weights, no downloads); both install beside tensorflow 2.21 without
+        # changing tensorflow, numpy or protobuf (`pip install --dry-run`).
         "test": ["pytest", "hypothesis", "tf_keras>=2.21,<2.22", "graphviz", "graphviz-pure",
-                 "scikit-learn", "pillow", "openvino>=2026.0", "nncf>=3.0", "ray>=2.9"],
+                 "scikit-learn", "pillow", "openvino>=2026.0", "nncf>=3.0", "ray>=2.9",
+                 "keras-hub>=0.32,<0.33", "transformers>=4.46,<4.47"],
         # --picture: DOT text, and a self-contained `dot` when Graphviz itself is not installed.
         "picture": ["graphviz", "graphviz-pure"],
         # --openvino DIR/: OpenVINO's converter and CPU runtime; --quantize int8 with it: NNCF.

@@ -30,7 +30,7 @@ from tfsurgery.verify import (check as verify_mod, compare as compare_mod, local
 from tfsurgery.trust import outside
 from tfsurgery import batch  # noqa: F401 - batch: the CLI's, via api
 from tfsurgery.export.artefacts import Artefact, Batch  # noqa: F401 - Batch: the CLI's, via api
-from tfsurgery.errors import (CannotVerify, ExportError, InputError,  # noqa: F401
+from tfsurgery.errors import (CannotVerify, ExportError, InputError, MissingPackage,  # noqa: F401
                               OnnxCheckFailed, OriginalDoesNotRun, StructureError, TransformError,
                               UnknownTransform, UnsafeModel, Unverified, VerificationError,
                               VerificationFailed, WriteFailed)

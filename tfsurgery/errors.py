@@ -4,6 +4,8 @@ The CLI maps them to exit statuses: ``InputError`` (and its kin) → 2, a failed
 """
 from __future__ import annotations
 
+import re
+
 
 class InputError(Exception):
     """Bad input from the user: reported as one line, exit status 2. Control characters in the
@@ -125,3 +127,50 @@ class UnsafeModel(InputError):
     def __init__(self, message="", findings=()):
         super().__init__(message)
         self.findings = list(findings)
+
+
+# import name → the name pip installs it by, where they differ
+PIP_NAMES = {"ai_edge_litert": "ai-edge-litert", "sklearn": "scikit-learn", "PIL": "pillow",
+             "google": "protobuf", "keras_hub": "keras-hub", "graphviz_pure": "graphviz-pure"}
+
+
+class MissingPackage(InputError):
+    """A Python package the asked-for work imports is not installed (onnxruntime's transformer
+    fusions without sympy, say): one line naming what to ``pip install``, exit status 2.
+    ``package`` is that name (None where the ImportError did not say)."""
+
+    def __init__(self, message="", package=None):
+        super().__init__(message)
+        self.package = package
+
+    @classmethod
+    def of(cls, error: ImportError, needed_by: str) -> "MissingPackage":
+        """``error`` (raised while ``needed_by`` ran) as one line naming the package."""
+        package = missing_module(error)
+        if package is None:
+            return cls(f"{needed_by} could not import what it needs: {_first_line(error)}")
+        pip_name = PIP_NAMES.get(package, package)
+        return cls(f"{needed_by} needs the Python package '{pip_name}', which is not installed: "
+                   f"pip install {pip_name}", pip_name)
+
+
+def missing_module(error: BaseException):
+    """The top-level module whose import failed, from ``error`` or the errors it was raised
+    from or during (onnxruntime re-raises a ModuleNotFoundError as a plain ImportError that
+    names the package only in words: "missing 'sympy'")."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, ModuleNotFoundError) and error.name:   # (not "cannot import name")
+            return error.name.split(".")[0]
+        said = re.search(r"No module named '([\w.]+)'|missing '([\w.]+)'|pip install ([\w.-]+)",
+                         str(error))
+        if said:
+            return next(group for group in said.groups() if group).split(".")[0]
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -4,7 +4,7 @@ and ``python scripts/optimize.py ...``. The grammar is in ``parser``, the work i
 the API only); here, ``main``: parse, set up logging, run, map errors to exit statuses.
 
 Exit status: 0 success, 1 verification failed (TF graphs or ONNX vs TF, or ONNX conversion failed),
-2 bad input (one line on stderr, no traceback).
+2 bad input (one line on stderr, no traceback), a package the work needs not installed included.
 """
 from __future__ import annotations
 
@@ -44,6 +44,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except StructureError as error:
         print(f"tfsurgery: FAILED: {error}; nothing written", file=sys.stderr)
         return 1
+    except ImportError as error:          # an optional package the asked-for work needs
+        print(f"tfsurgery: error: {api.MissingPackage.of(error, f'tfsurgery {args.command}')}",
+              file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("tfsurgery: interrupted", file=sys.stderr)
         return 130

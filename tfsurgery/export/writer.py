@@ -13,7 +13,7 @@ from tfsurgery.export import exporters
 from tfsurgery.export import openvino as openvino_export
 from tfsurgery.export.artefacts import Batch
 from tfsurgery.export.exporters import ExportJob, Written
-from tfsurgery.errors import WriteFailed
+from tfsurgery.errors import MissingPackage, WriteFailed
 from tfsurgery.export.formats import check_line, draw, pb_artefact
 from tfsurgery.int8 import loop as int8_loop
 from tfsurgery.int8.backends import onnx as quantize_mod
@@ -119,7 +119,8 @@ def write(source, result: Result, targets: Targets) -> Written:
     TFLite, then the picture is drawn), held unpublished; only when all passed are they
     published, then the .pb saved. The first failure raises ``WriteFailed`` (its ``stage`` and
     the ``written`` records so far) with nothing written; a result whose check failed or never
-    ran raises ``Unverified`` unless ``targets.allow_unverified``."""
+    ran raises ``Unverified`` unless ``targets.allow_unverified``; a package an export needs
+    that is not installed raises ``MissingPackage`` naming it (nothing written either)."""
     source = as_source(source)
     require_verified(result, allow_unverified=targets.allow_unverified)
     requested = targets.requested()
@@ -156,7 +157,10 @@ def _export_all(job: ExportJob, requested) -> None:
     has it; the records that can only be made once published wait in ``job.deferred``."""
     for exporter, path in requested:
         int8 = job.targets.int8 if exporter.has_int8 else None
-        record = exporter.export(job, path, int8)
+        try:
+            record = exporter.export(job, path, int8)
+        except ImportError as missing:   # a package it needs is not installed: one line, exit 2
+            raise MissingPackage.of(missing, f"the {exporter.stage} export") from missing
         if callable(record):
             job.deferred.append((len(job.written.artefacts), record))
             continue
