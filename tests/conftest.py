@@ -99,6 +99,12 @@ def pytest_configure(config):
     _LONG_RUN["on"] = bool(config.getoption("--long", default=False))
 
 
+def pytest_terminal_summary(terminalreporter):
+    """One line naming the CPU and the oneDNN settings the results belong to (tests/cpu.py)."""
+    import cpu
+    terminalreporter.write_line(cpu.describe())
+
+
 def property_examples(default=200, long=5000):
     """How many examples a property test draws: env override, else --long, else the default."""
     value = os.environ.get("TFSURGERY_PROPERTY_EXAMPLES")

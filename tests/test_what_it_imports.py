@@ -196,3 +196,20 @@ def test_an_export_missing_a_package_says_which_in_one_line(bert_pb, tmp_path):
     assert "Traceback" not in run.stderr and len(lines) == 1, run.stderr[-3000:]
     assert "'sympy'" in lines[0] and "pip install sympy" in lines[0] and "ONNX" in lines[0]
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------- which CPU the run was on
+XEON = ("model name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu avx2 fma avx512f "
+        "avx512_vnni avx512_bf16 avx512_fp16 amx_bf16 amx_tile amx_int8\n")
+EPYC_AVX2 = "model name\t: AMD EPYC 7B12\nflags\t\t: fpu sse4_2 avx avx2 fma\n"
+
+
+def test_the_summary_line_names_the_cpu_kind_and_onednn_settings():
+    import cpu
+    xeon = cpu.describe(XEON, {"TF_ENABLE_ONEDNN_OPTS": "0"})
+    assert xeon.startswith("CPU: Intel(R) Xeon(R) Platinum 8480+ (AMX: avx2 fma avx512f "
+                           "avx512_vnni avx512_bf16 avx512_fp16 amx_bf16 amx_int8)")
+    assert xeon.endswith("TF_ENABLE_ONEDNN_OPTS=0, ONEDNN_MAX_CPU_ISA=unset")
+    epyc = cpu.describe(EPYC_AVX2, {"ONEDNN_MAX_CPU_ISA": "AVX2"})
+    assert "AMD EPYC 7B12 (AVX2-only: avx2 fma)" in epyc and "ONEDNN_MAX_CPU_ISA=AVX2" in epyc
+    assert "\n" not in cpu.describe()                       # this machine's: one line

@@ -32,8 +32,7 @@ from tfsurgery.ops import first_line
 
 RUNTIMES = ("tensorflow", "onnxruntime", "tflite", "openvino")
 # Instruction sets that decide which kernels the runtimes pick (int8 dot products, bf16, fp16).
-CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16",
-             "amx_bf16", "amx_int8", "amx_fp16", "asimd", "asimddp", "sve", "bf16", "i8mm")
+CPU_FLAGS = int8_target.CPU_FLAGS
 
 
 @dataclasses.dataclass
@@ -117,10 +116,8 @@ def installed(runtime: str) -> bool:
 
 def cpu() -> Dict[str, object]:
     """The CPU's name and the instruction-set flags that matter to the runtimes' kernels."""
-    text = int8_target.read_cpuinfo()
-    flags = int8_target.cpu_flags(text, arm=True)
-    return {"name": int8_target.cpuinfo_value(text, "model name") or
-            int8_target.platform_name(), "flags": [f for f in CPU_FLAGS if f in flags]}
+    name, flags = int8_target.cpu_features()
+    return {"name": name, "flags": flags}
 
 
 def bench(original, optimized, inputs: Sequence[str], outputs: Sequence[str],

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import platform
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from tfsurgery.errors import InputError
 
@@ -25,6 +25,10 @@ VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 X86_MACHINES = ("x86_64", "amd64", "i386", "i686", "x86")
 ARM_MACHINES = ("aarch64", "arm64")
 CPUINFO = "/proc/cpuinfo"
+# Instruction sets that decide which kernels the runtimes pick (int8 dot products, bf16, fp16):
+# x86's, then ARM's (its /proc/cpuinfo "Features")
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16",
+             "amx_bf16", "amx_int8", "amx_fp16", "asimd", "asimddp", "sve", "bf16", "i8mm")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +141,15 @@ def cpu_name(cpuinfo: Optional[str] = None) -> str:
     flags = cpu_flags(text or "")
     shown = [f for f in ("avx2", "avx512f") + VNNI_FLAGS + ("amx_tile",) if f in flags]
     return f"{model} ({', '.join(shown)})" if shown else model
+
+
+def cpu_features(cpuinfo: Optional[str] = None) -> Tuple[str, List[str]]:
+    """This CPU's model name and which of CPU_FLAGS it has (``bench`` reports them; the test
+    suite's summary line names them)."""
+    text = read_cpuinfo() if cpuinfo is None else cpuinfo
+    flags = cpu_flags(text, arm=True)
+    return (cpuinfo_value(text, "model name") or platform_name(),
+            [flag for flag in CPU_FLAGS if flag in flags])
 
 
 def platform_name() -> str:
