@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tfsurgery.export import onnx_splice
 from tfsurgery.graph import Graph
-from tfsurgery.transforms import ONNX_FUSIONS
+from tfsurgery.transforms import CANONICAL_RULES, ONNX_FUSIONS, canonical_forms
 
 NAMES = tuple(fusion.NAME for fusion in ONNX_FUSIONS)
 SKIP_LAYER_NORM = "residual Add + LayerNormalization → SkipLayerNormalization"
@@ -30,6 +30,8 @@ BIAS_GELU = "bias Add + Gelu/FastGelu → BiasGelu/FastGelu(bias)"
 class FusionReport:
     fused: Dict[str, int] = dataclasses.field(default_factory=dict)      # what → how many
     skipped: List[Tuple[str, str]] = dataclasses.field(default_factory=list)   # (node, why)
+    # spellings rewritten to canonical form before matching: "from → to" → how many
+    canonical: Dict[str, int] = dataclasses.field(default_factory=dict)
 
     def not_fused(self) -> List[str]:
         return [f"{node}: {why}" for node, why in self.skipped]
@@ -39,10 +41,11 @@ def fuse(model, graph_def, *, only: Optional[Sequence[str]] = None,
          skip_layer_norm: bool = True, bias_gelu: bool = True, shapes=None) -> FusionReport:
     """Splice every fusion ``ONNX_FUSIONS`` proves on ``graph_def`` into ``model`` (in place);
     ``only``: the fusions by name (``fuse-embed-layer-norm``, ``fuse-layer-norm``,
-    ``fuse-gelu``, ``fuse-attention``)."""
-    graph = Graph(graph_def, check_inputs=False)
+    ``fuse-gelu``, ``fuse-attention``). They match on ``graph_def`` in canonical form
+    (``canonical_forms``); ``model`` stays tf2onnx's conversion of ``graph_def`` itself."""
     shapes = shapes or static_shapes(graph_def)
-    report, claimed = FusionReport(), set()
+    graph, rewrites = canonical_forms.canonical(graph_def, shapes, CANONICAL_RULES)
+    report, claimed = FusionReport(canonical=canonical_forms.summary(rewrites)), set()
     for fusion in ONNX_FUSIONS:
         if only is not None and fusion.NAME not in only:
             continue
@@ -67,9 +70,10 @@ def fuse(model, graph_def, *, only: Optional[Sequence[str]] = None,
 
 
 def found(graph_def, shapes=None) -> List[str]:
-    """The names of the fusions that find at least one pattern in ``graph_def``."""
-    graph = Graph(graph_def, check_inputs=False)
+    """The names of the fusions that find at least one pattern in ``graph_def`` (in canonical
+    form)."""
     shapes = shapes or static_shapes(graph_def)
+    graph, _ = canonical_forms.canonical(graph_def, shapes, CANONICAL_RULES)
     return [fusion.NAME for fusion in ONNX_FUSIONS if fusion.find(graph, shapes)[0]]
 
 
