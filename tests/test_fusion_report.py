@@ -23,8 +23,8 @@ from tfsurgery.models.common import BuiltModel
 
 @pytest.fixture(scope="module")
 def head_model():
-    """LayerNorm → Dense(GELU) → Dense(tanh) → Dense → Softmax: one LayerNorm and one GELU to
-    fuse, a tanh that is no GELU and a classifier's Softmax that is no attention."""
+    """LayerNorm → Dense(GELU) → Dense(tanh) → Dense → Softmax: one LayerNorm and one GELU
+    to fuse, a tanh that is no GELU and a classifier's Softmax that is no attention."""
     keras = tf.keras
     x = keras.Input((8, 16), name="x")
     y = keras.layers.LayerNormalization()(x)

@@ -85,6 +85,12 @@ def apply(model, graph_def, fuse, feeds: Dict[str, np.ndarray], outputs: Sequenc
     return report, choice
 
 
+def lines(choice: Optional["FusionChoice"], not_fused: Sequence[dict]) -> List[str]:
+    """The report's lines: what ``auto`` kept and why (``choice``; None in the other modes),
+    then every candidate left alone, grouped (``FusionReport.grouped()``)."""
+    return (choice.lines() if choice else []) + onnx_fusion.not_fused_lines(not_fused)
+
+
 @dataclasses.dataclass
 class FusionChoice:
     """What ``auto`` measured and kept. ``timings``: variant → batch → median ms;

@@ -32,7 +32,7 @@ import numpy as np
 
 from tfsurgery import _compat, io
 from tfsurgery.export import artefacts
-from tfsurgery.export import fusion_choice, onnx_fusion, onnx_tidy
+from tfsurgery.export import fusion_choice, onnx_tidy
 from tfsurgery.export.onnx_weights import (  # noqa: F401 - part of this module's API
     EXTERNAL_MIN_BYTES, weights_to_float16, weights_to_int8)
 from tfsurgery.trust import outside
@@ -74,8 +74,7 @@ class OnnxExport:
     # them: [{"transform", "why", "verification"}] (the fully optimized graph is the .pb)
     left_out: List[dict] = dataclasses.field(default_factory=list)
     not_fused: List[str] = dataclasses.field(default_factory=list)   # onnx_fusion: why not
-    # the same, one entry per fusion and reason: [{fusion, kind, count, why, nodes}]
-    not_fused_groups: List[dict] = dataclasses.field(default_factory=list)
+    not_fused_groups: List[dict] = dataclasses.field(default_factory=list)   # by fusion, why
     # --onnx-fusions auto: what was measured and kept (fusion_choice.FusionChoice.as_dict())
     fusion_choice: Optional[dict] = None
     fusion_lines: List[str] = dataclasses.field(default_factory=list)   # the report's lines
@@ -170,8 +169,7 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
                             not_fused=fusions.not_fused() if fusions else [],
                             not_fused_groups=groups,
                             fusion_choice=choice.as_dict() if choice else None,
-                            fusion_lines=(choice.lines() if choice else []) +
-                            onnx_fusion.not_fused_lines(groups))
+                            fusion_lines=fusion_choice.lines(choice, groups))
         if result.passed and stage is not None:
             artefacts.publish(lambda: _publish(stage, path), batch, stage)
         elif result.passed:
