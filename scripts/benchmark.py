@@ -58,12 +58,16 @@ def parse_args(argv=None):
                         help="int8 timing repeats, each in a fresh process (default 3)")
     parser.add_argument("--transformers", action="store_true",
                         help="only the transformer run (benchmarks/transformers.py): BERT-, "
-                             "GPT-2-, DistilBERT-, ViT-style and BERT-base-size models in TF, "
-                             "onnxruntime (tf2onnx, its transformer optimizer, ours fused and "
-                             "not, dynamic int8) and OpenVINO; its section of --out-md and key "
-                             "of --out-json are replaced")
-    parser.add_argument("--transformer-models", default="bert,gpt2,distilbert,vit,bert-base",
-                        help="with --transformers: which (default: %(default)s)")
+                             "GPT-2-, DistilBERT-, ViT-style, BERT-base-size and the real "
+                             "libraries' (Hugging Face, keras-hub) models in TF, onnxruntime "
+                             "(tf2onnx, its transformer optimizer, ours fused and not, ours "
+                             "unfused + the optimizer, dynamic int8), OpenVINO and TFLite; its "
+                             "section of --out-md and key of --out-json are replaced")
+    parser.add_argument("--transformer-models",
+                        default="bert,gpt2,distilbert,vit,bert-base,hf-bert,hf-gpt2,hf-vit,"
+                                "keras-hub-bert",
+                        help="with --transformers: which (default: %(default)s; hf-bert-tiny: "
+                             "a smoke run)")
     parser.add_argument("--peer-graphs", action="store_true",
                         help="only the peer simplification cases (benchmarks/simplify.py): "
                              "their section of --out-md and key of --out-json are replaced, the "

@@ -124,3 +124,32 @@ def test_scaling_only_rewrites_its_section_and_rows_and_keeps_the_rest():
     assert "old table" not in document and "| 1 | 22 | 4 |" in document
     assert document.endswith("## Training ops\n\nkept\n")
     assert splice_section("# B\n", "## New", "## New\n\nx") == "# B\n\n## New\n\nx\n"
+
+
+def test_transformer_section_renders_the_recipe_beside_the_default_and_tflite():
+    """Issue 48's rows, on a section shaped as benchmarks/transformers.py records it (no model
+    built, nothing timed): the default against `none + ort optimizer` per batch, the fused ops
+    each wrote, TFLite's row, and a failed row with its reason."""
+    from benchmarks import transformers
+    ms = {transformers.DEFAULT: 2.0, transformers.RECIPE: 3.0, transformers.TFLITE: 1.5,
+          "tf2onnx": 4.0}
+    section = {"model": "hf-bert", "params": dict(layers=4, hidden=256, heads=4, seq=128),
+               "runs": 5, "tf_nodes": {"original": 900, "optimized": 400},
+               "onnx": {transformers.DEFAULT: {"nodes": 90, "fused_ops": {"Attention": 4,
+                                                                          "BiasGelu": 4}},
+                        transformers.RECIPE: {"nodes": 120,
+                                              "fused_ops": {"SkipLayerNormalization": 9}},
+                        transformers.TFLITE: {"check_max_error": 2e-7},
+                        "tf2onnx + ort optimizer": {"failed": "InvalidGraph: Erfc"}},
+               "batches": {1: {"median_ms": ms, "errors": {}},
+                           4: {"median_ms": {k: 3 * v for k, v in ms.items()}, "errors": {}}}}
+    text = "\n".join(transformers._render_model(section))
+    assert "(its ms / ours): batch 1 1.50×, batch 4 1.50×" in text, text
+    assert "tfsurgery default: 4 Attention, 4 BiasGelu" in text
+    assert "the recipe: 9 SkipLayerNormalization" in text
+    tflite = next(line for line in text.splitlines() if line.startswith("| TFLite"))
+    assert "1.50" in tflite and "2.0e-07" in tflite
+    assert "InvalidGraph: Erfc" in text
+    assert transformers.ort_model_type("hf-gpt2") == "gpt2"
+    assert transformers.ort_model_type("vit") == "vit" and transformers.ort_model_type("bert") \
+        == "bert"

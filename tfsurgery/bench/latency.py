@@ -40,20 +40,27 @@ class Timing:
     pid: int = 0              # the timing process (each runtime's, or each session's: ONNX)
     batch: int = 0            # rows fed per call (the first input's leading dimension)
     spinning: Optional[bool] = None     # onnxruntime: its idle intra-op threads spin
+    runs_ms: Optional[List[float]] = None   # each run's time in run order, where asked for
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if self.runs_ms is None:
+            del data["runs_ms"]
+        return data
 
 
-def interleaved(runners: Dict[str, Callable[[], object]], runs: int, warmup: int = 3) -> Dict[
-        str, List[float]]:
-    """Seconds per call for each runner, the runners taking turns."""
+def interleaved(runners: Dict[str, Callable[[], object]], runs: int, warmup: int = 3,
+                alternate: bool = False) -> Dict[str, List[float]]:
+    """Seconds per call for each runner, the runners taking turns; ``alternate``: every other
+    round in reverse order (A B, B A, A B, ...), so that no runner always follows the same
+    one (a cache warmed or a clock raised by its neighbour)."""
     for run in runners.values():
         for _ in range(warmup):
             run()
     times: Dict[str, List[float]] = {name: [] for name in runners}
-    for _ in range(runs):
-        for name, run in runners.items():
+    order = list(runners.items())
+    for round_ in range(runs):
+        for name, run in (order[::-1] if alternate and round_ % 2 else order):
             start = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - start)
@@ -61,14 +68,16 @@ def interleaved(runners: Dict[str, Callable[[], object]], runs: int, warmup: int
 
 
 def summarise(runtime: str, times: Dict[str, List[float]], threads: int,
-              **how) -> List[Timing]:
-    """Median and interquartile range per variant; ``how``: Timing's other fields (pid,
-    batch, spinning), each a value or a dict by variant."""
+              keep_runs: bool = False, **how) -> List[Timing]:
+    """Median and interquartile range per variant (``keep_runs``: and each run's time);
+    ``how``: Timing's other fields (pid, batch, spinning), each a value or a dict by variant."""
     rows = []
     for variant, seconds in times.items():
-        ms = sorted(1000 * s for s in seconds)
+        in_order = [1000 * s for s in seconds]
+        ms = sorted(in_order)
         q = statistics.quantiles(ms, n=4) if len(ms) > 1 else [ms[0], ms[0], ms[0]]
         rows.append(Timing(runtime, variant, statistics.median(ms), q[2] - q[0], threads,
+                           runs_ms=in_order if keep_runs else None,
                            **{k: v.get(variant) if isinstance(v, dict) else v
                               for k, v in how.items()}))
     return rows
@@ -144,18 +153,21 @@ def measure_each(runtime: str, variants: Dict[str, tuple], outputs: Sequence[str
 def measure_in_subprocess(runtime: str, variants: Dict[str, tuple], outputs: Sequence[str], *,
                           runs: int, work: Path, timeout: float = 600,
                           precisions: Optional[Dict[str, Optional[str]]] = None,
-                          ort_spinning: bool = True) -> List[Timing]:
+                          ort_spinning: bool = True, alternate: bool = False,
+                          keep_runs: bool = False) -> List[Timing]:
     """The one timing worker (``tfsurgery bench`` and the benchmarks alike): each variant's model
     (a .pb, .onnx, .tflite path or an OpenVINO IR directory) fed its own .npz, run interleaved
     ``runs`` times in a fresh process for ``runtime`` ("tensorflow", "onnxruntime", "tflite" or
     "openvino"); the timings come back as JSON. ``precisions``: OpenVINO's inference precision
-    per variant (None: OpenVINO's own default). ``ort_spinning``: see :func:`ort_runner`."""
+    per variant (None: OpenVINO's own default). ``ort_spinning``: see :func:`ort_runner`;
+    ``alternate``: see :func:`interleaved`; ``keep_runs``: each run's time comes back too."""
     plan = work / f"plan_{runtime}.json"
     plan.write_text(json.dumps({"runtime": runtime, "runs": runs, "outputs": list(outputs),
                                 "variants": {name: [str(model), str(feeds)]
                                              for name, (model, feeds) in variants.items()},
                                 "precisions": precisions or {},
-                                "ort_spinning": ort_spinning,
+                                "ort_spinning": ort_spinning, "alternate": alternate,
+                                "keep_runs": keep_runs,
                                 # the ops acting outside the graph the user allowed (--allow-op)
                                 "allowed_ops": sorted(outside.allowed())}))
     command = [sys.executable, "-m", "tfsurgery.bench.latency", str(plan)]
@@ -209,7 +221,8 @@ def _worker(plan_path: Path) -> List[Timing]:
         runners = {name: _runner(plan["runtime"], Path(model), fed[name], plan["outputs"],
                                  precisions.get(name), spinning)
                    for name, (model, _) in plan["variants"].items()}
-    return summarise(plan["runtime"], interleaved(runners, plan["runs"]), threads(),
+    times = interleaved(runners, plan["runs"], alternate=plan.get("alternate", False))
+    return summarise(plan["runtime"], times, threads(), keep_runs=plan.get("keep_runs", False),
                      pid=os.getpid(), batch={name: rows_of(f) for name, f in fed.items()},
                      spinning=spinning if plan["runtime"] == "onnxruntime" else None)
 

@@ -4,12 +4,16 @@ A fused kernel is not always faster. On a 2-core AVX-512 Xeon (onnxruntime 1.32)
 encoder ran 26% faster with attention fused but 3% *slower* with LayerNorm fused as well; the
 answer moves with the CPU, the model's size and the batch. So ``--onnx-fusions auto`` (the
 default) times the model in onnxruntime with every fusion found, with each one left out in
-turn, and with none, and keeps the fastest of those variants — the most fused one unless a
-less fused one is faster by more than ``MARGIN`` (2%). The timing runs in a process of its own
-(``tfsurgery.bench.latency``; sessions interleaved, their idle threads not spinning, so the
-variants share whatever else the machine does), at batch 1 and 4 where the batch is free, the
-variants judged by the geometric mean of their ratios over the batches. The report names each
-fusion dropped with its numbers; the choice is this CPU's (the report names it).
+turn, and with none. The patterns are matched once (``onnx_fusion.match``) and spliced into
+each variant. The timing runs in a process of its own (``tfsurgery.bench.latency``; sessions
+interleaved round by round, every other round in reverse order — A B, B A, ... — their idle
+threads not spinning, so the variants share whatever else the machine does), at batch 1 and 4
+where the batch is free. Each variant is judged against all fused round by round: the median
+of its per-round time ratios, and the spread of that median (its distribution-free ~95%
+interval, from the order statistics). The most fused variant is kept unless a less fused one is
+faster beyond that spread (the whole interval below 1); on a machine whose noise is ~20% a
+fixed margin on medians is not evidence. The report names each fusion dropped with its
+numbers; the choice is this CPU's (the report names it).
 
 ``all`` applies every fusion found and ``none`` none (a standard-ops model plus onnxruntime's
 basic rewrites); a comma-separated list of fusion names applies those.
@@ -19,6 +23,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -32,7 +37,7 @@ from tfsurgery.export import onnx_fusion
 from tfsurgery.int8.target import cpu_name
 
 AUTO, ALL, NONE = "auto", "all", "none"
-MARGIN = 0.02               # a less fused variant must be > 2% faster to be chosen
+Z95 = 1.96                  # the median's interval: ~95% (normal approximation of the sign test)
 BATCHES = (1, 4)            # timed where the inputs' batch dimension is free
 RUNS = (5, 30)              # fewest and most interleaved runs per variant
 BUDGET_SECONDS = 30.0       # the timing's target duration (the runs shrink to fit)
@@ -64,27 +69,36 @@ def parse(value: Union[str, bool, Sequence[str], None], names: Sequence[str]):
 
 def apply(model, graph_def, fuse, feeds: Dict[str, np.ndarray], outputs: Sequence[str]):
     """The fusions ``fuse`` asks for (True: all, a list: those, AUTO: those that pay, measured
-    by :func:`choose` first) spliced into ``model`` in place. Returns the
-    ``onnx_fusion.FusionReport`` and the ``FusionChoice`` (None unless AUTO)."""
-    choice = None
-    shapes = onnx_fusion.static_shapes(graph_def)
+    by :func:`choose` first) spliced into ``model`` in place; the patterns matched once.
+    Returns the ``onnx_fusion.FusionReport`` (every candidate left alone, with why) and the
+    ``FusionChoice`` (None unless AUTO)."""
+    choice, left_out = None, "not among the fusions asked for (--onnx-fusions)"
+    matches = onnx_fusion.match(graph_def)
     if fuse == AUTO:
         def fused(copy, names):
-            onnx_fusion.fuse(copy, graph_def, only=names, shapes=shapes)
+            onnx_fusion.splice(copy, matches, only=names)
             return copy
-        choice = choose(model, onnx_fusion.found(graph_def, shapes), fused, feeds, outputs)
-        fuse = choice.kept
-    report = onnx_fusion.fuse(model, graph_def, only=None if fuse is True else fuse,
-                              shapes=shapes)
+        choice = choose(model, matches.names, fused, feeds, outputs)
+        fuse, left_out = choice.kept, "left out by --onnx-fusions auto: measured slower"
+    report = onnx_fusion.splice(model, matches, only=None if fuse is True else fuse,
+                                left_out=left_out)
     return report, choice
+
+
+def lines(choice: Optional["FusionChoice"], not_fused: Sequence[dict]) -> List[str]:
+    """The report's lines: what ``auto`` kept and why (``choice``; None in the other modes),
+    then every candidate left alone, grouped (``FusionReport.grouped()``)."""
+    return (choice.lines() if choice else []) + onnx_fusion.not_fused_lines(not_fused)
 
 
 @dataclasses.dataclass
 class FusionChoice:
-    """What ``auto`` measured and kept. ``timings``: variant → batch → median ms."""
+    """What ``auto`` measured and kept. ``timings``: variant → batch → median ms;
+    ``versus_all``: variant → (median, low, high) of its per-round ratio to all fused."""
     found: List[str]
     kept: List[str]
     timings: Dict[str, Dict[int, float]] = dataclasses.field(default_factory=dict)
+    versus_all: Dict[str, tuple] = dataclasses.field(default_factory=dict)
     runs: int = 0
     cpu: str = ""
     why_not_timed: str = ""
@@ -117,12 +131,17 @@ class FusionChoice:
         times = [f"batch {b}: {self.timings[chosen][b]:.3g} ms {named(chosen)} vs "
                  f"{self.timings[other][b]:.3g} ms {named(other)}"
                  for b in sorted(self.timings.get(chosen, {})) if b in self.timings.get(other, {})]
-        return (f"{'; '.join(times)}; onnxruntime, medians of {self.runs} interleaved runs, "
-                f"{self.cpu}")
+        ratio = self.versus_all.get(chosen if chosen != ALL else other)
+        spread = "" if ratio is None else (
+            f"; {named(chosen if chosen != ALL else other)} / all fused: {ratio[0]:.3f}× "
+            f"(~95% interval {ratio[1]:.3f}–{ratio[2]:.3f})")
+        return (f"{'; '.join(times)}{spread}; onnxruntime, medians of {self.runs} "
+                f"interleaved rounds (alternating order), {self.cpu}")
 
     def as_dict(self) -> dict:
         return dict(found=self.found, kept=self.kept, dropped=self.dropped, runs=self.runs,
                     cpu=self.cpu, why_not_timed=self.why_not_timed,
+                    versus_all={v: list(r) for v, r in self.versus_all.items()},
                     timings={v: {str(b): ms for b, ms in t.items()}
                              for v, t in self.timings.items()})
 
@@ -145,32 +164,46 @@ def choose(model, found: Sequence[str], fused: Callable[[object, Sequence[str]],
     batches = {b: fed for b, fed in batches.items() if fed is not None} or \
         {latency.rows_of(feeds): feeds}
     try:
-        choice.timings, choice.runs = (timer or time_variants)(models, batches, outputs, budget)
+        rounds, choice.runs = (timer or time_variants)(models, batches, outputs, budget)
     except VerificationError as error:
         choice.why_not_timed = f"not timed ({error})"
         return choice
-    best = fastest(choice.timings, {label: len(names) for label, names in variants.items()})
+    choice.timings = {label: {b: statistics.median(ms) for b, ms in by_batch.items()}
+                      for label, by_batch in rounds.items()}
+    choice.versus_all = {label: versus_all(rounds, label) for label in rounds if label != ALL}
+    best = fastest(choice.versus_all, {label: len(names) for label, names in variants.items()})
     choice.kept = list(variants[best])
     return choice
 
 
-def fastest(timings: Dict[str, Dict[int, float]], fused_count: Dict[str, int]) -> str:
-    """The variant to keep: the most fused (``ALL``) unless another is faster by more than
-    ``MARGIN`` (geometric mean of the ratios over the batches); of those, the fastest."""
-    def ratio(label: str) -> float:          # < 1: faster than all fused
-        logs = [math.log(timings[label][b] / timings[ALL][b]) for b in timings[ALL]]
-        return math.exp(sum(logs) / len(logs))
-    faster = [label for label in timings if label != ALL and ratio(label) < 1 - MARGIN]
+def versus_all(rounds: Dict[str, Dict[int, List[float]]], label: str) -> tuple:
+    """``label``'s time over all fused's, round by round (the two ran in the same round, in the
+    same process): the median ratio over the rounds of every batch, and the ~95% interval of
+    that median from the order statistics (the sign test's; no distribution assumed)."""
+    logs = sorted(math.log(mine / fused) for batch, times in rounds[ALL].items()
+                  for mine, fused in zip(rounds[label][batch], times))
+    n, half = len(logs), Z95 * math.sqrt(len(logs)) / 2
+    low = logs[max(0, math.floor(n / 2 - half) - 1)]
+    high = logs[min(n - 1, math.ceil(n / 2 + half))]
+    return math.exp(statistics.median(logs)), math.exp(low), math.exp(high)
+
+
+def fastest(versus: Dict[str, tuple], fused_count: Dict[str, int]) -> str:
+    """The variant to keep: the most fused (``ALL``) unless another is faster beyond the
+    spread (its whole interval below 1, see :func:`versus_all`); of those, the fastest
+    (median), the more fused on a tie."""
+    faster = [label for label, (_, _, high) in versus.items() if label != ALL and high < 1]
     if not faster:
         return ALL
-    return min(faster, key=lambda label: (ratio(label), -fused_count[label]))
+    return min(faster, key=lambda label: (versus[label][0], -fused_count[label]))
 
 
 def time_variants(models: Dict[str, object], batches: Dict[int, Dict[str, np.ndarray]],
                   outputs: Sequence[str], budget: float) -> tuple:
-    """Median ms of each model at each batch, all sessions interleaved in one onnxruntime
-    process (idle threads not spinning); the runs sized to ``budget`` seconds in all."""
-    timings: Dict[str, Dict[int, float]] = {label: {} for label in models}
+    """Each model's ms per round (run order) at each batch: all sessions in one onnxruntime
+    process (idle threads not spinning), taking turns round by round in alternating order;
+    the rounds sized to ``budget`` seconds in all. Returns (variant → batch → [ms], rounds)."""
+    timings: Dict[str, Dict[int, List[float]]] = {label: {} for label in models}
     with tempfile.TemporaryDirectory(prefix="tfsurgery-fusions-") as tmp:
         work = Path(tmp)
         paths = {}
@@ -186,8 +219,9 @@ def time_variants(models: Dict[str, object], batches: Dict[int, Dict[str, np.nda
                 runs = _runs_for(variants, outputs, work, budget / len(batches))
             for row in latency.measure_in_subprocess(
                     "onnxruntime", variants, outputs, runs=runs, work=work,
-                    timeout=TIMEOUT_SECONDS, ort_spinning=False):
-                timings[row.variant][batch] = row.median_ms
+                    timeout=TIMEOUT_SECONDS, ort_spinning=False, alternate=True,
+                    keep_runs=True):
+                timings[row.variant][batch] = row.runs_ms
     return timings, runs
 
 

@@ -74,9 +74,10 @@ class OnnxExport:
     # them: [{"transform", "why", "verification"}] (the fully optimized graph is the .pb)
     left_out: List[dict] = dataclasses.field(default_factory=list)
     not_fused: List[str] = dataclasses.field(default_factory=list)   # onnx_fusion: why not
+    not_fused_groups: List[dict] = dataclasses.field(default_factory=list)   # by fusion, why
     # --onnx-fusions auto: what was measured and kept (fusion_choice.FusionChoice.as_dict())
     fusion_choice: Optional[dict] = None
-    fusion_lines: List[str] = dataclasses.field(default_factory=list)
+    fusion_lines: List[str] = dataclasses.field(default_factory=list)   # the report's lines
 
     def as_dict(self) -> dict:
         data = dataclasses.asdict(self)
@@ -158,6 +159,7 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         for label, more in (more_feeds or {}).items():
             errors += _errors_at(graph_def, runnable, more, nchw, outputs, timeout, label)
         hist = op_histogram(model)
+        groups = fusions.grouped() if fusions else []
         max_error = verify.worst_error(errors)
         external = stage is not None and (stage / (path.name + ".data")).exists()
         compared = verify.compared_real_numbers(errors)
@@ -165,8 +167,9 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
                             compared and max_error <= tolerance, external, tolerance,
                             converted_nodes, errors, reference, tidied,
                             not_fused=fusions.not_fused() if fusions else [],
+                            not_fused_groups=groups,
                             fusion_choice=choice.as_dict() if choice else None,
-                            fusion_lines=choice.lines() if choice else [])
+                            fusion_lines=fusion_choice.lines(choice, groups))
         if result.passed and stage is not None:
             artefacts.publish(lambda: _publish(stage, path), batch, stage)
         elif result.passed:

@@ -13,6 +13,7 @@ The export's check (onnxruntime against TensorFlow) judges the result like any o
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -26,41 +27,105 @@ SKIP_LAYER_NORM = "residual Add + LayerNormalization → SkipLayerNormalization"
 BIAS_GELU = "bias Add + Gelu/FastGelu → BiasGelu/FastGelu(bias)"
 
 
+# the report's word for what each fusion looks for (its candidates: each Softmax, Rsqrt, ...)
+KINDS = {"fuse-embed-layer-norm": "embedding LayerNorm", "fuse-layer-norm": "LayerNorm",
+         "fuse-gelu": "GELU", "fuse-attention": "attention"}
+
+
 @dataclasses.dataclass
 class FusionReport:
     fused: Dict[str, int] = dataclasses.field(default_factory=dict)      # what → how many
     skipped: List[Tuple[str, str]] = dataclasses.field(default_factory=list)   # (node, why)
+    kinds: List[str] = dataclasses.field(default_factory=list)   # skipped[i]'s fusion name
     # spellings rewritten to canonical form before matching: "from → to" → how many
     canonical: Dict[str, int] = dataclasses.field(default_factory=dict)
 
+    def skip(self, fusion: str, node: str, why: str) -> None:
+        self.skipped.append((node, why))
+        self.kinds.append(fusion)
+
     def not_fused(self) -> List[str]:
         return [f"{node}: {why}" for node, why in self.skipped]
+
+    def grouped(self) -> List[dict]:
+        """The candidates left alone, one entry per fusion and reason: {fusion, kind, count,
+        why, nodes}, in the order first met."""
+        groups: Dict[Tuple[str, str], dict] = {}
+        for fusion, (node, why) in zip(self.kinds, self.skipped):
+            group = groups.setdefault((fusion, why), dict(
+                fusion=fusion, kind=KINDS.get(fusion, fusion), count=0, why=why, nodes=[]))
+            group["count"] += 1
+            group["nodes"].append(node)
+        return list(groups.values())
+
+
+def not_fused_lines(groups: Sequence[dict]) -> List[str]:
+    """The report's lines: "attention ×12 not fused: <why>"."""
+    return [f"onnx fusions: {g['kind']} ×{g['count']} not fused: {g['why']}" for g in groups]
+
+
+@dataclasses.dataclass
+class Matches:
+    """What each fusion found on the TensorFlow graph (matched once per export, spliced into
+    as many copies of the ONNX model as ``auto`` times): fusion name → the ``Fused``
+    replacements, and → (node, why not) of its other candidates."""
+    found: Dict[str, List[onnx_splice.Fused]]
+    skipped: Dict[str, List[Tuple[str, str]]]
+    graph: Graph
+    canonical: Dict[str, int] = dataclasses.field(default_factory=dict)   # rewrites made
+
+    @property
+    def names(self) -> List[str]:
+        """The fusions that found at least one pattern."""
+        return [name for name, found in self.found.items() if found]
+
+
+def match(graph_def, shapes=None) -> Matches:
+    """Every fusion of ``ONNX_FUSIONS`` matched on ``graph_def`` in canonical form
+    (``canonical_forms``); the ONNX stays tf2onnx's conversion of ``graph_def`` itself."""
+    shapes = shapes or static_shapes(graph_def)
+    graph, rewrites = canonical_forms.canonical(graph_def, shapes, CANONICAL_RULES)
+    found, skipped = {}, {}
+    for fusion in ONNX_FUSIONS:
+        found[fusion.NAME], skipped[fusion.NAME] = fusion.find(graph, shapes)
+    return Matches(found, skipped, graph, canonical_forms.summary(rewrites))
 
 
 def fuse(model, graph_def, *, only: Optional[Sequence[str]] = None,
          skip_layer_norm: bool = True, bias_gelu: bool = True, shapes=None) -> FusionReport:
     """Splice every fusion ``ONNX_FUSIONS`` proves on ``graph_def`` into ``model`` (in place);
     ``only``: the fusions by name (``fuse-embed-layer-norm``, ``fuse-layer-norm``,
-    ``fuse-gelu``, ``fuse-attention``). They match on ``graph_def`` in canonical form
-    (``canonical_forms``); ``model`` stays tf2onnx's conversion of ``graph_def`` itself."""
-    shapes = shapes or static_shapes(graph_def)
-    graph, rewrites = canonical_forms.canonical(graph_def, shapes, CANONICAL_RULES)
-    report, claimed = FusionReport(canonical=canonical_forms.summary(rewrites)), set()
-    for fusion in ONNX_FUSIONS:
-        if only is not None and fusion.NAME not in only:
+    ``fuse-gelu``, ``fuse-attention``)."""
+    return splice(model, match(graph_def, shapes), only=only, skip_layer_norm=skip_layer_norm,
+                  bias_gelu=bias_gelu)
+
+
+def splice(model, matches: Matches, *, only: Optional[Sequence[str]] = None,
+           skip_layer_norm: bool = True, bias_gelu: bool = True,
+           left_out: str = "not among the fusions asked for (--onnx-fusions)") -> FusionReport:
+    """The fusions ``matches`` found (``only`` those named) spliced into ``model`` in place.
+    The report keeps every candidate left alone with its reason — those of the fusions not
+    asked for too, ``left_out`` being theirs."""
+    report, claimed = FusionReport(canonical=dict(matches.canonical)), set()
+    for name, found in matches.found.items():
+        for node, why in matches.skipped[name]:
+            report.skip(name, node, why)
+        if only is not None and name not in only:
+            for fused in found:
+                report.skip(name, fused.output, left_out)
             continue
-        found, skipped = fusion.find(graph, shapes)
-        report.skipped += skipped
         for fused in found:
             if fused.output in claimed:     # the embedding's LayerNorm: already fused with it
                 continue
+            # the matches serve every variant ``auto`` times: the nodes renamed are copies
+            fused = dataclasses.replace(fused, nodes=[copy.deepcopy(n) for n in fused.nodes])
             output = fused.output
-            why = onnx_splice.splice(model, _named_as_converted(fused, graph, model))
+            why = onnx_splice.splice(model, _named_as_converted(fused, matches.graph, model))
             if why is None:
                 claimed.add(output)
                 report.fused[fused.what] = report.fused.get(fused.what, 0) + 1
             else:
-                report.skipped.append((fused.output, why))
+                report.skip(name, fused.output, why)
     if report.fused:
         onnx_splice.finish(model)
         ort_fused = _onnxruntime_fusions(model, skip_layer_norm and "LayerNormalization" in
@@ -70,11 +135,8 @@ def fuse(model, graph_def, *, only: Optional[Sequence[str]] = None,
 
 
 def found(graph_def, shapes=None) -> List[str]:
-    """The names of the fusions that find at least one pattern in ``graph_def`` (in canonical
-    form)."""
-    shapes = shapes or static_shapes(graph_def)
-    graph, _ = canonical_forms.canonical(graph_def, shapes, CANONICAL_RULES)
-    return [fusion.NAME for fusion in ONNX_FUSIONS if fusion.find(graph, shapes)[0]]
+    """The names of the fusions that find at least one pattern in ``graph_def``."""
+    return match(graph_def, shapes).names
 
 
 def _named_as_converted(fused: onnx_splice.Fused, graph: Graph, model) -> onnx_splice.Fused:

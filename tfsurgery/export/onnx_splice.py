@@ -10,6 +10,7 @@ then dead and go (``remove_dead_nodes``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -52,11 +53,64 @@ def splice(model, fused: Fused) -> Optional[str]:
         return f"tensor {missing[0]} is not in the ONNX model (renamed by the conversion)"
     if fused.output not in producers:
         return f"{fused.output} is a graph input"
+    opsets = {o.domain or "": o.version for o in model.opset_import}
+    for node in fused.nodes:
+        why = undefined(node, opsets)
+        if why is not None:
+            return why
     graph.node.remove(producers[fused.output])
     graph.node.extend(fused.nodes)
     graph.initializer.extend(numpy_helper.from_array(value, name)
                              for name, value in fused.weights.items())
     return None
+
+
+def undefined(node, opsets: Dict[str, int]) -> Optional[str]:
+    """Why ``node`` is not an op of the model's opsets (``opsets``: domain → version; the
+    com.microsoft opset we declare is 1), or None when it is: standard ops by onnx's schemas
+    (LayerNormalization exists from opset 17, Squeeze takes its axes as an input from 13),
+    com.microsoft's by onnxruntime's."""
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    version = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else MICROSOFT_OPSET)
+    if domain == MICROSOFT:
+        if not any(since <= version for since in _onnxruntime_ops().get(node.op_type, ())):
+            return (f"onnxruntime {_onnxruntime_version()} has no {MICROSOFT} {node.op_type} "
+                    f"at version {version}")
+        return None
+    import onnx.defs
+    try:
+        schema = onnx.defs.get_schema(node.op_type, version, domain)
+    except onnx.defs.SchemaError:
+        first = next((v for v in range(version + 1, onnx.defs.onnx_opset_version() + 1)
+                      if onnx.defs.has(node.op_type, v, domain)), None)
+        since = f" from opset {first}" if first else " at no opset onnx knows"
+        return f"{node.op_type} is an ONNX op{since}; the model's opset is {version}"
+    unknown = [a.name for a in node.attribute if a.name not in schema.attributes]
+    if not schema.min_input <= len(node.input) <= schema.max_input or unknown:
+        return (f"{node.op_type} at opset {version} (version {schema.since_version}) takes "
+                f"{schema.min_input}-{schema.max_input} inputs and attributes "
+                f"{sorted(schema.attributes)}; the fusion writes {len(node.input)} inputs"
+                f"{' and ' + ', '.join(unknown) if unknown else ''}")
+    return None
+
+
+MICROSOFT_OPSET = 1         # the com.microsoft version ``declare_microsoft_opset`` declares
+
+
+@functools.lru_cache(maxsize=1)
+def _onnxruntime_ops() -> Dict[str, tuple]:
+    """onnxruntime's com.microsoft ops: name → the versions it defines."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import get_all_operator_schema
+    ops: Dict[str, tuple] = {}
+    for schema in get_all_operator_schema():
+        if schema.domain == MICROSOFT:
+            ops[schema.name] = ops.get(schema.name, ()) + (schema.since_version,)
+    return ops
+
+
+def _onnxruntime_version() -> str:
+    import onnxruntime
+    return onnxruntime.__version__
 
 
 def finish(model) -> None:
@@ -74,7 +128,7 @@ def declare_microsoft_opset(model) -> None:
     from onnx import TensorProto, helper
     ours = [node for node in model.graph.node if node.domain == MICROSOFT]
     if ours and not any(o.domain == MICROSOFT for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(MICROSOFT, 1))
+        model.opset_import.append(helper.make_opsetid(MICROSOFT, MICROSOFT_OPSET))
     typed = {v.name for v in model.graph.value_info} | {o.name for o in model.graph.output}
     model.graph.value_info.extend(
         helper.make_tensor_value_info(name, INT_OUTPUTS.get((node.op_type, port),
