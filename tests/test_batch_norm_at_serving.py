@@ -16,7 +16,7 @@ from tfsurgery import api
 from tfsurgery.cli import main
 from tfsurgery.contract import Options, TransformReport, transform
 from tfsurgery.errors import InputError, VerificationFailed
-from tfsurgery.graph import Graph, Ref
+from tfsurgery.graph import Graph
 from tfsurgery.transforms import use_moving_statistics
 from tfsurgery.transforms.use_moving_statistics import find_batch_moment_norms
 

@@ -116,10 +116,10 @@ def _moving_of(graph: Graph, moment: Ref) -> Optional[Ref]:
                 for moving, momentum in ((a, b), (b, a)):
                     keep = graph.const_value(momentum)
                     if keep is not None and keep.size == 1 and \
-                            _constant_like(graph, moving, moment) and \
+                            _constant_like(graph, moving) and \
                             abs(float(keep) + float(rate) - 1.0) < 1e-6:
                         return moving
-        if op == "Sub" and inputs[1] == moment and _constant_like(graph, inputs[0], moment):
+        if op == "Sub" and inputs[1] == moment and _constant_like(graph, inputs[0]):
             # (moving - mean) · d, subtracted from the moving statistic by the assignment
             if any(graph.op(r) == "Mul" and _other_const(graph, r, Ref(step)) is not None
                    for r in graph.consumer_nodes(step)):
@@ -133,7 +133,7 @@ def _other_const(graph: Graph, mul: str, mine: Ref) -> Optional[float]:
     return float(value) if value is not None and value.size == 1 else None
 
 
-def _constant_like(graph: Graph, ref: Ref, moment: Ref) -> bool:  # noqa: ARG001
+def _constant_like(graph: Graph, ref: Ref) -> bool:
     """A constant of the file (a frozen variable) with one value per channel of the moment."""
     value = graph.const_value(ref)
     return value is not None and value.ndim == 1
@@ -162,7 +162,9 @@ def use_moving_statistics(graph: Graph, options: Options) -> TransformReport:
     report = TransformReport("use-moving-statistics")
     if not graph.names_with_ops(["SquaredDifference"]):
         return report
-    norms = find_batch_moment_norms(graph)
+    live = graph.ancestors(options.outputs) if options.outputs else None
+    norms = [norm for norm in find_batch_moment_norms(graph)   # (an unread one is prune's)
+             if live is None or norm.mean.node in live or norm.variance.node in live]
     missing = [norm for norm in norms if not norm.restorable]
     if missing:
         raise TransformError(
