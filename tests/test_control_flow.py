@@ -339,6 +339,39 @@ def test_cond_in_while_loop_keeps_the_loop_valid(cond_in_while):
         assert_same(model.graph_def, result.graph_def, feeds, **{"training:0": False})
 
 
+@pytest.fixture(scope="module")
+def boolean_mask_in_while():
+    """MTCNN's shape (issue 49): a v1 while loop whose body keeps the rows a score selects with
+    ``tf.boolean_mask`` — its Reshape to ``[prod(shape[:2]), 8]`` has one computed size, which
+    materialize-shapes makes the constant ``[-1, 8]`` inside the loop's frame."""
+    w = const([8, 8])
+    with v1_graph() as graph:
+        boxes = tf.compat.v1.placeholder(tf.float32, [None, 2, 8], name="input")
+
+        def body(i, total):
+            scored = tf.einsum("bij,jk->bik", boxes, w)
+            kept = tf.boolean_mask(scored, scored[:, :, 0] > tf.cast(i, tf.float32) - 1.0)
+            return i + 1, total + tf.reduce_sum(tf.tanh(kept), axis=0)
+
+        total = tf.compat.v1.while_loop(lambda i, t: i < 3, body, [0, tf.zeros([8])])[1]
+        tf.identity(total, name="output")
+    return built(graph)
+
+
+def test_a_shape_constant_inside_a_while_frame_stays_in_the_frame(boolean_mask_in_while):
+    model = boolean_mask_in_while
+    result = optimize(model, bn_fold=False)
+    assert result.verification_error is None and result.verification.passed
+    rewritten = report_of(result, "materialize-shapes").rewritten
+    assert any("boolean_mask/Reshape:" in line and "[-1, 8]" in line for line in rewritten)
+    graph = Graph(result.graph_def)
+    made, = [n for n in graph.names_with_ops(["Const"]) if n.endswith("boolean_mask/Reshape/shape")]
+    assert graph.control_inputs(made), "a constant inside the loop hangs on its frame"
+    for batch in (1, 5):
+        feeds = {"input:0": R.standard_normal((batch, 2, 8)).astype(np.float32)}
+        assert_same(model.graph_def, result.graph_def, feeds)
+
+
 def test_merge_fed_by_dead_enter_is_dead_and_dead_control_keeps_merge():
     """By hand, as TF's executor decides: a loop Merge whose Enter is dead is dead (the whole
     frame goes); a Merge with one live data input and a dead *control* input stays alive."""

@@ -83,3 +83,49 @@ def test_a_kernel_times_1_05_after_folding_is_caught(mobilenet, users):
     before, after = (oracle.run(g, feeds, [after_layer])[0] for g in (original, mutated))
     assert oracle.relative_error(before, after) > 10 * TOLERANCE
     assert np.isfinite(failed.value.verification.max_error)
+
+
+# ---------------------------------------------------------------- issue 49: with preprocessing
+MEAN, SCALE = (123.675, 116.28, 103.53), (58.395, 57.12, 57.375)     # RGB, fed BGR uint8
+
+
+def _preprocessed(model, transforms):
+    source = api.Source(model.graph_def, "mobilenet_v2", inputs=model.inputs,
+                        outputs=model.outputs)
+    request = api.requested_preprocessing(dtype="uint8", reverse=(None, True),
+                                          mean=",".join(map(str, MEAN)),
+                                          scale=",".join(map(str, SCALE)))
+    return api.optimize(source, transforms, options=api.RunOptions(preprocess=request))
+
+
+def _bgr_model_input(raw):
+    return ((raw[..., ::-1].astype(np.float64) - MEAN) / SCALE).astype(np.float32)
+
+
+def test_uint8_bgr_preprocessing_passes_by_default_comparing_the_intermediates(mobilenet):
+    """Issue 49: with the preprocessing folded in, the run stopped at "cannot verify ... Conv1
+    ... 0 intermediate tensors". The original is fed the preprocessed rows, the result their
+    raw values, and the same intermediate tensors are compared as without preprocessing."""
+    result = _preprocessed(mobilenet, ["default", "fold-batch-norm"])
+    check = result.verification
+    assert check.passed and not check.blind, check.failure()
+    assert len(check.intermediate) > 50
+    raw = np.random.default_rng(1).integers(0, 256, (2, 224, 224, 3)).astype(np.uint8)
+    expected = oracle.run(mobilenet.graph_def, {mobilenet.inputs[0]: _bgr_model_input(raw)},
+                          mobilenet.outputs)[0]
+    actual = oracle.run(result.graph_def, {mobilenet.inputs[0]: raw}, mobilenet.outputs)[0]
+    assert oracle.relative_error(expected, actual) <= TOLERANCE
+
+
+def test_conv1_times_1_05_with_preprocessing_is_caught(mobilenet, users):
+    layer = kernels(mobilenet.graph_def)[0]
+    with pytest.raises(VerificationFailed) as failed:
+        _preprocessed(mobilenet, ["default", "fold-batch-norm",
+                                  scale_one_kernel("scale-conv1-preprocessed", layer)])
+    assert not isinstance(failed.value, CannotVerify)
+    raw = np.random.default_rng(2).integers(0, 256, (2, 224, 224, 3)).astype(np.uint8)
+    expected = oracle.run(mobilenet.graph_def, {mobilenet.inputs[0]: _bgr_model_input(raw)},
+                          mobilenet.outputs)[0]
+    actual = oracle.run(failed.value.result.graph_def, {mobilenet.inputs[0]: raw},
+                        mobilenet.outputs)[0]
+    assert oracle.relative_error(expected, actual) > 0      # real, however small at the output

@@ -417,3 +417,60 @@ def test_depthwise_same_first_layer_keeps_its_numbers(mean):
     assert "Mul" not in left and left.count("ReverseV2") == 1
     assert left.count("Sub") == (0 if len(mean) == 1 else 1)
     assert len(left) - len(ops(source.graph_def)) <= 3
+
+
+# ---------------------------------------------------------------- issue 49: pairings kept
+@pytest.fixture(scope="module")
+def mobilenet_v2_small():
+    from tfsurgery.models import keras_models
+    built = keras_models.keras_application("MobileNetV2", seed=3, input_size=96, alpha=0.35)
+    return api.Source(built.graph_def, label="MobileNetV2", inputs=built.inputs,
+                      outputs=built.outputs)
+
+
+def _scale_one_kernel(layer_index: int):
+    import tfsurgery
+
+    @tfsurgery.transform(f"scale-kernel-{layer_index}")
+    def scale(graph, options):
+        """A user's wrong transform: one conv's weights 5% off."""
+        layer = sorted(n.name for n in graph if n.op == "Conv2D")[layer_index]
+        kernel = graph.inputs(layer)[1]
+        graph.set_input(layer, 1, graph.add_const(layer + "/scaled",
+                                                  graph.const_value(kernel) * 1.05))
+        return tfsurgery.TransformReport(f"scale-kernel-{layer_index}")
+    return scale
+
+
+def test_preprocessing_keeps_the_widened_pairings(mobilenet_v2_small):
+    """With uint8 BGR preprocessing folded in, the widened check compares the same intermediate
+    tensors as without (issue 49: it compared none, and MobileNetV2 1.0/224 ended in "cannot
+    verify"): the original is fed the NumPy-preprocessed rows, the result their raw values."""
+    source, transforms = mobilenet_v2_small, api.choose_transforms(bn_fold=True)
+    plain = api.optimize(source, transforms)
+    result = api.optimize(source, transforms, preprocess=requested(**IMAGE))
+    assert result.verification.passed and not result.verification.blind
+    compared = {e.name for e in result.verification.intermediate}
+    assert len(compared) >= 100
+    assert compared == {e.name for e in plain.verification.intermediate}
+    raw = np.random.default_rng(4).integers(0, 256, (2, 96, 96, 3)).astype(np.uint8)
+    model_input = (raw[..., ::-1].astype(np.float64) - IMAGE["mean"]) / IMAGE["scale"]
+    expected = oracle.run(source.graph_def, {source.inputs[0]: model_input.astype(np.float32)},
+                          source.outputs)[0]
+    actual = oracle.run(result.graph_def, {source.inputs[0]: raw}, source.outputs)[0]
+    assert oracle.relative_error(expected, actual) <= 1e-4
+
+
+def test_preprocessing_with_one_kernel_5_percent_off_fails(mobilenet_v2_small):
+    from tfsurgery.errors import VerificationFailed
+    source = mobilenet_v2_small
+    chosen = api.choose_transforms(bn_fold=True) + [_scale_one_kernel(20)]
+    with pytest.raises(VerificationFailed):
+        api.optimize(source, chosen, preprocess=requested(**IMAGE))
+    wrong = api.optimize(source, chosen, preprocess=requested(**IMAGE), verify=False)
+    raw = np.random.default_rng(5).integers(0, 256, (2, 96, 96, 3)).astype(np.uint8)
+    model_input = (raw[..., ::-1].astype(np.float64) - IMAGE["mean"]) / IMAGE["scale"]
+    expected = oracle.run(source.graph_def, {source.inputs[0]: model_input.astype(np.float32)},
+                          source.outputs)[0]
+    actual = oracle.run(wrong.graph_def, {source.inputs[0]: raw}, source.outputs)[0]
+    assert oracle.relative_error(expected, actual) > 0, "the mutation is real in TensorFlow"

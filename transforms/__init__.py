@@ -11,7 +11,7 @@ from tfsurgery.transforms import (add_preprocessing, flatten_atrous_conv, fold_a
                                   remove_dropout,
                                   remove_identity, remove_noop_shape_ops,
                                   remove_switch_merge, simplify_algebra, simplify_arithmetic,
-                                  strip_debug, to_nhwc)
+                                  strip_debug, to_nhwc, use_moving_statistics)
 from tfsurgery.transforms import (equalize_cross_layer, erfc_as_erf, float16_weights,
                                   inline_functions, int8_weights)
 from tfsurgery.transforms import (fuse_attention, fuse_embed_layer_norm, fuse_gelu,
@@ -28,6 +28,9 @@ PIPELINE = (
     remove_dropout.remove_dropout,
     # after dropout: a draw still meeting the data before any learned layer is augmentation
     remove_augmentation.remove_augmentation,
+    # a BatchNorm in training mode (served with the augmentation's training=True): its moving
+    # statistics, read off the update it would apply (before prune drops that update)
+    use_moving_statistics.use_moving_statistics,
     remove_identity.remove_identity,
     materialize_shapes.materialize_shapes,     # its constants are folded next
     fold_constants.fold_constants,

@@ -36,7 +36,10 @@ def add_preprocessing(graph: Graph, options: Options) -> TransformReport:
         if name not in graph:
             raise TransformError(f"--input-dtype/--mean-values/...: no input named '{name}'")
         axis = spec.channel_axis if spec.channel_axis is not None else channel_axis(graph, name)
-        report.notes.append(_rewrite(graph, name, spec, axis))
+        note, model_input = _rewrite(graph, name, spec, axis)
+        report.notes.append(note)
+        if model_input.node != name:      # m, what the original's input holds when it is fed m
+            report.corresponds(str(model_input), f"{name}:0")
         report.matched += 1
         report.rewritten.append(name)
     return report
@@ -48,7 +51,8 @@ def _broadcast_shape(values, axis: Optional[int], rank: Optional[int]) -> tuple:
     return (len(values),) + (1,) * (rank - 1 - axis)
 
 
-def _rewrite(graph: Graph, name: str, spec: Preprocessing, axis: Optional[int]) -> str:
+def _rewrite(graph: Graph, name: str, spec: Preprocessing, axis: Optional[int]):
+    """The note saying what was emitted, and the tensor holding m."""
     import tensorflow as tf
     node = graph.node(name)
     model_dtype = tf.dtypes.as_dtype(node.attr["dtype"].type)
@@ -89,7 +93,7 @@ def _rewrite(graph: Graph, name: str, spec: Preprocessing, axis: Optional[int]) 
     values = f"mean={spec.mean or 0}, scale={spec.scale or 1}, reverse={spec.reverse}"
     return (f"{name}: m = (reverse(x) - mean) / scale with {values}; new input signature "
             f"{name}: {spec.dtype or model_dtype.name}{graph.attr(name, 'shape')}; emitted "
-            f"{', '.join(steps) or 'nothing'} (fold-affine-into-linear says what folded)")
+            f"{', '.join(steps) or 'nothing'} (fold-affine-into-linear says what folded)"), last
 
 
 def _reverse(graph: Graph, name: str, last: Ref, axis: int, dtype) -> Ref:

@@ -11,13 +11,17 @@ every input the graph accepts (a placeholder's declared shape is enforced when f
 Refused: an op acting outside the graph (ReadFile, ...: opaque, as fold-constants leaves it), a
 tensor whose shape is not fully known (an unknown batch), an output port other than
 the first of a multi-output producer (shape inference is read for first outputs), nodes with
-control inputs (the constant would lose the ordering).
+control inputs (the constant would lose the ordering). Inside a v1 while loop's frame a
+constant needs an edge from the frame, or TensorFlow refuses the graph ("is in frame ''"): each
+one made there takes a control input from the node whose shape it states (as TensorFlow's own
+loop constants hang on the loop's pivot); where that node is a ``Switch`` (its control edge
+fires on the untaken side too) the op stays, said.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from tfsurgery.graph import Graph, Ref
+from tfsurgery.graph import Graph, Ref, encode_tensor
 from tfsurgery.trust.outside import reaches_outside
 from tfsurgery.tfsession import StaticShapes
 from tfsurgery.contract import Options, TransformReport, transform
@@ -33,18 +37,61 @@ def materialize_shapes(graph: Graph, options: Options) -> TransformReport:
     if not names:
         return report
     shapes = StaticShapes(graph, options.outputs)
+    graph_frames = _Frames(graph)
     for name in names:
         if name not in graph or graph.control_inputs(name):
             continue
         if graph.op(name) == "Reshape":
             _identity_reshape(graph, name, shapes, options, report)
             if name in graph and graph.op(name) == "Reshape":
-                _one_computed_dim(graph, name, shapes, report)
+                _one_computed_dim(graph, name, shapes, graph_frames, report)
         elif graph.op(name) == "ShapeN":
-            _shape_n(graph, name, shapes, report)
+            _shape_n(graph, name, shapes, graph_frames, report)
         else:
-            _shape_of(graph, name, shapes, options, report)
+            _shape_of(graph, name, shapes, options, graph_frames, report)
     return report
+
+
+class _Frames:
+    """Which nodes run inside a v1 while loop's frame: reached from an ``Enter`` (data or
+    control edges) before an ``Exit``. A constant made for one of them hangs on a node there."""
+
+    def __init__(self, graph: Graph):
+        self.graph, self.inside = graph, set()
+        stack = [c.node for enter in graph.names_with_ops(("Enter", "RefEnter"))
+                 for c in graph.consumers(enter, control=True)]
+        while stack:
+            name = stack.pop()
+            if name in self.inside or graph.op(name) in ("Exit", "RefExit"):
+                continue
+            self.inside.add(name)
+            stack += [c.node for c in graph.consumers(name, control=True)]
+
+    def refusal(self, beside: str, anchor: Ref):
+        """Why no constant can stand for node ``beside`` (computed from ``anchor``), or None."""
+        if beside in self.inside and self.graph.op(anchor.node) in ("Switch", "RefSwitch"):
+            return (f"inside a while loop's frame, its constant would hang on '{anchor.node}', "
+                    "a Switch (whose control edge fires on the untaken side too); left as it is")
+        return None
+
+    def add_const(self, beside: str, anchor: Ref, name: str, value, dtype) -> str:
+        """A Const for ``value``, computed where node ``beside`` runs from tensor ``anchor``
+        (``refusal`` is None): inside a frame with a control input from ``anchor``'s node."""
+        device = self.graph.node(beside).device if beside in self.graph else ""
+        if beside not in self.inside:
+            return self.graph.add_const(name, value, dtype=dtype, device=device)
+        const = _const_node(self.graph.unique_name(name), value, dtype, device)
+        const.input.append(f"^{anchor.node}")
+        self.graph.add_node(const)
+        self.inside.add(const.name)
+        return const.name
+
+
+def _const_node(name: str, value, dtype, device: str):
+    from tensorflow.core.framework import node_def_pb2
+    node = node_def_pb2.NodeDef(op="Const", name=name, device=device)
+    node.attr["dtype"].type = encode_tensor(value, dtype, into=node.attr["value"].tensor).dtype
+    return node
 
 
 def _known(shapes, ref: Ref):
@@ -65,7 +112,8 @@ def _value(op: str, dims, out_type: int):
     return np.array(dims, np.int64).reshape(-1), out_type
 
 
-def _shape_of(graph: Graph, name: str, shapes, options: Options, report) -> None:
+def _shape_of(graph: Graph, name: str, shapes, options: Options, frames: _Frames,
+              report) -> None:
     op, x = graph.op(name), graph.inputs(name)[0]
     if reaches_outside(graph.node(x.node)):
         report.skip(name, f"{op} of {x}: {graph.op(x.node)} acts outside the graph (left "
@@ -75,29 +123,30 @@ def _shape_of(graph: Graph, name: str, shapes, options: Options, report) -> None
                    if op != "Rank" else None)
     if found is None:
         if op == "Shape" and _known(shapes, x) is not None:
-            _known_parts(graph, name, _known(shapes, x), report)   # the known trailing dims
+            _known_parts(graph, name, _known(shapes, x), frames, report)   # the known dims
         if name in shapes and graph.consumers(name):
             report.skip(name, f"{op} of {x}: its static shape {_shown(_known(shapes, x))} is "
                               "not fully known (a fixed --input-shape would make it constant)")
         return
     value, dtype = found
-    device = graph.node(name).device
-    graph.remove([name])            # readers (and an output) keep the name: now a Const
-    graph.add_const(name, value, dtype=dtype, device=device)
+    if not _replace_by_const(graph, name, x, value, dtype, frames, report):
+        return
     report.matched += 1
     report.rewritten.append(f"{name}: {op} of {x} is the constant {value.tolist()}")
 
 
-def _shape_n(graph: Graph, name: str, shapes, report) -> None:
+def _shape_n(graph: Graph, name: str, shapes, frames: _Frames, report) -> None:
     out_type = graph.node(name).attr["out_type"].type
-    device = graph.node(name).device
     for port, x in enumerate(graph.inputs(name)):
         if not graph.consumers(name, port):
             continue
         found = _value("Shape", _known(shapes, x), out_type)
         if found is None:
             continue
-        const = graph.add_const(f"{name}/shape_{port}", found[0], dtype=out_type, device=device)
+        if frames.refusal(name, x):
+            report.skip(f"{name}:{port}", frames.refusal(name, x))
+            continue
+        const = frames.add_const(name, x, f"{name}/shape_{port}", found[0], out_type)
         graph.rewire(Ref(name, port), Ref(const))
         report.matched += 1
         report.rewritten.append(f"{name}:{port}: ShapeN of {x} is the constant "
@@ -117,8 +166,26 @@ def _identity_reshape(graph: Graph, name: str, shapes, options: Options, report)
     report.rewritten.append(f"{name}: Reshape of {x} to its own static shape {before}")
 
 
+def _replace_by_const(graph: Graph, name: str, x: Ref, value, dtype, frames: _Frames,
+                      report) -> bool:
+    """Node ``name`` (computed from tensor ``x``) becomes a Const of the same name: its
+    readers (and an output) keep the name. False (said) where its frame forbids it."""
+    if frames.refusal(name, x):
+        report.skip(name, frames.refusal(name, x))
+        return False
+    device = graph.node(name).device
+    graph.remove([name])
+    if name in frames.inside:
+        const = _const_node(name, value, dtype, device)
+        const.input.append(f"^{x.node}")
+        graph.add_node(const)
+    else:
+        graph.add_const(name, value, dtype=dtype, device=device)
+    return True
+
+
 # ---------------------------------------------------------------- known dims of a free shape
-def _known_parts(graph: Graph, name: str, dims, report) -> None:
+def _known_parts(graph: Graph, name: str, dims, frames: _Frames, report) -> None:
     """``Shape(x)`` of ``[?, ?, 16]`` stays, but what picks only known dims from it — a
     ``GatherV2`` with constant indices (Keras' Tensordot: ``gather(shape(x), [2])``) or a
     ``StridedSlice`` with constant bounds — is a constant. Needs the rank and those dims only."""
@@ -131,9 +198,9 @@ def _known_parts(graph: Graph, name: str, dims, report) -> None:
         if picked is None or any(d is None for d in np.ravel(picked).tolist()):
             continue
         value = np.array(picked, dtype=np.int64)
-        device = graph.node(reader).device
-        graph.remove([reader])       # readers (and an output) keep the name: now a Const
-        graph.add_const(reader, value, dtype=out_type, device=device)
+        if not _replace_by_const(graph, reader, graph.inputs(name)[0], value, out_type,
+                                 frames, report):
+            continue
         report.matched += 1
         report.rewritten.append(f"{reader}: the known dims {value.tolist()} of {name} "
                                 f"(of static shape {_shown(dims)})")
@@ -164,7 +231,7 @@ def _picked(graph: Graph, reader: str, dims):
     return None
 
 
-def _one_computed_dim(graph: Graph, name: str, shapes, report) -> None:
+def _one_computed_dim(graph: Graph, name: str, shapes, frames: _Frames, report) -> None:
     """``Reshape(x, stack([n, 16]))`` with ``n`` computed (Keras' Tensordot: the product of
     the free dims), or ``Reshape(y, concat([shape(x)[0:2], [128]]))`` where only the batch of
     ``x`` is unknown, is ``Reshape(x, [-1, 16])`` / ``[-1, 16, 128]``: the element count pins
@@ -177,8 +244,11 @@ def _one_computed_dim(graph: Graph, name: str, shapes, report) -> None:
         return
     sizes = [-1 if d is None else d for d in sizes]
     dtype = graph.node(name).attr["Tshape"].type
-    const = graph.add_const(f"{name}/shape", np.array(sizes, np.int64), dtype=dtype,
-                            device=graph.node(name).device)
+    if frames.refusal(name, graph.inputs(name)[0]):
+        report.skip(name, frames.refusal(name, graph.inputs(name)[0]))
+        return
+    const = frames.add_const(name, graph.inputs(name)[0], f"{name}/shape",
+                             np.array(sizes, np.int64), dtype)
     graph.set_input(name, 1, const)
     report.matched += 1
     report.rewritten.append(f"{name}: Reshape to {sizes} (its one computed size is what the "

@@ -219,8 +219,8 @@ def remove_augmentation(graph: Graph, options: Options) -> TransformReport:
     if layers:
         line = (f"the served graph applied random augmentation ({layer_names(layers)}: random "
                 "draws changed every input); replaced by the identity, its inference behaviour — "
-                "the result matches the model in inference mode (training=False), not the "
-                "served graph")
+                "the result no longer answers as the served graph (verification says what it "
+                "was compared with)")
         report.notes.append(line)
         report.warnings.append(line)
     for node, why in kept:

@@ -222,7 +222,7 @@ def _plan(ref, opt, outputs, settings, watching, raw, correspondence) -> Plan:
                 fed={**settings, **sensitivity_mod.kernel_feeds(sampled)}, first=first,
                 layers=sampled, total_layers=len(layers), unpaired=unpaired,
                 correspondence=dict(correspondence or {}))
-    if first and raw is None and len(layers) > sensitivity_mod.PROBE_MAX_LAYERS:
+    if first and len(layers) > sensitivity_mod.PROBE_MAX_LAYERS:
         plan.wide = _pairs(ref, opt, plan, settings)
     return plan
 
@@ -250,7 +250,7 @@ def _compare(ref, opt, reference, inputs, outputs, plan: Plan, watching, raw, ru
                 watching.wide_rows = None
             part = first_rows(feeds, watching.wide_rows)
             expected = list(expected) + ref.run({**part, **plan.fed}, wide_ref)
-            actual = list(actual) + opt.run(part, wide_opt)
+            actual = list(actual) + opt.run(_result_rows(part, raw, watching), wide_opt)
     except (OriginalDoesNotRun, VerificationError) as error:
         if isinstance(error, GraphTimeout) or \
                 len(plan.reference) + len(plan.wide) == len(outputs):
@@ -294,9 +294,9 @@ def _watch_sensitivity(ref, opt, reference, inputs, outputs, plan: Plan, compare
     scales = _smaller_scales(compared.feeds, inputs, run, watching)
     while True:
         found = _probe(ref, plan, compared, watching, tolerance, started)
-        if not found.sees and not plan.wide and raw is None:
+        if not found.sees and not plan.wide:
             plan.wide = _pairs(ref, opt, plan, plan.fed)
-            compared = _widen(ref, opt, plan, compared, watching)
+            compared = _widen(ref, opt, plan, compared, watching, raw)
             found = _probe(ref, plan, compared, watching, tolerance, started)
         if found.sees or found.error or not scales or _outputs_moved(plan, compared, tolerance):
             break           # (outputs that moved already fail the check: keep that comparison)
@@ -310,9 +310,6 @@ def _watch_sensitivity(ref, opt, reference, inputs, outputs, plan: Plan, compare
     watching.blind = [] if found.sees or found.error else list(found.unnoticed)
     watching.notes.append(_widened_note(watching, len(compared.wide)) if plan.wide else
                           f"sensitivity: {found.line()}")
-    if not found.sees and raw is not None:
-        watching.notes.append("the comparison was not widened (the inputs are preprocessed); "
-                              "give real inputs with --samples")
     return compared
 
 
@@ -330,15 +327,22 @@ def _smaller_scales(feeds, inputs, run, watching) -> List[float]:
     return [s for s in sensitivity_mod.SCALES if s < (watching.scale or 1.0)]
 
 
-def _widen(ref, opt, plan: Plan, compared: Compared, watching) -> Compared:
+def _result_rows(part, raw, watching):
+    """What the optimized graph is fed for the rows the original is fed ``part`` of: the same,
+    or with preprocessing in the graph the raw values those rows were computed from."""
+    return part if raw is None else first_rows(raw, watching.wide_rows)
+
+
+def _widen(ref, opt, plan: Plan, compared: Compared, watching, raw=None) -> Compared:
     """``compared`` with the plan's intermediate pairs on the rows that fit WIDE_BYTES; the
-    outputs alone where they have no value."""
+    outputs alone where they have no value. With preprocessing in the graph (``raw``), the
+    original is fed the preprocessed rows and the result their raw values."""
     wide_ref, wide_opt = [r for _, r in plan.wide], [o for o, _ in plan.wide]
     watching.wide_rows = wide_rows(compared.feeds, ref.graph, wide_ref)
     part = first_rows(compared.feeds, watching.wide_rows)
     try:
         expected = ref.run({**part, **plan.fed}, wide_ref)
-        actual = opt.run(part, wide_opt)
+        actual = opt.run(_result_rows(part, raw, watching), wide_opt)
     except VerificationError as error:
         watching.notes.append(f"the comparison could not be widened ({error})")
         plan.wide = []

@@ -13,6 +13,12 @@ become constants *proven* by running the original to make each layer the identit
 (tfsurgery.verify.neutral_draws) — remove-augmentation's finder only locates a layer's input and
 output, it never decides what the reference computes.
 Other random ops that were removed have no neutral value: the check says it cannot compare.
+A BatchNorm served in training mode (normalising by the batch's own moments) whose moments the
+optimized graph no longer computes is, in the reference, the layer in inference mode: the
+readers of its batch moments read the moving statistics its own moving-average update names
+(located by use-moving-statistics' finder on the original; the edit is made here). Only a
+reference with every training leftover found at its inference behaviour and no batch moment
+left is called "the model in inference mode (training=False)".
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from tfsurgery.ops import (INTEGER_UNIFORM_RANDOM_OPS, NORMAL_RANDOM_OPS, SEEDED
                            UNIFORM_RANDOM_OPS)
 from tfsurgery.transforms.remove_augmentation import (find_augmentations,
                                                         may_hold_augmentation)
+from tfsurgery.transforms.use_moving_statistics import find_batch_moment_norms, layer_label
 from tfsurgery.verify import neutral_draws
 
 UNIFORM_OPS, NORMAL_OPS, SEEDED_OPS = UNIFORM_RANDOM_OPS, NORMAL_RANDOM_OPS, SEEDED_RANDOM_OPS
@@ -42,9 +49,16 @@ def comparable_reference(original, optimized, settings=None,
     the check feeds (--feed, samples), which the neutral draws are proven on too."""
     kept = {n.name: n.op for n in optimized.node}
     random_nodes = [n for n in original.node if n.op in UNIFORM_OPS | NORMAL_OPS | SEEDED_OPS]
-    if not random_nodes and not any(n.op in SEEDED_OPS for n in optimized.node):
+    norms = find_batch_moment_norms(Graph(original, check_inputs=False)) \
+        if any(n.op == "SquaredDifference" for n in original.node) else []
+    restored = [norm for norm in norms if norm.restorable and
+                not any(kept.get(name) == "Mean" for name in norm.moment_nodes)]
+    if not random_nodes and not restored and not any(n.op in SEEDED_OPS for n in optimized.node):
         return original, optimized, None
     reference, seeded = Graph(original, check_inputs=False), None
+    for norm in restored:               # the layer in inference mode: its moving statistics
+        reference.rewire(norm.mean, norm.moving_mean)
+        reference.rewire(norm.variance, norm.moving_variance)
     neutral, augmentations = [], _augmentations_off(original, reference, random_nodes, kept,
                                                     settings or {})
     proven = neutral_draws.prove_neutral_draws(reference, augmentations, settings or {}, given) \
@@ -78,6 +92,11 @@ def comparable_reference(original, optimized, settings=None,
         notes.append("its augmentation at its inference behaviour, every node kept, each draw "
                      "a constant proven to make its layer the identity on test inputs: "
                      + neutral_draws.described(proven, augmentations))
+    if restored:
+        notes.append("its BatchNorm " + ", ".join(layer_label(n) for n in restored) +
+                     " at its moving statistics, not the batch's")
+    if (augmentations or restored) and len(restored) == len(norms):
+        notes.append("the model in inference mode (training=False)")
     note = "; ".join(notes) or None
     # the optimized graph is copied only where it keeps random ops to seed
     return reference.to_graph_def(), (optimized if seeded is None else seeded.to_graph_def()), \
