@@ -326,3 +326,25 @@ def test_an_intermediate_minus_inf_at_the_same_positions_is_no_error():
     assert "buckets:0" in compared and compared["buckets:0"].nonfinite > 0
     assert compared["buckets:0"].max_rel == 0.0
     oracle.assert_same_outputs(built, result.graph_def, ["input"], ["output"], rtol=1e-5)
+
+
+def test_compare_judges_the_outputs_by_their_parts_too(yolo, tmp_path):
+    mutated = tf.compat.v1.GraphDef()
+    mutated.CopyFrom(yolo)
+    kernel = next(n for n in mutated.node if n.name == "head/kernel")
+    value = tf.make_ndarray(kernel.attr["value"].tensor).copy()
+    value[..., 4] *= np.float32(1.05)
+    kernel.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
+    paths = {}
+    for name, graph_def in (("a", yolo), ("b", mutated), ("same", yolo)):
+        paths[name] = tmp_path / f"{name}.pb"
+        paths[name].write_bytes(graph_def.SerializeToString())
+    feeds = oracle.random_feeds(yolo, ["input"], seed=0)
+    expected, actual = (oracle.run(g, feeds, ["output"])[0] for g in (yolo, mutated))
+    assert oracle.relative_error(expected, actual) < TOLERANCE < \
+        oracle.relative_error(expected[:, 4:], actual[:, 4:])
+    differs = api.compare(paths["a"], paths["b"], outputs=["output"])
+    assert not differs.passed
+    output = next(e for e in differs.errors if e.name == "output:0")
+    assert output.parts and output.max_rel > 10 * TOLERANCE      # the output itself fails
+    assert api.compare(paths["a"], paths["same"], outputs=["output"]).passed

@@ -197,3 +197,15 @@ def judged_error(name: str, reference, result, parts: Optional[Parts] = None, *,
 def part_errors(error: OutputError) -> List[float]:
     """The relative errors an output is judged by: one per part, or the whole's."""
     return [p.max_rel for p in error.parts] if error.parts else [error.max_rel]
+
+
+def parts_in(graph_def, names) -> Dict[str, Parts]:
+    """``parts_of`` each of ``names`` in a GraphDef (imported once); those judged as a whole
+    are left out."""
+    import tensorflow as tf
+    with tf.Graph().as_default() as graph:
+        try:
+            tf.compat.v1.import_graph_def(graph_def, name="")
+        except (ValueError, TypeError, tf.errors.OpError):
+            return {}
+    return {name: found for name in names if (found := parts_of(graph, name)) is not None}

@@ -198,6 +198,12 @@ class Verification:
             if error.parts:
                 text += f"\n  {error.name}: judged at {error.judged}"
                 text += _part_text(error, self.bounds(error))
+        whole = [f"'{e.name}' ({e.scale:.3g})" for e in self.outputs
+                 if not e.parts and not e.reason and e.scale > 0]
+        if whole:
+            more = f" and {len(whole) - 4} more" if len(whole) > 4 else ""
+            text += (f"\n  judged as a whole, each against its own largest value: "
+                     f"{', '.join(whole[:4])}{more}")
         if self.intermediate:
             worst = max(self.intermediate, key=lambda e: e.max_rel)
             text += (f"\n  {len(self.intermediate)} intermediate tensors: max error "
