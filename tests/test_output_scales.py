@@ -348,3 +348,23 @@ def test_compare_judges_the_outputs_by_their_parts_too(yolo, tmp_path):
     output = next(e for e in differs.errors if e.name == "output:0")
     assert output.parts and output.max_rel > 10 * TOLERANCE      # the output itself fails
     assert api.compare(paths["a"], paths["same"], outputs=["output"]).passed
+
+
+def test_the_onnx_check_judges_each_part_as_the_verification_did(yolo, tmp_path):
+    """onnxruntime's scores 1% off their own scale (the reference's values moved, as an ONNX
+    converter's slip in one part would move them): refused by parts, unseen as a whole."""
+    from tfsurgery.export import onnx as onnx_export
+    result = api.optimize(api.Source(yolo, "yolo", inputs=["input"], outputs=["output"]))
+    parts = result.verification.parts
+    assert set(parts) == {"output"}
+    feeds = oracle.random_feeds(yolo, ["input"], seed=0)
+    moved = oracle.run(result.graph_def, feeds, ["output"])[0].copy()
+    moved[:, 4:] *= np.float32(1.01)
+    check = dict(feeds=feeds, expected={"output": moved}, fuse=False)
+    whole = onnx_export.export(result.graph_def, ["input"], ["output"], tmp_path / "a.onnx",
+                               **check)
+    assert whole.passed                                           # 1e-2 of 1 is 1.5e-5 of 640
+    judged = onnx_export.export(result.graph_def, ["input"], ["output"], tmp_path / "b.onnx",
+                                parts=parts, **check)
+    assert not judged.passed and not (tmp_path / "b.onnx").exists()
+    assert judged.outputs[0].parts and judged.max_error > 10 * TOLERANCE

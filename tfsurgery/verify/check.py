@@ -289,6 +289,7 @@ def _verdict(compared: Compared, plan: Plan, outputs, tolerance, raw, watching,
                                 expected=dict(zip(outputs, compared.expected)),
                                 actual=dict(zip(outputs, compared.actual)))
     verification.watching = watching
+    verification.parts = {n: p for n, p in plan.parts.items() if n in outputs}
     verification.blind = list(watching.blind)
     verification.intermediate = [_consumed_error(n, e, a)
                                  for n, (e, a) in compared.wide.items()]

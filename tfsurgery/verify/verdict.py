@@ -41,6 +41,9 @@ class Verification:
     # each output's own noise floor, one per part it is judged by (scales.part_errors): what
     # excuses that output's error, and no other's
     noise_floors: Dict[str, Tuple[float, ...]] = dataclasses.field(default_factory=dict)
+    # output → the parts the original's structure makes of it (tfsurgery.verify.scales): how
+    # it was judged, and how the exports' checks judge it
+    parts: Dict[str, object] = dataclasses.field(default_factory=dict, repr=False)
     deterministic: bool = True      # two runs of the reference agree bit for bit
     feeds: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
     # further feeds compared, by the suffix their outputs carry ("@32": free dims at 32)
