@@ -38,10 +38,20 @@ def users(monkeypatch):
 
 
 # ---------------------------------------------------------------- the graphs
-def yolo_head(seed: int = 0):
+def trained_like_bn(r, channels: int) -> dict:
+    """Batch-norm statistics as training leaves them: small variances, a wide range of scales
+    (so a fold's W·s spans decades and rounds at every weight)."""
+    return {"gamma": r.uniform(0.05, 3.0, channels).astype(np.float32),
+            "beta": r.normal(0.0, 1.0, channels).astype(np.float32),
+            "moving_mean": r.normal(0.0, 2.0, channels).astype(np.float32),
+            "moving_variance": (10.0 ** r.uniform(-4, 1, channels)).astype(np.float32)}
+
+
+def yolo_head(seed: int = 0, trained_like: bool = False):
     """conv → BN → ReLU (×2) → one 1×1 head conv → reshape [N, anchors, 8] → split
     (xy 2, wh 2, objectness + classes 4) → boxes sigmoid ×640, scores sigmoid → concat →
-    transpose: output [N, 8, anchors]. Random weights, biases and BN statistics."""
+    transpose: output [N, 8, anchors]. Random weights, biases and BN statistics (or
+    ``trained_like`` ones)."""
     r = np.random.default_rng(seed)
     with tf1.v1_graph() as graph:
         x = tf1.image_input(None, 8, 3)
@@ -49,7 +59,9 @@ def yolo_head(seed: int = 0):
             with tf.compat.v1.variable_scope(f"conv_{i}"):
                 x = tf1.conv(x, r, 8)
             with tf.compat.v1.variable_scope(f"bn_{i}"):
-                x = tf.nn.relu(tf1.fused_bn(x, tf1.bn_variables(r, 8)))
+                stats = trained_like_bn(r, 8) if trained_like else tf1.random_bn(r, 8)
+                bn = {name: tf1.variable(name, value) for name, value in stats.items()}
+                x = tf.nn.relu(tf1.fused_bn(x, bn))
         with tf.compat.v1.variable_scope("head"):
             kernel = tf1.variable("kernel", tf1.random_kernel(r, [1, 1, 8, HEAD], 8))
             y = tf.nn.bias_add(tf.nn.conv2d(x, kernel, 1, "SAME"),
@@ -199,7 +211,11 @@ def test_one_head_channel_5_percent_off_exits_1_through_the_cli(yolo, users, tmp
     assert not out.exists()
 
 
-def test_the_unmutated_yolo_head_passes_and_says_at_which_scale(yolo, tmp_path, capsys):
+@pytest.mark.parametrize("trained_like", [False, True])
+def test_the_unmutated_yolo_head_passes_and_says_at_which_scale(tmp_path, capsys,
+                                                                 trained_like):
+    """The fold recomputes the convs' weights in float32: round-off, judged per part, passes."""
+    yolo = yolo_head(seed=5, trained_like=trained_like)
     model, out, report = tmp_path / "yolo.pb", tmp_path / "out.pb", tmp_path / "r.json"
     model.write_bytes(yolo.SerializeToString())
     code = main([str(model), "--bn-fold", "-o", str(out), "--report-json", str(report)])
@@ -212,7 +228,8 @@ def test_the_unmutated_yolo_head_passes_and_says_at_which_scale(yolo, tmp_path, 
     assert "output: judged at each part of" in captured.out + captured.err
     result = tf.compat.v1.GraphDef()
     result.ParseFromString(out.read_bytes())
-    oracle.assert_same_outputs(yolo, result, ["input"], ["output"], rtol=1e-5)
+    assert not any(n.op.startswith("FusedBatchNorm") for n in result.node)     # folded
+    oracle.assert_same_outputs(yolo, result, ["input"], ["output"], rtol=TOLERANCE)
 
 
 # ---------------------------------------------------------------- one floor per output
