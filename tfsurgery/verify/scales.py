@@ -76,7 +76,10 @@ def parts_of(graph, name: str) -> Optional[Parts]:
         tensor = graph.get_tensor_by_name(tensor_name(name))
     except (KeyError, ValueError):
         return None
-    found = _parts(tensor, MAX_DEPTH)
+    try:
+        found = _parts(tensor, MAX_DEPTH)
+    except (ValueError, TypeError, IndexError):      # an op not as expected: judged whole
+        found = None
     if not found:
         return None
     cuts, source = found

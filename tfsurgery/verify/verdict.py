@@ -162,8 +162,8 @@ class Verification:
         if within and self.hidden:
             first = self.hidden[0]
             return (f"intermediate tensor '{first.name}' differs by {first.max_rel:.3g} (beyond "
-                    f"{self.bound(first.name):.3g}) although the outputs match on these random inputs "
-                    f"(max error {self.max_error:.3g}): a change the outputs hide; "
+                    f"{self.bound(first.name):.3g}) although the outputs match on these random "
+                    f"inputs (max error {self.max_error:.3g}): a change the outputs hide; "
                     f"{len(self.hidden)} of {len(self.intermediate)} compared intermediate "
                     "tensors differ")
         if within and self.cannot_verify:
