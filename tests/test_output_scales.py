@@ -385,3 +385,24 @@ def test_the_onnx_check_judges_each_part_as_the_verification_did(yolo, tmp_path)
                                 parts=parts, **check)
     assert not judged.passed and not (tmp_path / "b.onnx").exists()
     assert judged.outputs[0].parts and judged.max_error > 10 * TOLERANCE
+
+
+def test_levels_of_concatenated_parts_make_a_grid_and_plain_tensors_stay_whole():
+    """A YOLOv5-style output: per level concat(xy, wh, scores) along the channels, the levels
+    concatenated along the anchors: every (level, quantity) block is a part. A softmax over
+    the channels mixes them: judged as a whole."""
+    with tf.Graph().as_default() as graph:
+        levels = []
+        for anchors in (12, 3):
+            x = tf.compat.v1.placeholder(tf.float32, [None, anchors, HEAD])
+            xy, wh, scores = tf.split(x, [2, 2, 1 + CLASSES], axis=-1)
+            levels.append(tf.concat([xy * 640.0, wh * 640.0, tf.sigmoid(scores)], axis=-1))
+        grid = tf.concat(levels, axis=1, name="grid")
+        tf.nn.softmax(grid, name="mixed")
+        tf.identity(levels[0] + 1.0, name="one_level")
+        found = scales.parts_of(graph, "grid")
+        assert found.cuts == ((1, (12, 3)), (2, (2, 2, 1 + CLASSES)))
+        assert len(found.blocks((2, 15, HEAD))) == 6
+        assert found.blocks((2, 16, HEAD)) is None          # sizes that do not fit: whole
+        assert scales.parts_of(graph, "mixed") is None
+        assert scales.parts_of(graph, "one_level").cuts == ((2, (2, 2, 1 + CLASSES)),)
