@@ -113,12 +113,20 @@ def test_nan_in_a_new_place_or_everywhere_never_passes():
 
 def test_the_noise_floor_excuses_only_a_deterministic_original_and_is_capped():
     check = verify.Verification([verify.OutputError("o", 1.0, 5e-4, (2,))], 1e-4,
-                                noise_floor=2e-4)
+                                noise_floor=2e-4, noise_floors={"o": (2e-4,)})
     assert check.passed                                   # 5e-4 <= 4 x 2e-4
     check.deterministic = False
     assert not check.passed
-    check.deterministic, check.noise_floor = True, 1.0    # a huge "floor" is capped
+    check.deterministic, check.noise_floors = True, {"o": (1.0,)}   # a huge floor is capped
     assert check.allowed == verify.NOISE_CAP
+
+
+def test_a_noise_floor_is_never_lent_to_another_output():
+    main, aux = verify.OutputError("main", 1.0, 8e-4, (2,)), verify.OutputError("aux", 1.0, 0,
+                                                                               (2,))
+    check = verify.Verification([main, aux], 1e-4, noise_floor=3e-4,
+                                noise_floors={"main": (1e-7,), "aux": (3e-4,)})
+    assert not check.passed and "on 'main'" in check.failure()
 
 
 def test_random_ops_left_on_the_path_get_the_same_seed(graphs, tmp_path, capsys):

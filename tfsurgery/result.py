@@ -260,6 +260,7 @@ def export_onnx(result: Result, path, *, opset: Optional[int] = None,
 def _export_onnx(result: Result, path, **settings) -> onnx_export.OnnxExport:
     return onnx_export.export(result.graph_def, result.inputs, result.outputs, path,
                               tolerance=result.tolerance, feeds=feeds_for_checks(result),
+                              parts=result.verification.parts if result.verification else None,
                               timeout=result.timeout,
                               float16_min_elements=(float16_min_elements(result)
                                                     if result.weights == "float16" else None),

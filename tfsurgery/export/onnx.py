@@ -36,7 +36,7 @@ from tfsurgery.export import fusion_choice, onnx_tidy
 from tfsurgery.export.onnx_weights import (  # noqa: F401 - part of this module's API
     EXTERNAL_MIN_BYTES, weights_to_float16, weights_to_int8)
 from tfsurgery.trust import outside
-from tfsurgery.verify import check as verify, string_inputs
+from tfsurgery.verify import check as verify, scales, string_inputs
 from tfsurgery.constants import evaluate
 from tfsurgery.errors import ExportError, InputError, OnnxCheckFailed, OnnxUnconvertible
 from tfsurgery.graph import Graph
@@ -95,8 +95,9 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
            int8_min_elements: Optional[int] = None,
            more_feeds: Optional[Dict[str, Dict[str, np.ndarray]]] = None,
            expected: Optional[Dict[str, np.ndarray]] = None, batch=None,
-           fuse: Union[bool, str, Sequence[str]] = "auto") -> OnnxExport:
+           fuse: Union[bool, str, Sequence[str]] = "auto", parts=None) -> OnnxExport:
     """Convert ``graph_def`` to ONNX at ``path`` and check it against TensorFlow.
+    ``parts``: output → the parts it is judged by (``Verification.parts``), else as a whole.
 
     ``large_model=None`` chooses external data when the GraphDef exceeds ``LARGE_MODEL_BYTES``.
     ``feeds`` default to ``verify.make_feeds(graph_def, inputs, seed)`` (NHWC; transposed for
@@ -155,9 +156,11 @@ def export(graph_def, inputs: Sequence[str], outputs: Sequence[str], path, *,
         check(model)
         runnable = model if stage is not None else model.SerializeToString()
         actual = run_onnx(runnable, _onnx_feeds(feeds, nchw), outputs, timeout=timeout)
-        errors = [verify.output_error(name, e, a) for name, e, a in zip(outputs, expected, actual)]
+        parts = dict(parts or {})       # each part at its own scale, as the verification judged
+        errors = [scales.judged_error(name, e, a, parts.get(name), same_dtype=False)
+                  for name, e, a in zip(outputs, expected, actual)]
         for label, more in (more_feeds or {}).items():
-            errors += _errors_at(graph_def, runnable, more, nchw, outputs, timeout, label)
+            errors += _errors_at(graph_def, runnable, more, nchw, outputs, timeout, label, parts)
         hist = op_histogram(model)
         groups = fusions.grouped() if fusions else []
         max_error = verify.worst_error(errors)
@@ -256,12 +259,12 @@ def _reference(graph_def, feeds, outputs: Sequence[str], timeout: float,
 
 
 def _errors_at(graph_def, model, feeds, nchw, outputs, timeout: float,
-               label: str) -> List[verify.OutputError]:
+               label: str, parts=None) -> List[verify.OutputError]:
     """TensorFlow vs onnxruntime on further feeds (a second sequence length: a Loop whose trip
     count became a constant cannot pass); errors named ``output`` + ``label``."""
     expected = _reference(graph_def, feeds, outputs, timeout, None)
     actual = run_onnx(model, _onnx_feeds(feeds, nchw), outputs, timeout=timeout)
-    return [verify.output_error(name + label, e, a)
+    return [scales.judged_error(name + label, e, a, (parts or {}).get(name), same_dtype=False)
             for name, e, a in zip(outputs, expected, actual)]
 
 

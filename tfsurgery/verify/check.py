@@ -40,6 +40,7 @@ from tfsurgery.verify.runs import (DEFAULT_TIMEOUT, UNKNOWN_BATCH, UNKNOWN_DIMS,
                             GraphTimeout, OutputError, Runner, float_weights, has_free_dims,
                             make_feeds, nudge, output_error, placeholder_shape, reround,
                             run_graph)
+from tfsurgery.verify import scales
 from tfsurgery.verify import sensitivity as sensitivity_mod
 from tfsurgery.verify import token_inputs
 from tfsurgery.verify.reference import comparable_reference
@@ -157,7 +158,7 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
         verification = _verdict(compared, plan, outputs, tolerance, raw, watching, opt.graph)
         if verification.max_error > tolerance or verification.hidden:
             _noise_floor(verification, ref, compared.feeds, plan.fed, plan.reference,
-                         plan.names, compared.expected,
+                         plan, compared.expected,
                          {n: compared.wide[n] for n in {e.name for e in verification.hidden}},
                          dict(plan.wide), watching.wide_rows, fixed=given or {})
             _excuse(verification, opt.graph)
@@ -165,8 +166,12 @@ def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],
         more_errors, verification.more_feeds = _second_size(
             reference, optimized, inputs, (plan.reference, plan.optimized, plan.names),
             settings, compared.size, seed=seed, given=given, timeout=timeout,
-            scale=watching.scale or 1.0)
+            scale=watching.scale or 1.0, parts=plan.parts)
         verification.outputs += more_errors
+        for label in verification.more_feeds:   # the same output at another size: its floor
+            verification.noise_floors.update({f"{n}{label}": f for n, f in
+                                              list(verification.noise_floors.items())
+                                              if n in plan.names})
     verification.reference = _reference_text(reference_note, settings, random_note)
     return verification
 
@@ -187,6 +192,12 @@ class Plan:
     wide: List[Tuple[str, str]] = dataclasses.field(default_factory=list)
     unpaired: List[str] = dataclasses.field(default_factory=list)
     correspondence: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # label → the parts the original's structure makes of it, each judged at its own scale
+    parts: Dict[str, scales.Parts] = dataclasses.field(default_factory=dict)
+
+    def error(self, label: str, expected, actual) -> OutputError:
+        """An output's (or logits') error, judged as ``parts`` says; its dtype must not change."""
+        return scales.judged_error(label, expected, actual, self.parts.get(label))
 
 
 @dataclasses.dataclass
@@ -222,6 +233,8 @@ def _plan(ref, opt, outputs, settings, watching, raw, correspondence) -> Plan:
                 fed={**settings, **sensitivity_mod.kernel_feeds(sampled)}, first=first,
                 layers=sampled, total_layers=len(layers), unpaired=unpaired,
                 correspondence=dict(correspondence or {}))
+    plan.parts = {label: found for label, tensor in zip(plan.names, plan.reference)
+                  if (found := scales.parts_of(ref.graph, tensor)) is not None}
     if first and len(layers) > sensitivity_mod.PROBE_MAX_LAYERS:
         plan.wide = _pairs(ref, opt, plan, settings)
     return plan
@@ -269,13 +282,14 @@ def _compare(ref, opt, reference, inputs, outputs, plan: Plan, watching, raw, ru
 
 def _verdict(compared: Compared, plan: Plan, outputs, tolerance, raw, watching,
              graph) -> Verification:
-    errors = [output_error(n, e, a)
+    errors = [plan.error(n, e, a)
               for n, e, a in zip(plan.names, compared.expected, compared.actual)]
     verification = Verification(errors, tolerance,
                                 feeds=compared.feeds if raw is None else raw,
                                 expected=dict(zip(outputs, compared.expected)),
                                 actual=dict(zip(outputs, compared.actual)))
     verification.watching = watching
+    verification.parts = {n: p for n, p in plan.parts.items() if n in outputs}
     verification.blind = list(watching.blind)
     verification.intermediate = [_consumed_error(n, e, a)
                                  for n, (e, a) in compared.wide.items()]
@@ -314,7 +328,7 @@ def _watch_sensitivity(ref, opt, reference, inputs, outputs, plan: Plan, compare
 
 
 def _outputs_moved(plan: Plan, compared: Compared, tolerance: float) -> bool:
-    return any(output_error(n, e, a).max_rel > tolerance
+    return any(plan.error(n, e, a).max_rel > tolerance
                for n, e, a in zip(plan.names, compared.expected, compared.actual))
 
 
@@ -367,9 +381,17 @@ def _probe(ref, plan: Plan, compared: Compared, watching, tolerance, started):
             baseline = [e for e, _ in compared.wide.values()]
     budget = max(sensitivity_mod.PROBE_MIN_SECONDS,
                  sensitivity_mod.PROBE_SHARE * (time.perf_counter() - started))
+    # the probe moves are judged as the check judges: an output by its parts (the probe hands
+    # back each baseline value with its move, so the value says which output it is)
+    parts = {id(value): plan.parts.get(label)
+             for label, value in zip(plan.names, compared.expected) if label in plan.parts}
+
+    def relative_error(expected, moved) -> float:
+        return scales.judged_error("", expected, moved, parts.get(id(expected)),
+                                   same_dtype=False).max_rel
     return sensitivity_mod.probe(
         ref.run, plan.layers, plan.total_layers, {**feeds, **plan.fed}, fetches, baseline,
-        tolerance, budget, relative_error=lambda e, m: output_error("", e, m).max_rel)
+        tolerance, budget, relative_error=relative_error)
 
 
 def _scaled_reference(ref, reference, inputs, outputs, fetches, settings, watching, *, seed,
@@ -406,17 +428,19 @@ def _scaled_reference(ref, reference, inputs, outputs, fetches, settings, watchi
     return first
 
 
-def _noise_floor(verification, ref, feeds, settings, fetches, names, expected, wide, sources,
-                 rows: Optional[int] = None, fixed: Mapping[str, object] = ()) -> None:
+def _noise_floor(verification, ref, feeds, settings, fetches, plan: Plan, expected, wide,
+                 sources, rows: Optional[int] = None, fixed: Mapping[str, object] = ()) -> None:
     """Three more runs of the reference (only when something exceeds the tolerance): are its
     runs deterministic, and how far do its values move for a one-rounding-step change of the
     float inputs, and of its float weights (each one step up or down, seeded — the rounding a
     transform that recomputes every weight adds, W·s of a folded batch norm)? The larger move
-    is the floor. The outputs share one floor; each intermediate tensor gets its own. The values
+    is the floor. Each output gets its own, per part it is judged by (``plan.parts``), and so
+    does each intermediate tensor: a floor is never lent to another value. The values
     the user ``fixed`` (--feed: a scale a ``tf.case`` selects on, say) are not moved; where the
     moved values make the reference fail, that move gives no floor.
     ``wide``: optimized name → values of the intermediate tensors; ``sources``: their names in
     the reference."""
+    names = plan.names
     wide_names = list(wide)
     wide_sources = [sources.get(n, n) for n in wide_names]
     values = list(expected) + [wide[n][0] for n in wide_names]
@@ -446,15 +470,21 @@ def _noise_floor(verification, ref, feeds, settings, fetches, names, expected, w
                 f"no float32 noise floor from its {source}: the original does not run with "
                 f"them one rounding step away ({error})")
             continue
-        floors[source] = [output_error(n, e, a).max_rel
-                          for n, e, a in zip(names + wide_names, values, nudged)]
+        floors[source] = [scales.part_errors(plan.error(n, e, a))
+                          for n, e, a in zip(names, values, nudged)] + \
+            [[output_error(n, e, a).max_rel]
+             for n, e, a in zip(wide_names, values[len(names):], nudged[len(names):])]
     if not floors:
         return
-    outputs = {source: max(f[:len(names)], default=0.0) for source, f in floors.items()}
+    outputs = {source: max((max(p) for p in f[:len(names)]), default=0.0)
+               for source, f in floors.items()}
     verification.noise_source = max(outputs, key=outputs.get)
     verification.noise_floor = outputs[verification.noise_source]
+    verification.noise_floors = {       # per output and part: the larger of the two moves
+        n: tuple(max(parts) for parts in zip(*(f[i] for f in floors.values())))
+        for i, n in enumerate(names)}
     verification.intermediate_allowed = {
-        n: max(verification.tolerance, min(NOISE_FACTOR * max(f[i] for f in floors.values()),
+        n: max(verification.tolerance, min(NOISE_FACTOR * max(f[i][0] for f in floors.values()),
                                            NOISE_CAP))
         for i, n in enumerate(wide_names, start=len(names))}
 
@@ -509,6 +539,8 @@ def verify_batches(original, optimized, inputs: Sequence[str], outputs: Sequence
                 one.feeds
         merged.outputs += [dataclasses.replace(o, name=f"{o.name} [{label}]")
                            for o in one.outputs]
+        merged.noise_floors.update({f"{name} [{label}]": floors    # each its own, renamed
+                                    for name, floors in one.noise_floors.items()})
         if one.noise_floor > merged.noise_floor:
             merged.noise_floor, merged.noise_source = one.noise_floor, one.noise_source
         merged.deterministic = merged.deterministic and one.deterministic
@@ -522,7 +554,7 @@ def verify_batches(original, optimized, inputs: Sequence[str], outputs: Sequence
 
 
 def _second_size(reference, optimized, inputs, fetches, settings, first: int, *,
-                 scale: float = 1.0, **run):
+                 scale: float = 1.0, parts=None, **run):
     """Free dimensions are checked at a second, larger size too: a loop whose trip count, or a
     reshape whose size, became a constant cannot pass. Errors are named ``output@size``.
     ``fetches``: (the reference's tensors, the optimized graph's, their names). Returns
@@ -539,7 +571,7 @@ def _second_size(reference, optimized, inputs, fetches, settings, first: int, *,
     actual = run_graph(optimized, more_feeds, fetch_opt, timeout=run["timeout"],
                        label="the optimized graph")
     label = f"@{larger[0]}"
-    return ([output_error(f"{name}{label}", e, a)
+    return ([scales.judged_error(f"{name}{label}", e, a, (parts or {}).get(name))
              for name, e, a in zip(names, expected, actual)], {label: more_feeds})
 
 

@@ -21,6 +21,7 @@ from tfsurgery.verify import localize
 from tfsurgery.export import onnx as onnx_export
 from tfsurgery.trust import outside
 from tfsurgery.verify import samples as samples_mod
+from tfsurgery.verify import scales
 from tfsurgery.verify import check as verify
 from tfsurgery.errors import InputError
 from tfsurgery.graph import Graph
@@ -119,7 +120,11 @@ def compare(a, b, *, inputs: Sequence[str] = (), outputs: Sequence[str] = (),
     expected = verify.run_graph(reference, values, names, timeout=timeout, label=str(a))
     actual = verify.run_graph(other, values, names, timeout=timeout, label=str(b))
     ops = {n.name: n.op for n in other.node}
-    errors = [verify.output_error(n, e, x) for n, e, x in zip(names, expected, actual)]
+    # the outputs as verification judges them (each part at its own scale, the same dtype)
+    parts = scales.parts_in(reference, [tensor_name(o) for o in outputs])
+    judged = {tensor_name(o) for o in outputs}
+    errors = [scales.judged_error(n, e, x, parts.get(n)) if n in judged else
+              verify.output_error(n, e, x) for n, e, x in zip(names, expected, actual)]
     by_name = {e.name: e.max_rel for e in errors}
     graph = Graph(other, check_inputs=False)
     healed = [n for n in names if by_name[n] > tolerance and node_name(n) not in
@@ -131,7 +136,10 @@ def compare(a, b, *, inputs: Sequence[str] = (), outputs: Sequence[str] = (),
 
 def _against_outputs(reference, values, outputs, tolerance, timeout, a, b, actual) -> Comparison:
     expected = verify.run_graph(reference, values, outputs, timeout=timeout, label=str(a))
-    return Comparison(str(a), str(b), [verify.output_error(tensor_name(n), e, x)
+    parts = scales.parts_in(reference, [tensor_name(o) for o in outputs])
+    return Comparison(str(a), str(b), [scales.judged_error(tensor_name(n), e, x,
+                                                           parts.get(tensor_name(n)),
+                                                           same_dtype=False)
                                        for n, e, x in zip(outputs, expected, actual)], {},
                       tolerance, "the outputs")
 

@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from tfsurgery import pipeline
-from tfsurgery.verify import sensitivity
+from tfsurgery.verify import scales, sensitivity
 from tfsurgery.verify import check as verify
 from tfsurgery.contract import Options, TransformReport
 from tfsurgery.errors import VerificationError
@@ -139,7 +139,9 @@ def quick_check(original, outputs: Sequence[str], *, feeds, settings, allowed: f
             return False
         expected = [values[o] for o in outputs] + [values[w.reference] for w in watches]
         names = list(outputs) + [w.label for w in watches]
-        errors = [verify.output_error(n, e, a) for n, e, a in zip(names, expected, actual)]
+        sources = list(outputs) + [w.reference for w in watches]
+        errors = [scales.judged_error(n, e, a, scales.parts_of(graph, source))   # as verified
+                  for n, source, e, a in zip(names, sources, expected, actual)]
         if not verify.compared_real_numbers(errors) or verify.worst_error(errors) > allowed:
             return False
         scores = [(e, a) for n, e, a in zip(outputs, expected, actual)

@@ -38,11 +38,35 @@ class OutputError:
     max_rel: float          # max_abs scaled by the output's magnitude (finite values)
     shape: tuple
     nonfinite: int = 0      # NaN/Inf values in the reference (matched by position)
+    reason: str = ""        # why nothing could be compared value by value: "dtype int64 became
+    #                         float32", "shape (2, 3) became (3, 2)"
+    # the scale the error was judged at (tfsurgery.verify.scales): the whole tensor's largest
+    # value, or each part's own (``parts``: one PartError per part the model's structure makes)
+    scale: float = 0.0
+    parts: tuple = ()
+    judged: str = ""        # in words: "the whole tensor", "each part of its Concat ..."
 
     def as_dict(self) -> dict:
         return {"name": self.name, "max_abs": float(self.max_abs),
                 "max_rel": float(self.max_rel), "shape": [int(d) for d in self.shape],
-                "nonfinite": int(self.nonfinite)}
+                "nonfinite": int(self.nonfinite), "reason": self.reason,
+                "scale": {"judged": self.judged or "the whole tensor",
+                          "magnitude": float(self.scale),
+                          "parts": [p.as_dict() for p in self.parts]}}
+
+
+@dataclasses.dataclass
+class PartError:
+    """One part of an output judged at its own scale: ``where`` says which (``axis 1 [4:5]``),
+    ``scale`` its largest reference value (at least PART_FLOOR of the whole's)."""
+    where: str
+    max_abs: float
+    max_rel: float
+    scale: float
+
+    def as_dict(self) -> dict:
+        return {"where": self.where, "max_abs": float(self.max_abs),
+                "max_rel": float(self.max_rel), "scale": float(self.scale)}
 
 
 # ---------------------------------------------------------------- feeds
@@ -249,30 +273,45 @@ class Runner:
 
 
 # ---------------------------------------------------------------- comparing
-def output_error(name: str, reference: np.ndarray, result: np.ndarray) -> OutputError:
+def output_error(name: str, reference: np.ndarray, result: np.ndarray, *,
+                 same_dtype: bool = False) -> OutputError:
+    """max |result − reference| / max |reference| over the finite values; NaN and ±Inf must sit
+    at the same positions (with the same sign) in both, in every shape (a scalar too).
+    ``same_dtype``: a result of another dtype than the reference's is an error even where its
+    values are equal (int64 → float32, bool → int8: the interface changed)."""
     reference, result = np.asarray(reference), np.asarray(result)
     if reference.shape != result.shape:
-        return OutputError(name, float("inf"), float("inf"), tuple(result.shape))
+        return OutputError(name, float("inf"), float("inf"), tuple(result.shape),
+                           reason=f"shape {tuple(reference.shape)} became {tuple(result.shape)}")
+    if same_dtype and reference.dtype != result.dtype:
+        return OutputError(name, float("inf"), float("inf"), tuple(reference.shape),
+                           reason=f"dtype {reference.dtype} became {result.dtype}")
     if reference.dtype.kind != "f":
         wrong = float(np.count_nonzero(reference != result))
         return OutputError(name, wrong, wrong, tuple(reference.shape))
+    max_abs, magnitude, nonfinite = measure(reference, result)
+    return OutputError(name, max_abs, float(max_abs / max(magnitude, np.finfo(np.float32).tiny)),
+                       tuple(reference.shape), nonfinite, scale=magnitude)
+
+
+def measure(reference: np.ndarray, result: np.ndarray):
+    """(max |result − reference| over the finite values, max |reference| there, how many
+    reference values are NaN/Inf) of two float arrays of one shape; the difference is infinite
+    where NaN, +Inf or −Inf do not sit at the same positions in both."""
     if reference.dtype == result.dtype and reference.dtype.itemsize >= 4:
         # the common case (all finite: NaN/Inf make these NaN), without float64 copies
-        max_abs = float(np.max(np.abs(reference - result), initial=0.0))
+        with np.errstate(invalid="ignore"):
+            max_abs = float(np.max(np.abs(reference - result), initial=0.0))
         magnitude = float(np.max(np.abs(reference), initial=0.0))
         if np.isfinite(max_abs) and np.isfinite(magnitude):
-            return OutputError(name, max_abs,
-                               max_abs / max(magnitude, np.finfo(np.float32).tiny),
-                               tuple(reference.shape))
+            return max_abs, magnitude, 0
     ref64, res64 = reference.astype(np.float64), result.astype(np.float64)
     finite = np.isfinite(ref64)
     nonfinite = int(finite.size - np.count_nonzero(finite))
     same_specials = all(np.array_equal(kind(ref64), kind(res64))
                         for kind in (np.isnan, np.isposinf, np.isneginf))
-    if not same_specials:          # NaN/Inf where the original has none, or the reverse
-        return OutputError(name, float("inf"), float("inf"), tuple(reference.shape), nonfinite)
-    diff = np.abs(ref64[finite] - res64[finite])
-    max_abs = float(np.max(diff, initial=0.0))
     magnitude = float(np.max(np.abs(ref64[finite]), initial=0.0))
-    return OutputError(name, max_abs, float(max_abs / max(magnitude, np.finfo(np.float32).tiny)),
-                       tuple(reference.shape), nonfinite)
+    if not same_specials:          # NaN/Inf where the original has none, or the reverse
+        return float("inf"), magnitude, nonfinite
+    return float(np.max(np.abs(ref64[finite] - res64[finite]), initial=0.0)), magnitude, \
+        nonfinite

@@ -4,12 +4,13 @@ agreement of class scores)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from tfsurgery.verify import sensitivity as sensitivity_mod
 from tfsurgery.verify.runs import OutputError
+from tfsurgery.verify.scales import part_errors
 
 DEFAULT_TOLERANCE = 1e-4
 NOISE_FACTOR = 4
@@ -36,6 +37,13 @@ class Verification:
     reference: str = "the original graph"   # verify() says what it was fed
     noise_floor: float = 0.0        # the original's own output change for a 1-ulp change of
     noise_source: str = ""          # ... its float "inputs" or its float "weights", the larger
+    #                                 (the largest of any output's: reported, never lent)
+    # each output's own noise floor, one per part it is judged by (scales.part_errors): what
+    # excuses that output's error, and no other's
+    noise_floors: Dict[str, Tuple[float, ...]] = dataclasses.field(default_factory=dict)
+    # output → the parts the original's structure makes of it (tfsurgery.verify.scales): how
+    # it was judged, and how the exports' checks judge it
+    parts: Dict[str, object] = dataclasses.field(default_factory=dict, repr=False)
     deterministic: bool = True      # two runs of the reference agree bit for bit
     feeds: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
     # further feeds compared, by the suffix their outputs carry ("@32": free dims at 32)
@@ -71,14 +79,33 @@ class Verification:
 
     @property
     def allowed(self) -> float:
-        if not self.deterministic:
-            return self.tolerance
-        return max(self.tolerance, min(NOISE_FACTOR * self.noise_floor, NOISE_CAP))
+        """The largest error any output is allowed (each is judged by its own ``bounds``)."""
+        return max([self.tolerance] + [b for o in self.outputs for b in self.bounds(o)])
+
+    def bounds(self, error: OutputError) -> List[float]:
+        """The largest error allowed each part of an output (scales.part_errors): the tolerance,
+        or up to NOISE_FACTOR × that part's own noise floor (capped at NOISE_CAP) where the
+        reference is deterministic — a floor measured on that output, never another's."""
+        count = len(part_errors(error))
+        floors = self.noise_floors.get(error.name, ()) if self.deterministic else ()
+        floors = floors if len(floors) == count else (0.0,) * count
+        return [max(self.tolerance, min(NOISE_FACTOR * f, NOISE_CAP)) for f in floors]
+
+    @property
+    def exceeding(self) -> List[OutputError]:
+        """The outputs one of whose parts differs beyond its own bound, worst first."""
+        over = [o for o in self.outputs
+                if any(e > b for e, b in zip(part_errors(o), self.bounds(o)))]
+        return sorted(over, key=self._excess, reverse=True)
+
+    def _excess(self, error: OutputError) -> float:
+        return max(e / b for e, b in zip(part_errors(error), self.bounds(error)))
 
     @property
     def uncomparable(self) -> List[str]:
         """Outputs whose every value is NaN/Inf in the original: nothing there was compared."""
-        return [o.name for o in self.outputs if o.shape and o.nonfinite == np.prod(o.shape)]
+        return [o.name for o in self.outputs if not o.reason and
+                o.nonfinite == int(np.prod(o.shape))]        # a scalar NaN too
 
     @property
     def flips(self) -> int:
@@ -86,7 +113,7 @@ class Verification:
 
     @property
     def passed(self) -> bool:
-        return compared_real_numbers(self.outputs) and self.max_error <= self.allowed and \
+        return compared_real_numbers(self.outputs) and not self.exceeding and \
             not self.flips and not self.hidden and not self.cannot_verify
 
     @property
@@ -102,9 +129,11 @@ class Verification:
                 if e.max_rel > self.bound(e.name) and e.name not in self.excused]
 
     def bound(self, name: str) -> float:
-        """The largest error allowed an intermediate tensor: the outputs' bound, or its own
-        noise floor's."""
-        return max(self.allowed, self.intermediate_allowed.get(name, 0.0))
+        """The largest error allowed an intermediate tensor: the tolerance, or its own noise
+        floor's (never an output's)."""
+        if not self.deterministic:
+            return self.tolerance
+        return max(self.tolerance, self.intermediate_allowed.get(name, 0.0))
 
     def notes(self) -> List[str]:
         """What the check did besides comparing the outputs, and why (saturated heads, the
@@ -120,19 +149,24 @@ class Verification:
                     "(not finite) in the original on the test inputs; give real inputs with "
                     "--feed NAME=file.npy")
         nonfinite = f" ({self.nonfinite} NaN/Inf output values)" if self.nonfinite else ""
-        if self.max_error <= self.allowed and self.flips:
+        changed = next((o for o in self.outputs if o.reason), None)
+        if changed is not None:
+            return (f"output '{changed.name}' no longer matches the original's: its "
+                    f"{changed.reason}, the values are not compared")
+        within = not self.exceeding
+        if within and self.flips:
             name, worst = max(self.agreement.items(), key=lambda kv: kv[1]["flips"])
             return (f"the top-1 class changed on {worst['flips']} of {worst['rows']} rows of "
                     f"'{name}' where the original's margin exceeded the tolerance")
         where = f" (on {self.worst_batch})" if self.batches > 1 and self.worst_batch else ""
-        if self.max_error <= self.allowed and self.hidden:
+        if within and self.hidden:
             first = self.hidden[0]
             return (f"intermediate tensor '{first.name}' differs by {first.max_rel:.3g} (beyond "
-                    f"{self.allowed:.3g}) although the outputs match on these random inputs "
-                    f"(max error {self.max_error:.3g}): a change the outputs hide; "
+                    f"{self.bound(first.name):.3g}) although the outputs match on these random "
+                    f"inputs (max error {self.max_error:.3g}): a change the outputs hide; "
                     f"{len(self.hidden)} of {len(self.intermediate)} compared intermediate "
                     "tensors differ")
-        if self.max_error <= self.allowed and self.cannot_verify:
+        if within and self.cannot_verify:
             change = self.watching.sensitivity.change if self.watching and \
                 self.watching.sensitivity else 0.01
             return (f"cannot verify: a {change:.0%} change in the weights of '{self.blind[0]}' "
@@ -140,7 +174,11 @@ class Verification:
                     f"{len(self.intermediate)} intermediate tensors) on random inputs at any "
                     "scale tried; give real inputs with --samples, or accept a check that "
                     "cannot see it with --accept-blind-spots")
-        return f"max error {self.max_error:.3g} exceeds {self.allowed:.3g}{where}{nonfinite}"
+        if within:
+            return f"max error {self.max_error:.3g} exceeds {self.allowed:.3g}{where}{nonfinite}"
+        worst = self.exceeding[0]
+        return (f"max error {worst.max_rel:.3g} exceeds {max(self.bounds(worst)):.3g} on "
+                f"'{worst.name}'{_part_text(worst, self.bounds(worst))}{where}{nonfinite}")
 
     @property
     def nonfinite(self) -> int:
@@ -159,6 +197,16 @@ class Verification:
         for error in self.outputs:
             if error.name.startswith("logits of "):
                 text += f"\n  {error.name}: max error {error.max_rel:.3g}"
+        for error in self.outputs:
+            if error.parts:
+                text += f"\n  {error.name}: judged at {error.judged}"
+                text += _part_text(error, self.bounds(error))
+        whole = [f"'{e.name}' ({e.scale:.3g})" for e in self.outputs
+                 if not e.parts and not e.reason and e.scale > 0]
+        if whole:
+            more = f" and {len(whole) - 4} more" if len(whole) > 4 else ""
+            text += (f"\n  judged as a whole, each against its own largest value: "
+                     f"{', '.join(whole[:4])}{more}")
         if self.intermediate:
             worst = max(self.intermediate, key=lambda e: e.max_rel)
             text += (f"\n  {len(self.intermediate)} intermediate tensors: max error "
@@ -181,7 +229,10 @@ class Verification:
                 "nonfinite_outputs": self.nonfinite, "reference": self.reference,
                 "batches": self.batches, "worst_batch": self.worst_batch,
                 "agreement": self.agreement,
-                "outputs": [o.as_dict() for o in self.outputs],
+                "outputs": [dict(o.as_dict(), allowed=[float(b) for b in self.bounds(o)],
+                                 noise_floor=[float(f) for f in
+                                              self.noise_floors.get(o.name, ())])
+                            for o in self.outputs],
                 "intermediate": {"compared": len(self.intermediate),
                                  "max_error": max((e.max_rel for e in self.intermediate),
                                                   default=0.0),
@@ -196,10 +247,19 @@ class Verification:
                 "notes": self.notes()}
 
 
+def _part_text(error: OutputError, bounds: Sequence[float]) -> str:
+    """The worst part of an output judged by parts, and its scale; "" for a whole tensor."""
+    if not error.parts:
+        return ""
+    part, bound = max(zip(error.parts, bounds), key=lambda pb: pb[0].max_rel / pb[1])
+    return (f" (worst part {part.where}: max error {part.max_rel:.3g} of its own scale "
+            f"{part.scale:.3g}, allowed {bound:.3g})")
+
+
 def compared_real_numbers(errors: Sequence["OutputError"]) -> bool:
     """The one rule for every check (verification, ONNX, SavedModel, TFLite): something was
     compared, and no output was NaN/Inf everywhere in the reference (nothing real there)."""
-    return bool(errors) and all(not e.shape or e.nonfinite < np.prod(e.shape) for e in errors)
+    return bool(errors) and all(e.reason or e.nonfinite < int(np.prod(e.shape)) for e in errors)
 
 
 def worst_error(errors: Sequence["OutputError"]) -> float:

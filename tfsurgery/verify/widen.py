@@ -25,13 +25,16 @@ def _consumed_error(name: str, reference: np.ndarray, result: np.ndarray) -> Out
             result.dtype.itemsize >= 4 and result.shape == reference.shape and result.size):
         return output_error(name, reference, result)
     magnitude = float(max(reference.max(), -reference.min()))
-    np.subtract(result, reference, out=result)
+    if not np.isfinite(magnitude):      # NaN/Inf in the reference: compared by position and
+        return output_error(name, reference, result)    # sign (before ``result`` is reused:
+    np.subtract(result, reference, out=result)          # −inf − −inf is NaN)
     np.abs(result, out=result)
     max_abs = float(result.max())
-    if not (np.isfinite(max_abs) and np.isfinite(magnitude)):   # NaN/Inf: compare by position
-        return output_error(name, reference, result + reference)
+    if not np.isfinite(max_abs):        # NaN/Inf in the result only: a mismatch
+        return OutputError(name, float("inf"), float("inf"), tuple(reference.shape),
+                           scale=magnitude)
     return OutputError(name, max_abs, max_abs / max(magnitude, np.finfo(np.float32).tiny),
-                       tuple(reference.shape))
+                       tuple(reference.shape), scale=magnitude)
 
 
 def _same_shapes(pairs, expected, actual) -> Dict[str, tuple]:
