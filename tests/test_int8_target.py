@@ -52,6 +52,22 @@ def test_a_named_target_overrides_this_machine():
         int8_target.settings("riscv")
 
 
+@pytest.mark.parametrize("target, alternatives", [
+    ("x86", ["7-bit per-tensor", "8-bit per-channel", "8-bit per-tensor"]),
+    ("x86-vnni", ["8-bit per-tensor"]), ("arm", ["8-bit per-tensor"])])
+def test_each_target_names_onnxruntimes_defaults_it_differs_from(target, alternatives):
+    """The weight settings the int8 loop measures beside the target's guidance: each of
+    onnxruntime's defaults (8 bits, per tensor) the guidance differs from, activations kept."""
+    guided = int8_target.settings(target)
+    others = guided.weight_alternatives()
+    assert [o.weights_label for o in others] == alternatives
+    assert all((o.target, o.activations) == (guided.target, guided.activations) for o in others)
+    assert guided.weights_label == ("7-bit per-channel" if target == "x86" else
+                                    "8-bit per-channel")
+    assert others[-1].quantize_dynamic_options()["per_channel"] is False
+    assert others[-1].quantize_static_options()["reduce_range"] is False
+
+
 def test_cpu_name_names_the_model_and_int8_flags():
     assert int8_target.cpu_name(VNNI_CPU) == "AMD EPYC (avx2, avx512f, avx512_vnni)"
     assert int8_target.cpu_name(AVX2_CPU) == "AMD EPYC (avx2)"
