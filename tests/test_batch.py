@@ -388,32 +388,55 @@ def test_an_error_of_ours_in_one_job_is_that_models_record(tmp_path):
 
 def test_an_interrupted_batch_kills_its_model_processes(tmp_path):
     """Model processes live in sessions of their own (a deadline kills one group), so the
-    terminal's Ctrl-C never reaches them: the batch kills them itself."""
+    terminal's Ctrl-C never reaches them: the batch kills them itself. No timing assumed
+    (issue 47: this failed once under load): Ctrl-C comes once both processes are observed
+    running AND registered with the batch (what it kills), and each must then be observed
+    dead — killed, not ending on its own: they sleep 600 s — within margins that hold on a
+    loaded 2-core machine."""
     import signal
     import threading
     sleeper = ("import os, sys, time\n"
                "open(os.path.join(os.getcwd(), 'pid'), 'w').write(str(os.getpid()))\n"
-               "time.sleep(120)\n")
-    jobs = [_fake_job(tmp_path, name, sleeper) for name in ("a", "b")]
-    pid_files = [Path(job["cwd"]) / "pid" for job in jobs]
+               "time.sleep(600)\n")
+    jobs = [dict(_fake_job(tmp_path, name, sleeper), timeout=3600) for name in ("a", "b")]
+    pid_files = [Path(job["cwd"]) / "pid" for job in jobs]     # (no deadline kills them)
+
+    def registered() -> set:
+        with batch._RUNNING_LOCK:
+            return {process.pid for process in batch._RUNNING}
+
+    def running() -> bool:                           # both started and both the batch's
+        return all(p.exists() and p.read_text() for p in pid_files) and \
+            {int(p.read_text()) for p in pid_files} <= registered()
 
     def interrupt_once_both_run():
-        deadline = time.monotonic() + 60
-        while not all(p.exists() and p.read_text() for p in pid_files):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(running, 300)
         os.kill(os.getpid(), signal.SIGINT)         # what Ctrl-C sends
 
-    started = time.monotonic()
     threading.Thread(target=interrupt_once_both_run, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         list(batch._run_locally(jobs, 2))
-    assert time.monotonic() - started < 60           # not the sleepers ending by themselves
     pids = [int(p.read_text()) for p in pid_files]
-    deadline = time.monotonic() + 10
-    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+    wait_for(lambda: not any(_alive(pid) for pid in pids), 60)
+    assert not any(_alive(pid) for pid in pids)
+
+
+def wait_for(condition, seconds: float) -> None:
+    """Until ``condition()`` holds (an AssertionError after ``seconds``: a margin, not a
+    timing the test relies on)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {seconds} s"
         time.sleep(0.05)
-    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
+
+
+def _alive(pid: int) -> bool:
+    """Is ``pid`` running (a zombie — killed, not yet reaped — is not)?"""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def test_chatter_does_not_change_the_fingerprint():

@@ -119,9 +119,12 @@ def test_a_choice_never_sees_the_gate_rows(digits_model, tmp_path):
         fingerprints(rows.selection.arrays["input"])
     calibration = fingerprints(rows.calibration.arrays["input"])
     *choosing, judging = backend.runs
-    # static: 4 attempts, a sensitivity per layer, one fallback step; then dynamic (static
-    # missed): one attempt, its sensitivities, one fallback step — all on the selection rows
-    assert len(choosing) == 4 + report.layers + 1 + 1 + report.layers + 1
+    # static: 4 attempts, the best with each alternative weight setting, a sensitivity per
+    # layer, one fallback step; then dynamic (static missed): one attempt, its alternatives,
+    # its sensitivities, one fallback step — all on the selection rows
+    others = len(backend.alternatives(int8_loop.Choice()))
+    assert others >= 1                        # onnxruntime's default weights on every target
+    assert len(choosing) == 4 + others + report.layers + 1 + 1 + others + report.layers + 1
     assert [m["mode"] for m in report.modes] == ["static", "mixed", "dynamic", "dynamic mixed"]
     for run in choosing:
         assert fingerprints(run) == selection

@@ -39,8 +39,13 @@ def export(digits_model, tmp_path, *extra):
 def test_a_named_target_is_written_reported_and_timed(digits_model, tmp_path):
     code, out, int8 = export(digits_model, tmp_path, "--int8-target", "x86")
     assert code == 0, int8
-    assert int8["target"]["target"] == "x86" and int8["target"]["reduce_range"]
-    assert int8["target"]["activations"] == "uint8" and "asked for" in int8["target"]["why"]
+    written = int8["target"]
+    assert written["target"] == "x86" and written["activations"] == "uint8"
+    assert "asked for" in written["why"]
+    # the x86 guidance (7-bit per-channel) and onnxruntime's default weights both measured
+    [note] = [n for n in int8["notes"] if n.startswith("static weights: ")]
+    assert "7-bit per-channel (the x86 target's guidance)" in note
+    assert "8-bit per-tensor (onnxruntime's default)" in note and "on the selection rows" in note
     speed = int8["speed"]
     assert speed["float_ms"] > 0 and speed["int8_ms"] > 0 and speed["passed"]
     assert speed["speedup"] == pytest.approx(speed["float_ms"] / speed["int8_ms"])
@@ -51,7 +56,13 @@ def test_a_named_target_is_written_reported_and_timed(digits_model, tmp_path):
     assert zero_points == {TensorProto.UINT8}                   # uint8 activations
     weights = [numpy_helper.to_array(i) for i in model.graph.initializer
                if i.data_type == TensorProto.INT8 and len(i.dims) >= 2]
-    assert weights and max(int(np.abs(w).max()) for w in weights) <= 64   # 7-bit weights
+    assert weights                                  # 7-bit weights where the report says so
+    assert (max(int(np.abs(w).max()) for w in weights) <= 64) == written["reduce_range"]
+    scales = [n.input[1] for n in model.graph.node if n.op_type == "DequantizeLinear"
+              and n.input[0] in {i.name for i in model.graph.initializer
+                                 if i.data_type == TensorProto.INT8 and len(i.dims) >= 2}]
+    assert all((len(inits[s].dims) == 1 and inits[s].dims[0] > 1) == written["per_channel"]
+               for s in scales) and scales
     # the test's own oracle: TensorFlow float against onnxruntime int8 on unseen digits
     images = digits_model["images"]
     with tf.Graph().as_default() as graph:

@@ -97,6 +97,31 @@ def test_bf16_only_when_asked_and_checked_at_its_tolerance(models, tmp_path):
     assert 0 < error <= BF16_TOLERANCE          # a different number format: not bit-equal
 
 
+def test_the_ir_at_openvinos_default_precision_on_this_cpu(models, tmp_path,
+                                                          record_property):
+    """Runs on every CPU (issue 47): the IR compiled as a deploying program compiles it, with no
+    precision hint — OpenVINO's CPU plugin then picks bf16 where the CPU has native bf16
+    (AVX512_BF16, AMX) and f32 elsewhere (an AVX2-only CPU: what the f32 test above checks,
+    the hint set) — the precision it chose read
+    back from the compiled model, and the outputs checked against TensorFlow at that
+    precision's tolerance; the precision is named in the test report (``record_property``)."""
+    built, result = models["keras3_small"]
+    written = api.write(api.Source(built.graph_def, "keras3_small"), result,
+                        api.Targets(openvino=tmp_path / "ir"))
+    assert written.artefacts[0].passed
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(tmp_path / "ir" / "model.xml")), "CPU")
+    chosen = openvino_export.precision_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    assert chosen == openvino_export.default_precision() and chosen in openvino_export.TOLERANCES
+    x = np.random.default_rng(13).standard_normal((3, 12, 12, 3)).astype(np.float32)
+    (expected,) = oracle.run(built.graph_def, {built.inputs[0]: x}, built.outputs)
+    error = oracle.relative_error(expected, compiled([x])[compiled.output(0)])
+    tolerance = openvino_export.TOLERANCES[chosen]
+    record_property("openvino_default_precision", f"{chosen}: error {error:.3g} ≤ {tolerance:g}")
+    print(f"OpenVINO's default precision on this CPU: {chosen}, error {error:.3g}")
+    assert error <= tolerance, (chosen, error)
+
+
 def test_a_precision_the_cpu_lacks_is_refused_in_one_line(models, tmp_path, monkeypatch):
     monkeypatch.setattr(openvino_export, "supported_precisions", lambda: ["f32"])
     _, result = models["article_cnn"]

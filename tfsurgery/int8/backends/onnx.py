@@ -17,6 +17,7 @@ layer reads its input through its own per-axis DequantizeLinear carrying the sam
 point for every channel (:func:`keep_float`): the same numbers, and no match.
 """
 import contextlib
+import dataclasses
 import io
 import logging
 import os
@@ -32,6 +33,7 @@ from tfsurgery.errors import ExportError, InputError
 from tfsurgery.int8 import speed as int8_speed
 from tfsurgery.int8.backends.onnx_coverage import (dynamic_op_types, left_float_note,
                                                    untyped_as_float)
+from tfsurgery.int8.backends.onnx_ranges import entropy_ranges, percentile_ranges
 from tfsurgery.int8.loop import (DYNAMIC, MAX_FLOAT_FRACTION, MIN_AGREEMENT,  # noqa: F401
                                  MIN_SQNR_DB, Attempt, Backend, Choice, Int8Refused, Int8Report,
                                  OutputMeasure, Rows, Thresholds, compare, is_class_scores,
@@ -73,6 +75,7 @@ class OnnxBackend(Backend):
         self.timeout, self.batch = timeout, batch
         self._built = 0
         self._means: Dict[tuple, List[np.ndarray]] = {}     # bias correction's E[x], once
+        self._settings_of: Dict[Path, int8_target.Int8Settings] = {}   # each model built
 
     def choices(self) -> List[Choice]:
         return [Choice(model, method, corrected) for model in self.candidates
@@ -81,6 +84,29 @@ class OnnxBackend(Backend):
     def dynamic_choices(self) -> List[Choice]:
         return [Choice(model, DYNAMIC) for model in self.candidates]
 
+    def alternatives(self, choice: Choice) -> List[Choice]:
+        """``choice`` with each of onnxruntime's default weight settings (8 bits, per tensor)
+        that the target's guidance differs from (:meth:`Int8Settings.weight_alternatives`)."""
+        if choice.weights:
+            return []
+        return [dataclasses.replace(choice, weights=other.weights_label)
+                for other in self.settings.weight_alternatives()]
+
+    def settings_for(self, choice: Choice) -> int8_target.Int8Settings:
+        """The settings ``choice`` quantizes with: the target's, or the alternative its
+        ``weights`` names."""
+        for other in self.settings.weight_alternatives() if choice.weights else ():
+            if other.weights_label == choice.weights:
+                return other
+        return self.settings
+
+    def weights_label(self, choice: Choice) -> str:
+        settings = self.settings_for(choice)
+        if settings is self.settings:
+            return f"{settings.weights_label} (the {settings.target} target's guidance)"
+        default = not settings.reduce_range and not settings.per_channel
+        return settings.weights_label + (" (onnxruntime's default)" if default else "")
+
     def layers(self, choice: Choice) -> List[str]:
         return quantizable_layers(self.candidates[choice.model])
 
@@ -88,13 +114,14 @@ class OnnxBackend(Backend):
         self._built += 1
         out = self.stage / f"int8-{self._built}.onnx"
         float_model = self.candidates[choice.model]
+        settings = self._settings_of[out] = self.settings_for(choice)
         if choice.mode == DYNAMIC:
-            _quantize_dynamic(float_model, out, kept_float, self.settings)
+            _quantize_dynamic(float_model, out, kept_float, settings)
             return out
         _quantize_static(float_model, out, self.calibration,
                          list(kept_float) + output_heads(float_model), method=choice.method,
                          cache=self.stage / f"calibration-{choice.model}-{choice.method}.json",
-                         settings=self.settings)
+                         settings=settings)
         if choice.bias_corrected:
             try:
                 correct_biases(float_model, out, self.calibration, self._means)
@@ -116,7 +143,9 @@ class OnnxBackend(Backend):
         return self.candidates[choice.model].stat().st_size
 
     def details(self, model: Path) -> dict:
-        return {"target": self.settings.as_dict()}
+        """The settings ``model`` was quantized with (the target's, or its activations with
+        onnxruntime's default weights when those measured more accurate)."""
+        return {"target": self._settings_of.get(Path(model), self.settings).as_dict()}
 
     def mode_notes(self, choice: Choice) -> List[str]:
         """What onnxruntime's quantizer for ``choice``'s mode leaves float in its model (a
@@ -329,9 +358,9 @@ def _quantize_static(float_model: Path, out: Path, calibration: Samples,
         str(float_model), providers=["CPUExecutionProvider"]).get_inputs()}
     with _onnxruntime_quantizing("onnxruntime cannot quantize the model"):
         if method == "Entropy" and not cache.exists():
-            _entropy_ranges(float_model, Rows, cache)
+            entropy_ranges(float_model, Rows, cache)
         if method == "Percentile" and not cache.exists():
-            _percentile_ranges(float_model, Rows, cache)
+            percentile_ranges(float_model, Rows, cache)
         with contextlib.redirect_stdout(io.StringIO()):    # the histogram methods print()
             q.quantize_static(str(float_model), str(out), Rows(), **options,
                               calibrate_method=getattr(q.CalibrationMethod, method),
@@ -485,103 +514,6 @@ def _channel_means(model, tensors: Sequence[str], rows: Samples) -> List[np.ndar
             sums[index] = per_channel.sum(axis=1) + (sums[index] if counts[index] else 0)
             counts[index] += per_channel.shape[1]
     return [total / max(count, 1) for total, count in zip(sums, counts)]
-
-
-ENTROPY_BINS = (2048, 128)          # histogram bins, quantized bins: TensorRT's entropy method
-
-
-def _entropy_ranges(float_model: Path, make_rows, cache: Path) -> None:
-    """Entropy ranges into ``cache`` (read back by quantize_static). quantize_static's own
-    Entropy calibrator keeps onnxruntime's defaults of 128 histogram bins for 128 quantized
-    bins, which leaves one candidate threshold — the full range, i.e. MinMax; KL-divergence
-    calibration needs a finer histogram than the grid it chooses a range for."""
-    _histogram_ranges(float_model, make_rows, cache, "Entropy",
-                      {"num_bins": ENTROPY_BINS[0], "num_quantized_bins": ENTROPY_BINS[1]})
-
-
-def _percentile_ranges(float_model: Path, make_rows, cache: Path) -> None:
-    _histogram_ranges(float_model, make_rows, cache, "Percentile")
-
-
-def _histogram_ranges(float_model: Path, make_rows, cache: Path, method: str,
-                      options: Optional[dict] = None) -> None:
-    """``method``'s (Percentile, Entropy) ranges into ``cache``, computed as onnxruntime's
-    calibrator computes them — a histogram per tensor over every calibration row (of |x| for
-    symmetric Percentile), then its percentile or KL search — but with one row's activations in
-    memory at a time: its calibrator keeps every row's until it builds the histograms (about
-    90 MiB per row for a ResNet50 at 224; docs/int8.md, Memory). Two passes over the rows
-    (``make_rows()`` gives a fresh reader): each tensor's extremes, then its histogram row by
-    row within the range numpy would take for all rows at once — the same counts, so the same
-    ranges. An empty tensor: onnxruntime's own calibration, all rows at once."""
-    import tempfile
-    from onnxruntime.quantization import calibrate, registry
-    ops = sorted(set(registry.QLinearOpsRegistry) | set(registry.QDQRegistry))
-    with tempfile.TemporaryDirectory(prefix="calibration.", dir=cache.parent) as scratch, \
-            contextlib.redirect_stdout(io.StringIO()):      # the histogram methods print()
-        calibrator = calibrate.create_calibrator(
-            Path(float_model), ops, augmented_model_path=str(Path(scratch) / "augmented.onnx"),
-            calibrate_method=getattr(calibrate.CalibrationMethod, method),
-            providers=["CPUExecutionProvider"], extra_options=options or {})
-        absolute = calibrator.method == "percentile" and calibrator.symmetric
-        histograms = _row_by_row_histograms(calibrator, make_rows, absolute)
-        if histograms is None:
-            calibrator.collect_data(make_rows())
-        else:
-            calibrator.collector = calibrate.HistogramCollector(
-                method=calibrator.method, symmetric=calibrator.symmetric,
-                num_bins=calibrator.num_bins, num_quantized_bins=calibrator.num_quantized_bins,
-                percentile=calibrator.percentile, scenario=calibrator.scenario)
-            calibrator.collector.histogram_dict = histograms
-        calibrate.save_tensors_data(calibrator.compute_data(), cache)
-
-
-def _row_by_row_histograms(calibrator, make_rows, absolute: bool) -> Optional[dict]:
-    """onnxruntime's ``HistogramCollector.histogram_dict`` for all rows, built one row at a
-    time: (counts, edges, min, max) on |x| (``absolute``: its ``collect_absolute_value``), or
-    (counts, edges, min, max, threshold) on x within ±threshold (``collect_value``). None for an
-    empty tensor or no rows."""
-    session = calibrator.infer_session
-    names = [o.name for o in session.get_outputs()]
-    wanted = [i for i, name in enumerate(names) if name in calibrator.tensors_to_calibrate]
-
-    def activations():
-        reader = make_rows()
-        while (feeds := reader.get_next()) is not None:
-            values = session.run(None, feeds)
-            yield {names[i]: values[i] for i in wanted}
-
-    extremes: Dict[str, tuple] = {}
-    for row in activations():
-        for name, value in row.items():
-            if not value.size:
-                return None
-            magnitude = np.abs(value)           # x's and |x|'s extremes over the rows
-            low, high = np.nanmin(value), np.nanmax(value)
-            small, large = magnitude.min(), magnitude.max()
-            if name in extremes:
-                was = extremes[name]
-                low, high = np.minimum(was[0], low), np.maximum(was[1], high)
-                small, large = np.minimum(was[2], small), np.maximum(was[3], large)
-            extremes[name] = (low, high, small, large)
-    if not extremes:
-        return None
-    histograms: Dict[str, tuple] = {}
-    for row in activations():
-        for name, value in row.items():
-            low, high, small, large = extremes[name]
-            if absolute:
-                hist, edges = np.histogram(np.abs(value), bins=calibrator.num_bins,
-                                           range=(small, large))
-                entry = (hist, edges.astype(value.dtype), low, high)
-            else:
-                threshold = np.array(max(abs(low), abs(high)), dtype=value.dtype)
-                hist, edges = np.histogram(value, calibrator.num_bins,
-                                           range=(-threshold, threshold))
-                entry = (hist, edges, low, high, threshold)
-            if name in histograms:
-                entry = (histograms[name][0] + hist,) + entry[1:]
-            histograms[name] = entry
-    return histograms
 
 
 def check_request(samples_path: Optional[str], quantize: Optional[str], onnx: bool,
