@@ -61,10 +61,10 @@ def _match(graph: Graph, rsqrt: str):
     if plus_eps is None or plus_eps[0].size != 1:
         return "not Rsqrt(variance + epsilon)"
     eps, variance = plus_eps
-    moments = _moments(graph, variance)
-    if isinstance(moments, str):
-        return moments
-    x, mean = moments
+    found = moments(graph, variance)
+    if isinstance(found, str):
+        return found
+    x, mean = found
     inv, gamma = _scaled(graph, rsqrt)
     output = _normalized(graph, inv, x, mean)
     if isinstance(output, str):
@@ -80,7 +80,7 @@ def _match(graph: Graph, rsqrt: str):
     return LayerNorm(out, x, gamma, beta, float(np.ravel(eps)[0]))
 
 
-def _moments(graph: Graph, variance: Ref):
+def moments(graph: Graph, variance: Ref):
     """(x, mean) when ``variance`` is Mean(SquaredDifference(x, Mean(x, -1)), -1)."""
     var = producer(graph, variance, {"Mean"})
     if var is None or not _last_axis_kept(graph, var):
