@@ -22,7 +22,7 @@ import numpy as np
 from tfsurgery.export.onnx_splice import Fused, tensor_name
 from tfsurgery.graph import Graph
 from tfsurgery.graph.refs import Ref
-from tfsurgery.transforms.fusion_match import (ADDS, as_vector, const_and_other,
+from tfsurgery.transforms.fusion_match import (ADDS, as_vector, const_and_other, constant_first,
                                                consumers_with_op, other_input, producer)
 
 NAME = "fuse-layer-norm"
@@ -126,7 +126,8 @@ def _normalized(graph: Graph, inv: str, x: Ref, mean: Ref):
     mul, negated = mean_inv
     shift, beta = Ref(mul), None
     for add in consumers_with_op(graph, mul, ADDS | {"Sub"}):
-        split = const_and_other(graph, add)
+        split = constant_first(graph, add) if graph.op(add) == "Sub" else \
+            const_and_other(graph, add)
         sub_ok = graph.op(add) == "Sub" and not negated and graph.inputs(add)[1] == Ref(mul)
         add_ok = graph.op(add) != "Sub" and negated
         if split is not None and as_vector(split[0]) is not None and (sub_ok or add_ok):
