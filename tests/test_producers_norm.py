@@ -135,7 +135,8 @@ def test_a_constant_divided_by_x_is_not_x_divided_by_the_constant():
     constant's side counts for non-commutative ops, either side for commutative ones."""
     graph = _graph(lambda x: [tf.math.truediv(2.0, x, name="c_over_x"),
                               tf.math.truediv(x, 2.0, name="x_over_c"),
-                              tf.math.pow(3.0, x, name="c_pow_x"), tf.math.pow(x, 3.0, name="x_pow_c"),
+                              tf.math.pow(3.0, x, name="c_pow_x"),
+                              tf.math.pow(x, 3.0, name="x_pow_c"),
                               tf.math.subtract(1.0, x, name="c_minus_x"),
                               tf.math.multiply(2.0, x, name="c_times_x")])
     x = graph.inputs("x_over_c")[0]
@@ -165,3 +166,55 @@ def test_gelu_with_the_constant_on_the_wrong_side_is_not_fused():
     assert found == []
     assert sorted(why for _, why in skipped) == [
         "not tanh(c · (x + 0.044715 x³))", "the Erf argument is not a product with a constant"]
+
+
+# ------------------------------------------------------------------ the canonical forms
+def _spellings():
+    """One graph holding each spelling the rules rewrite, over x [batch, 16, 8] (rank known)."""
+    r = np.random.default_rng(3)
+    gamma, beta = (r.normal(1, 0.3, 8).astype(np.float32), r.normal(0, 0.3, 8).astype(np.float32))
+    with tf.Graph().as_default() as graph:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 16, 8], name="x")
+        # tf_keras LayerNormalization, epsilon >= 1.001e-5: the FusedBatchNorm form
+        rows = tf.reshape(x, [1, -1, 8, 1])
+        ones, zeros = tf.ones(tf.shape(rows)[1:2]), tf.zeros(tf.shape(rows)[1:2])
+        normed, _, _ = tf.compat.v1.nn.fused_batch_norm(rows, ones, zeros, epsilon=1e-3,
+                                                       data_format="NCHW")
+        tf.add(tf.reshape(normed, tf.shape(x)) * gamma, beta, name="fused_batch_norm")
+        # hand-written: moments over axis 2, (x - mean) / sqrt(var + eps)
+        mean, variance = tf.nn.moments(x, axes=[2], keepdims=True)
+        tf.add((x - mean) / tf.sqrt(variance + 1e-6) * gamma, beta, name="centered")
+        # tf.nn.batch_normalization over axis 2 (Hugging Face's form)
+        tf.identity(tf.nn.batch_normalization(x, mean, variance, beta, gamma, 1e-12),
+                    name="hugging_face")
+        # the tanh GELU with its cube written out
+        tf.multiply(0.5 * x, 1 + tf.tanh(0.7978845608 * (x + 0.044715 * x * x * x)),
+                    name="gelu")
+    return graph.as_graph_def()
+
+
+def test_each_canonical_form_computes_what_it_replaced_and_the_matchers_then_see_it():
+    """The rules rewrite a private copy of the graph an export converts (the default
+    pipeline's, given stays as it was); in TensorFlow the copy computes every output as the
+    original does; the LayerNorm and GELU matchers then find each one."""
+    from tfsurgery.export.onnx_fusion import static_shapes
+    from tfsurgery.transforms import CANONICAL_RULES, canonical_forms, fuse_layer_norm
+    outputs = ["fused_batch_norm", "centered", "hugging_face", "gelu"]
+    original = api.optimize(_spellings(), interface=api.Interface(
+        inputs=["x"], outputs=outputs)).graph_def
+    before = original.SerializeToString(deterministic=True)
+    graph, rewrites = canonical_forms.canonical(original, static_shapes(original),
+                                                CANONICAL_RULES)
+    assert original.SerializeToString(deterministic=True) == before
+    done = canonical_forms.summary(rewrites)
+    assert done["FusedBatchNorm over rows → LayerNorm (canonical)"] == 1
+    assert done["(x - mean) · Rsqrt(var + eps) → LayerNorm (canonical)"] == 1
+    assert done["c·x·x·x → c·Pow(x, 3)"] == 1
+    assert done["Mean axes [2] → [-1]"] >= 2
+    feeds = {"x": np.random.default_rng(4).normal(0, 2, (3, 16, 8)).astype(np.float32)}
+    for want, got in zip(oracle.run(original, feeds, outputs),
+                         oracle.run(graph.to_graph_def(), feeds, outputs)):
+        assert oracle.relative_error(want, got) <= 1e-5
+    norms = {norm.out for norm in fuse_layer_norm.layer_norms(graph)[0]}
+    assert norms >= {"fused_batch_norm", "centered"} and len(norms) == 3
+    assert [fused.output for fused in fuse_gelu.find(graph)[0]] == ["gelu:0"]

@@ -83,8 +83,14 @@ def _match(graph: Graph, rsqrt: str):
 def moments(graph: Graph, variance: Ref):
     """(x, mean) when ``variance`` is Mean(SquaredDifference(x, Mean(x, -1)), -1)."""
     var = producer(graph, variance, {"Mean"})
-    if var is None or not _last_axis_kept(graph, var):
-        return "variance is not a Mean over the last axis"
+    if var is None:
+        return "the variance is not a Mean"
+    if not _last_axis_kept(graph, var):
+        axes = graph.const_value(graph.inputs(var)[1])
+        axes = np.ravel(axes).tolist() if axes is not None else "computed at run time"
+        kept = "" if graph.attr(var, "keep_dims", False) else " without keep_dims"
+        return (f"the variance is a Mean over axes {axes}{kept}, not over the last axis alone "
+                "(-1; an axis counted from the front is made -1 where the rank is known)")
     sq = producer(graph, graph.inputs(var)[0], {"SquaredDifference"})
     if sq is None:
         return "variance is not a mean of SquaredDifference"
