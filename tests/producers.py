@@ -3,8 +3,8 @@ for tfsurgery to load as a user would. Random weights from configs, no downloads
 layers, hidden 64, sequence 16.
 
 Each family is built in a process of its own (``python -m tests.producers FAMILY DIR``):
-Hugging Face ``transformers`` and tf_keras need ``TF_USE_LEGACY_KERAS=1``, keras-hub needs
-Keras 3. ``build(family, directory)`` runs that and returns {model: SavedModel path}.
+Hugging Face ``transformers`` and tf_keras (``legacy``) need ``TF_USE_LEGACY_KERAS=1``,
+keras-hub needs Keras 3. ``build(family, directory)`` runs that and returns {model: SavedModel path}.
 """
 import os
 import subprocess
@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 SEQ, HIDDEN, LAYERS, HEADS, FFN, VOCAB, IMAGE = 16, 64, 2, 2, 128, 100, 32
-FAMILIES = {"hf": ("hf_bert", "hf_gpt2", "hf_vit"), "tf_keras": ("tf_keras_mha", "hand_tf"),
+# one process per family: Hugging Face and tf_keras share tf_keras (TF_USE_LEGACY_KERAS=1)
+FAMILIES = {"legacy": ("hf_bert", "hf_gpt2", "hf_vit", "tf_keras_mha", "hand_tf"),
             "keras_hub": ("keras_hub_bert", "keras_hub_gpt2", "keras_hub_vit")}
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -147,4 +148,5 @@ def keras_hub(directory: Path):
 
 if __name__ == "__main__":
     family, out = sys.argv[1], Path(sys.argv[2])
-    {"hf": hugging_face, "tf_keras": tf_keras_encoders, "keras_hub": keras_hub}[family](out)
+    for builder in {"legacy": (hugging_face, tf_keras_encoders), "keras_hub": (keras_hub,)}[family]:
+        builder(out)

@@ -80,10 +80,19 @@ def kinds(counts, names):
 
 def onnxruntime_optimizer(path, model_type):
     """What onnxruntime's transformer optimizer fuses on the model at ``path`` (the recipe a
-    user would try on our unfused export)."""
+    user would try on our unfused export); its python fusions alone where its default level
+    wants torch (as benchmarks/transformers.py runs it). None where it fails."""
     from onnxruntime.transformers.optimizer import optimize_model
-    optimized = optimize_model(str(path), model_type=model_type, num_heads=producers.HEADS,
-                               hidden_size=producers.HIDDEN)
+    sizes = dict(model_type=model_type, num_heads=producers.HEADS, hidden_size=producers.HIDDEN)
+    try:
+        try:
+            optimized = optimize_model(str(path), **sizes)
+        except ImportError:
+            optimized = optimize_model(str(path), **sizes, opt_level=0)
+    except TypeError:
+        # onnxruntime 1.32's FusionSimplifiedLayerNormalization indexes a NodeProto on the
+        # hand-written LayerNorm (fusion_simplified_layernorm.py:117): the recipe stops there
+        return None
     counts = {}
     for node in optimized.model.graph.node:
         counts[node.op_type] = counts.get(node.op_type, 0) + 1
@@ -118,6 +127,9 @@ def test_every_layer_norm_and_gelu_fused_and_matching_tensorflow(model, saved_mo
         assert oracle.relative_error(want, got) <= 1e-4
 
     peer = onnxruntime_optimizer(paths[False], model_type)
+    if peer is None:                    # the peer's recipe fails: it gives the user nothing
+        assert model == "hand_tf"
+        peer = {}
     assert kinds(ours, LAYER_NORMS) >= kinds(peer, LAYER_NORMS), (ours, peer)
     assert kinds(ours, GELUS) >= kinds(peer, GELUS), (ours, peer)
 
