@@ -25,9 +25,13 @@ def negative_axes(graph: Graph, shapes: Shapes) -> List[Rewrite]:
     """A reduction over constant axes ``a >= 0`` of a tensor of known rank ``r`` reduces over
     ``a - r``: the same axes counted from the end (tf_keras' ``LayerNormalization`` writes
     ``[2]`` for the last axis of a rank-3 tensor, the matchers ask for ``[-1]``). Exact: an
-    index, not a computation, changes. The constant may be shared, so the node gets its own."""
+    index, not a computation, changes. The constant may be shared, so the node gets its own.
+    Only reductions that keep their dimensions (a normalisation's statistics; a global pooling
+    drops them) are asked about: a shape question imports the graph into TensorFlow once."""
     rewrites = []
     for node in graph.names_with_ops(REDUCTIONS):
+        if not graph.attr(node, "keep_dims", False):
+            continue
         inputs = graph.inputs(node)
         axes = graph.const_value(inputs[1]) if len(inputs) == 2 else None
         shape = shapes(inputs[0]) if axes is not None and np.any(axes >= 0) else None
