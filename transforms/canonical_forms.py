@@ -96,7 +96,9 @@ def add_node(graph: Graph, op: str, node: str, what: str, inputs, dtype_from: st
 
 def become(graph: Graph, node: str, op: str, inputs: Sequence[Ref], keep_attrs=("T",)) -> None:
     """Node ``node`` now computes ``op(inputs)``, under its own name (its readers unchanged);
-    attributes other than ``keep_attrs`` go."""
+    attributes other than ``keep_attrs`` go. The old spelling, now read by nothing, leaves the
+    copy (a matcher must not see it as another reader of the pattern's input)."""
+    old = [ref.node for ref in graph.inputs(node)]
     edited = graph.edit_node(node)
     edited.op = op
     for key in [k for k in edited.attr if k not in keep_attrs and not k.startswith("_")]:
@@ -108,3 +110,16 @@ def become(graph: Graph, node: str, op: str, inputs: Sequence[Ref], keep_attrs=(
         graph.set_input(node, index, ref)
     if count > len(inputs):
         graph.remove_inputs(node, range(len(inputs), count))
+    remove_unread(graph, old)
+
+
+def remove_unread(graph: Graph, names: Sequence[str]) -> None:
+    """Remove the nodes of ``names`` that nothing reads, then their inputs that nothing reads
+    any more, and so on (Placeholders stay: they are the graph's inputs)."""
+    pending = list(names)
+    while pending:
+        name = pending.pop()
+        if name not in graph or graph.reader_count(name) or graph.op(name) == "Placeholder":
+            continue
+        pending += [ref.node for ref in graph.input_refs(name)]
+        graph.remove([name])

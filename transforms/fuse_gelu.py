@@ -6,12 +6,16 @@ Exact GELU is ``0.5 x (1 + erf(x / √2))``; TF 2.21 writes it ``0.5 x · erfc(-
 constants and by every branch reading the same ``x``, then replaced by one op: ``Gelu(x)`` or
 ``FastGelu(x)``, producing the last Mul's output under its TensorFlow name. onnxruntime then
 takes a bias Add in front into it (``BiasGelu`` / ``FastGelu`` with bias; see
-``tfsurgery.export.onnx_fusion``).
+``tfsurgery.export.onnx_fusion``). The quick GELU of CLIP and Hugging Face's ``quick_gelu``,
+``x · sigmoid(1.702 x)``, is onnxruntime's ``QuickGelu(x, alpha=1.702)``: the same formula.
+(Spellings such as ``x·x·x`` for the cube are made canonical first: ``canonical_norm``.)
 """
 from __future__ import annotations
 
 import math
 from typing import List, Optional, Tuple
+
+import numpy as np
 
 from tfsurgery.export.onnx_splice import MICROSOFT, Fused, tensor_name
 from tfsurgery.graph import Graph
@@ -22,6 +26,8 @@ from tfsurgery.transforms.fusion_match import (ADDS, const_and_other, consumers_
 NAME = "fuse-gelu"
 WHAT_EXACT = "GELU (erf) → Gelu"
 WHAT_TANH = "GELU (tanh) → FastGelu"
+WHAT_QUICK = "quick GELU (x·sigmoid(1.702x)) → QuickGelu"
+QUICK_ALPHA = 1.702
 SQRT_HALF = 1 / math.sqrt(2)
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
@@ -38,7 +44,30 @@ def find(graph: Graph, shapes=None) -> Tuple[List[Fused], List[Tuple[str, str]]]
             exact = graph.op(node) != "Tanh"
             found.append(_fused(graph, out, x, "Gelu" if exact else "FastGelu",
                                 WHAT_EXACT if exact else WHAT_TANH))
+    for sigmoid in graph.names_with_ops({"Sigmoid"}):
+        quick = _quick_gelu(graph, sigmoid)
+        if isinstance(quick, str):
+            skipped.append((sigmoid, quick))
+        elif quick is not None:
+            found.append(quick)
     return found, skipped
+
+
+def _quick_gelu(graph: Graph, sigmoid: str):
+    """``x · sigmoid(1.702 x)`` as a ``Fused`` QuickGelu; None where the sigmoid's argument is
+    not 1.702·x (a plain sigmoid: not a candidate); why not where it is but x · it is not."""
+    from onnx import helper
+    split = const_and_other(graph, producer(graph, graph.inputs(sigmoid)[0], {"Mul"}))
+    if split is None or not scalar_near(split[0], QUICK_ALPHA, 1e-4):
+        return None
+    x = split[1]
+    for out in consumers_with_op(graph, sigmoid, {"Mul"}):
+        if other_input(graph, out, Ref(sigmoid)) == x:
+            node = helper.make_node("QuickGelu", [tensor_name(x)], [f"{out}:0"],
+                                    name=f"{out}/QuickGelu", domain=MICROSOFT,
+                                    alpha=float(np.ravel(split[0])[0]))
+            return Fused(WHAT_QUICK, f"{out}:0", [tensor_name(x)], [node])
+    return "sigmoid(1.702 x) is not multiplied by the same x"
 
 
 def _gelu_argument(graph: Graph, node: str):

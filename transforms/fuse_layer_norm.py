@@ -22,7 +22,7 @@ import numpy as np
 from tfsurgery.export.onnx_splice import Fused, tensor_name
 from tfsurgery.graph import Graph
 from tfsurgery.graph.refs import Ref
-from tfsurgery.transforms.fusion_match import (ADDS, as_vector, const_and_other,
+from tfsurgery.transforms.fusion_match import (ADDS, as_vector, const_and_other, constant_first,
                                                consumers_with_op, other_input, producer)
 
 NAME = "fuse-layer-norm"
@@ -61,10 +61,10 @@ def _match(graph: Graph, rsqrt: str):
     if plus_eps is None or plus_eps[0].size != 1:
         return "not Rsqrt(variance + epsilon)"
     eps, variance = plus_eps
-    moments = _moments(graph, variance)
-    if isinstance(moments, str):
-        return moments
-    x, mean = moments
+    found = moments(graph, variance)
+    if isinstance(found, str):
+        return found
+    x, mean = found
     inv, gamma = _scaled(graph, rsqrt)
     output = _normalized(graph, inv, x, mean)
     if isinstance(output, str):
@@ -80,11 +80,17 @@ def _match(graph: Graph, rsqrt: str):
     return LayerNorm(out, x, gamma, beta, float(np.ravel(eps)[0]))
 
 
-def _moments(graph: Graph, variance: Ref):
+def moments(graph: Graph, variance: Ref):
     """(x, mean) when ``variance`` is Mean(SquaredDifference(x, Mean(x, -1)), -1)."""
     var = producer(graph, variance, {"Mean"})
-    if var is None or not _last_axis_kept(graph, var):
-        return "variance is not a Mean over the last axis"
+    if var is None:
+        return "the variance is not a Mean"
+    if not _last_axis_kept(graph, var):
+        axes = graph.const_value(graph.inputs(var)[1])
+        axes = np.ravel(axes).tolist() if axes is not None else "computed at run time"
+        kept = "" if graph.attr(var, "keep_dims", False) else " without keep_dims"
+        return (f"the variance is a Mean over axes {axes}{kept}, not over the last axis alone "
+                "(-1; an axis counted from the front is made -1 where the rank is known)")
     sq = producer(graph, graph.inputs(var)[0], {"SquaredDifference"})
     if sq is None:
         return "variance is not a mean of SquaredDifference"
@@ -126,7 +132,8 @@ def _normalized(graph: Graph, inv: str, x: Ref, mean: Ref):
     mul, negated = mean_inv
     shift, beta = Ref(mul), None
     for add in consumers_with_op(graph, mul, ADDS | {"Sub"}):
-        split = const_and_other(graph, add)
+        split = constant_first(graph, add) if graph.op(add) == "Sub" else \
+            const_and_other(graph, add)
         sub_ok = graph.op(add) == "Sub" and not negated and graph.inputs(add)[1] == Ref(mul)
         add_ok = graph.op(add) != "Sub" and negated
         if split is not None and as_vector(split[0]) is not None and (sub_ok or add_ok):

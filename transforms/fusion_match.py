@@ -25,14 +25,31 @@ def producer(graph: Graph, ref: Ref, ops) -> Optional[str]:
     return ref.node
 
 
+# binary ops whose operands may swap: x op c == c op x
+COMMUTATIVE = {"AddV2", "Add", "Mul", "Maximum", "Minimum", "SquaredDifference"}
+
+
 def const_and_other(graph: Graph, name: Optional[str]) -> Split:
-    """A binary op's (constant value, other input) whichever side the constant is on."""
+    """(c, x) where binary ``name`` is ``x op c`` with a constant ``c``: either side for a
+    commutative op (Add, Mul, ...), only the right for the others (RealDiv, Pow, Sub, BiasAdd:
+    ``c / x`` is not ``x / c``; ``constant_first`` reads ``c op x``)."""
     if name is None:
         return None
     inputs = graph.inputs(name)
     if len(inputs) != 2:
         return None
-    for const, other in (inputs, inputs[::-1]):
+    orders = (inputs[::-1], inputs) if graph.op(name) in COMMUTATIVE else (inputs[::-1],)
+    return _split(graph, orders)
+
+
+def constant_first(graph: Graph, name: Optional[str]) -> Split:
+    """(c, x) where binary ``name`` is ``c op x`` with a constant ``c`` (``beta - y``)."""
+    inputs = graph.inputs(name) if name is not None else []
+    return _split(graph, (inputs,)) if len(inputs) == 2 else None
+
+
+def _split(graph: Graph, orders) -> Split:
+    for const, other in orders:
         value = graph.const_value(const)
         if value is not None and graph.const_value(other) is None:
             return np.asarray(value), other

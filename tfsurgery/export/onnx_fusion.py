@@ -140,16 +140,19 @@ def found(graph_def, shapes=None) -> List[str]:
 
 
 def _named_as_converted(fused: onnx_splice.Fused, graph: Graph, model) -> onnx_splice.Fused:
-    """tf2onnx drops an Identity (a graph output's, say) and gives its name to the tensor it
-    forwarded: then the fused op writes that name."""
+    """tf2onnx drops Identities (a graph output's, a SavedModel's ``StatefulPartitionedCall/
+    Identity`` before it, say) and gives the last one's name to the tensor they forwarded: then
+    the fused op writes that name."""
     produced = {out for node in model.graph.node for out in node.output}
-    if fused.output in produced:
-        return fused
-    node = fused.output.rsplit(":", 1)[0]
-    for reader in sorted(graph.consumer_nodes(node, 0)):
-        if graph.op(reader) == "Identity" and f"{reader}:0" in produced:
-            fused.nodes[-1].output[0] = fused.output = f"{reader}:0"
-            break
+    node, seen = fused.output.rsplit(":", 1)[0], set()
+    while f"{node}:0" not in produced and node not in seen:
+        seen.add(node)
+        readers = sorted(r for r in graph.consumer_nodes(node, 0) if graph.op(r) == "Identity")
+        if not readers:
+            return fused
+        node = next((r for r in readers if f"{r}:0" in produced), readers[0])
+    if f"{node}:0" in produced:
+        fused.nodes[-1].output[0] = fused.output = f"{node}:0"
     return fused
 
 
