@@ -18,7 +18,7 @@ import numpy as np
 from tfsurgery.graph import Graph
 from tfsurgery.graph.refs import Ref
 from tfsurgery.transforms.canonical_forms import Rewrite, Shapes, add_const, add_node, become
-from tfsurgery.transforms.fusion_match import const_and_other, producer
+from tfsurgery.transforms.fusion_match import const_and_other, dimension_of, producer
 
 BATCH_MATMULS = {"BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"}
 # the spellings fuse_attention reads (its SCORES and CONTEXT), operands in its order
@@ -227,5 +227,119 @@ def softmax_shift(graph: Graph, shapes: Shapes) -> List[Rewrite]:
     return rewrites
 
 
-RULES = (divide_as_multiply, batch_matmul_as_einsum, transposes_into_einsum, einsum_spelling,
+def _tensordot(graph: Graph, shapes: Shapes, ref: Ref):
+    """(x, W [H, O]) where ``ref`` is tf_keras' Dense on a rank-3 ``x`` [B, S, H]:
+    Reshape(MatMul(Reshape(x, [-1, H]), W), [B, S, O]) (``Tensordot``), the static shapes saying
+    both ends are [·, S, ·] — the same product per position as Einsum(abc,cd->abd)."""
+    outer = producer(graph, ref, {"Reshape"})
+    matmul = outer and producer(graph, graph.inputs(outer)[0], {"MatMul"})
+    if not matmul or any(graph.attr(matmul, t, False) for t in ("transpose_a", "transpose_b")):
+        return None
+    inner = producer(graph, graph.inputs(matmul)[0], {"Reshape"})
+    weight = graph.const_value(graph.inputs(matmul)[1])
+    if not inner or weight is None or weight.ndim != 2:
+        return None
+    x = graph.inputs(inner)[0]
+    flat, before, after = graph.const_value(graph.inputs(inner)[1]), shapes(x), shapes(ref)
+    if flat is None or list(np.ravel(flat)) != [-1, weight.shape[0]] or before is None or \
+            after is None or len(before) != 3 or len(after) != 3 or \
+            before[2] != weight.shape[0] or after[2] != weight.shape[1]:
+        return None
+    kept = before[1] is not None and before[1] == after[1] or \
+        _leading_axes_of(graph, graph.inputs(outer)[1], x, weight.shape[1])
+    return (x, weight) if kept else None
+
+
+def _leading_axes_of(graph: Graph, shape: Ref, x: Ref, last: int) -> bool:
+    """``shape`` is tf_keras Tensordot's own ConcatV2(Gather(Shape(x), [0, 1]), [last]):
+    x's first two dimensions, then ``last``."""
+    concat = producer(graph, shape, {"ConcatV2"})
+    parts = graph.inputs(concat) if concat else []
+    gather = len(parts) == 3 and producer(graph, parts[0], {"GatherV2", "Gather"})
+    source = gather and producer(graph, graph.inputs(gather)[0], {"Shape"})
+    if not source or graph.inputs(source)[0] != x:
+        return False
+    axes = graph.const_value(graph.inputs(gather)[1])
+    tail = graph.const_value(parts[1])
+    return axes is not None and list(np.ravel(axes)) == [0, 1] and tail is not None and \
+        list(np.ravel(tail)) == [last] and \
+        all(v is not None and int(np.ravel(v)[0]) == 0
+            for v in (graph.const_value(graph.inputs(gather)[2]) if len(
+                graph.inputs(gather)) > 2 else np.zeros(1), graph.const_value(parts[2])))
+
+
+def _batch_then_rest(graph: Graph, shape: Ref, count: int) -> bool:
+    """``shape`` is Pack(Shape(t)[0], -1, c...) (Hugging Face's head split and merge): the
+    batch dimension read from a tensor of the block, the positions inferred (-1), then
+    ``count`` - 2 constants."""
+    pack = producer(graph, shape, {"Pack"})
+    parts = graph.inputs(pack) if pack else []
+    if len(parts) != count or not dimension_of(graph, parts[0]) or \
+            dimension_of(graph, parts[0])[1] != 0:
+        return False
+    values = [graph.const_value(p) for p in parts[1:]]
+    return all(v is not None and v.size == 1 for v in values) and \
+        int(np.ravel(values[0])[0]) == -1
+
+
+def head_split_projection(graph: Graph, shapes: Shapes) -> List[Rewrite]:
+    """Hugging Face's query/key/value: ``Reshape(Dense(x) + b, [B, S, N, h])`` with Dense a
+    Tensordot (``_tensordot``) is ``Einsum(abc,cde->abde, x, W') + b'``, W' = W reshaped [H, N,
+    h] and b' = b reshaped [N, h]: splitting the last axis of every position's product into
+    heads is the same row-major reshape of the weight's columns (static shapes prove the
+    positions [B, S] are kept)."""
+    rewrites = []
+    for node in graph.names_with_ops({"Reshape"}):
+        after = shapes(Ref(node, 0))
+        add = producer(graph, graph.inputs(node)[0], {"BiasAdd", "AddV2", "Add"})
+        split = add and const_and_other(graph, add)
+        dense = split and _tensordot(graph, shapes, split[1])
+        if not dense or after is None or len(after) != 4 or None in after[2:]:
+            continue
+        x, weight = dense
+        heads, size = after[2], after[3]
+        if heads * size != weight.shape[1] or split[0].size != weight.shape[1] or not (
+                after[1] is not None and shapes(split[1])[1] == after[1] or
+                _batch_then_rest(graph, graph.inputs(node)[1], 4)):
+            continue
+        kernel = add_const(graph, node, "kernel", weight.reshape(weight.shape[0], heads, size))
+        einsum = add_node(graph, "Einsum", node, "projection", [x, kernel], node)
+        graph.edit_node(einsum.node).attr["N"].i = 2
+        graph.edit_node(einsum.node).attr["equation"].s = b"abc,cde->abde"
+        bias = add_const(graph, node, "bias", split[0].reshape(heads, size))
+        become(graph, node, "AddV2", [einsum, bias])
+        rewrites.append(Rewrite("head-split-projection", node,
+                                "Reshape(Dense(x), heads) → Einsum(abc,cde->abde) + b"))
+    return rewrites
+
+
+def head_merge_projection(graph: Graph, shapes: Shapes) -> List[Rewrite]:
+    """Hugging Face's attention output: ``Dense(Reshape(c, [B, S, N·h]))`` of the context
+    ``c`` [B, S, N, h] (a Tensordot, ``_tensordot``) is ``Einsum(abcd,cde->abe, c, W')``, W' =
+    W reshaped [N, h, O]: merging the heads row-major and multiplying contracts over (N, h)
+    with the weight's rows reshaped alike (static shapes prove [B, S] kept)."""
+    rewrites = []
+    for node in graph.names_with_ops({"Reshape"}):
+        dense = _tensordot(graph, shapes, Ref(node, 0))
+        merge = dense and producer(graph, dense[0], {"Reshape"})
+        if not merge:
+            continue
+        context, weight = graph.inputs(merge)[0], dense[1]
+        heads_shape = shapes(context)
+        if heads_shape is None or len(heads_shape) != 4 or None in heads_shape[2:] or \
+                heads_shape[2] * heads_shape[3] != weight.shape[0] or not (
+                    heads_shape[1] is not None and heads_shape[1] == shapes(dense[0])[1] or
+                    _batch_then_rest(graph, graph.inputs(merge)[1], 3)):
+            continue
+        kernel = add_const(graph, node, "kernel",
+                           weight.reshape(heads_shape[2], heads_shape[3], weight.shape[1]))
+        become(graph, node, "Einsum", [context, kernel])
+        graph.edit_node(node).attr["N"].i = 2
+        graph.edit_node(node).attr["equation"].s = b"abcd,cde->abe"
+        rewrites.append(Rewrite("head-merge-projection", node,
+                                "Dense(Reshape(context, merged heads)) → Einsum(abcd,cde->abe)"))
+    return rewrites
+
+
+RULES = (head_split_projection, head_merge_projection, divide_as_multiply, batch_matmul_as_einsum, transposes_into_einsum, einsum_spelling,
          query_scale_onto_scores, softmax_shift)
