@@ -2,7 +2,9 @@
 config, exported as keras-hub exports it: a SavedModel, loaded by tfsurgery as a user would)
 reaches TensorFlow as ``Transpose → BatchMatMulV2 → Transpose`` with the query pre-scaled and
 Keras' mask selects around the Softmax — canonical forms (transforms/canonical_attention.py)
-turn that into the one form ``fuse_attention`` reads. Each model: one ``Attention`` per layer,
+turn that into the one form ``fuse_attention`` reads. Hugging Face's TFBertModel (tf_keras, saved with ``tf.saved_model.save``)
+writes ``BatchMatMulV2(q, k, adj_y)`` / √d + (1 - m)·(-1e4) between Tensordot Dense layers and
+head Reshapes. Each model: one ``Attention`` per layer,
 onnxruntime against a plain TF session on right- AND left-padded masks within 1e-4, at least as
 many fused attentions as onnxruntime's own transformer optimizer finds on the unfused export.
 Small: 2 layers, hidden 64, 4 heads, seq 16, random weights."""
@@ -18,7 +20,6 @@ import tensorflow as tf
 
 from tests import oracle
 from tfsurgery import api
-from tfsurgery.verify import token_inputs
 
 SEQ, VOCAB, LAYERS = 16, 100, 2
 
@@ -31,6 +32,23 @@ model = keras_hub.models.BertBackbone(vocabulary_size=100, num_layers=2, num_hea
 model.export(PATH, format="tf_saved_model")
 """
 
+HF_BERT = """
+import os
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import tensorflow as tf
+import transformers
+tf.random.set_seed(0)
+model = transformers.TFBertModel(transformers.BertConfig(
+    vocab_size=100, max_position_embeddings=32, num_hidden_layers=2, hidden_size=64,
+    num_attention_heads=4, intermediate_size=128))
+serve = tf.function(lambda ids, mask: model(input_ids=ids, attention_mask=mask)
+                    .last_hidden_state, input_signature=[
+    tf.TensorSpec([None, 16], tf.int32, "input_ids"),
+    tf.TensorSpec([None, 16], tf.int32, "attention_mask")])
+tf.saved_model.save(model, PATH, signatures=serve.get_concrete_function())
+"""
+PRODUCERS = {"keras-hub BertBackbone": KERAS_HUB_BERT, "HF TFBertModel": HF_BERT}
+
 
 def saved(tmp_path_factory, name, script):
     """The model built and saved by its own library, in its own process (Keras 3 and tf_keras
@@ -41,9 +59,12 @@ def saved(tmp_path_factory, name, script):
     return path
 
 
-@pytest.fixture(scope="session")
-def keras_hub_bert(tmp_path_factory):
-    return api.optimize(api.load(saved(tmp_path_factory, "kh_bert", KERAS_HUB_BERT)))
+@pytest.fixture(scope="session", params=sorted(PRODUCERS))
+def producer(request, tmp_path_factory):
+    """(name, the optimized Result) of a model its library built and saved."""
+    name = request.param
+    path = saved(tmp_path_factory, name.split()[0].replace("-", "_"), PRODUCERS[name])
+    return name, api.optimize(api.load(path))
 
 
 def masks(batch=4):
@@ -95,8 +116,8 @@ def assert_matches_tf(result, path, feeds, tolerance=1e-4):
     return worst
 
 
-def test_keras_hub_bert_fuses_one_attention_per_layer(keras_hub_bert, tmp_path):
-    result = keras_hub_bert
+def test_one_fused_attention_per_layer_matching_tensorflow(producer, tmp_path):
+    name, result = producer
     fused = result.export_onnx(tmp_path / "fused.onnx", fusions=True)
     assert fused.passed
     counts = ops_of(tmp_path / "fused.onnx")
@@ -105,20 +126,16 @@ def test_keras_hub_bert_fuses_one_attention_per_layer(keras_hub_bert, tmp_path):
     assert not [line for line in fused.not_fused if "Softmax" in line]
     feeds = feeds_for(result)
     worst = assert_matches_tf(result, tmp_path / "fused.onnx", feeds)
-    print(f"keras-hub BERT: max relative error {worst:.2e}")
+    print(f"{name}: max relative error {worst:.2e}")
     # the padded rows were masked: the same ids unpadded give another output
-    unpadded = dict(feeds, padding_mask=np.ones_like(feeds["padding_mask"]))
-    assert not np.allclose(oracle.run(result.original, feeds, result.outputs)[1],
-                           oracle.run(result.original, unpadded, result.outputs)[1])
+    mask = [k for k in feeds if "mask" in k][0]
+    unpadded = dict(feeds, **{mask: np.ones_like(feeds[mask])})
+    assert not np.allclose(oracle.run(result.original, feeds, result.outputs)[-1],
+                           oracle.run(result.original, unpadded, result.outputs)[-1])
     plain = result.export_onnx(tmp_path / "plain.onnx", fusions=False)
     assert plain.passed
     theirs = onnxruntime_optimizer_attentions(tmp_path / "plain.onnx", tmp_path)
-    print(f"keras-hub BERT: Attention ours {counts['Attention']}, onnxruntime optimizer {theirs}")
+    print(f"{name}: Attention ours {counts['Attention']}, onnxruntime optimizer {theirs}")
     assert counts["Attention"] >= theirs
 
 
-def test_export_check_feeds_left_padding(keras_hub_bert):
-    """The check's own mask (no --samples) has a left-padded row: a mask bug where padding
-    meets the causal mask is visible to it."""
-    mask = token_inputs.valid_prefixes(np.random.default_rng(0), (2, SEQ))
-    assert mask[0].all() and mask[1, 0] == 0 and mask[1, -1] == 0
