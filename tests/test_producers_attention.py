@@ -33,8 +33,6 @@ model.export(PATH, format="tf_saved_model")
 """
 
 HF_BERT = """
-import os
-os.environ["TF_USE_LEGACY_KERAS"] = "1"
 import tensorflow as tf
 import transformers
 tf.random.set_seed(0)
@@ -50,21 +48,22 @@ tf.saved_model.save(model, PATH, signatures=serve.get_concrete_function())
 PRODUCERS = {"keras-hub BertBackbone": KERAS_HUB_BERT, "HF TFBertModel": HF_BERT}
 
 
-def saved(tmp_path_factory, name, script):
-    """The model built and saved by its own library, in its own process (Keras 3 and tf_keras
-    do not share one)."""
-    path = tmp_path_factory.mktemp(name) / "saved_model"
-    code = f"PATH = {str(path)!r}\n" + textwrap.dedent(script)
+@pytest.fixture(scope="session")
+def saved_models(tmp_path_factory):
+    """Every producer's model built and saved by its own library, all in one process (tf_keras
+    for Hugging Face by TF_USE_LEGACY_KERAS; keras-hub imports Keras 3 itself)."""
+    root = tmp_path_factory.mktemp("producers")
+    paths = {name: root / str(index) for index, name in enumerate(sorted(PRODUCERS))}
+    code = 'import os\nos.environ["TF_USE_LEGACY_KERAS"] = "1"\n' + "".join(
+        f"PATH = {str(paths[name])!r}\n" + textwrap.dedent(PRODUCERS[name]) for name in paths)
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=300)
-    return path
+    return paths
 
 
 @pytest.fixture(scope="session", params=sorted(PRODUCERS))
-def producer(request, tmp_path_factory):
+def producer(request, saved_models):
     """(name, the optimized Result) of a model its library built and saved."""
-    name = request.param
-    path = saved(tmp_path_factory, name.split()[0].replace("-", "_"), PRODUCERS[name])
-    return name, api.optimize(api.load(path))
+    return request.param, api.optimize(api.load(saved_models[request.param]))
 
 
 def masks(batch=4):
