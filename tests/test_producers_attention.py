@@ -4,7 +4,7 @@ reaches TensorFlow as ``Transpose → BatchMatMulV2 → Transpose`` with the que
 Keras' mask selects around the Softmax — canonical forms (transforms/canonical_attention.py)
 turn that into the one form ``fuse_attention`` reads. Hugging Face's TFBertModel (tf_keras, saved with ``tf.saved_model.save``)
 writes ``BatchMatMulV2(q, k, adj_y)`` / √d + (1 - m)·(-1e4) between Tensordot Dense layers and
-head Reshapes. Each model: one ``Attention`` per layer,
+head Reshapes; its TFViTModel the same without a mask. Each model: one ``Attention`` per layer,
 onnxruntime against a plain TF session on right- AND left-padded masks within 1e-4, at least as
 many fused attentions as onnxruntime's own transformer optimizer finds on the unfused export.
 Small: 2 layers, hidden 64, 4 heads, seq 16, random weights."""
@@ -45,7 +45,19 @@ serve = tf.function(lambda ids, mask: model(input_ids=ids, attention_mask=mask)
     tf.TensorSpec([None, 16], tf.int32, "attention_mask")])
 tf.saved_model.save(model, PATH, signatures=serve.get_concrete_function())
 """
-PRODUCERS = {"keras-hub BertBackbone": KERAS_HUB_BERT, "HF TFBertModel": HF_BERT}
+HF_VIT = """
+import tensorflow as tf
+import transformers
+tf.random.set_seed(0)
+model = transformers.TFViTModel(transformers.ViTConfig(
+    image_size=16, patch_size=4, num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+    intermediate_size=128))
+serve = tf.function(lambda pixels: model(pixel_values=pixels).last_hidden_state,
+                    input_signature=[tf.TensorSpec([None, 3, 16, 16], tf.float32, "pixels")])
+tf.saved_model.save(model, PATH, signatures=serve.get_concrete_function())
+"""
+PRODUCERS = {"keras-hub BertBackbone": KERAS_HUB_BERT, "HF TFBertModel": HF_BERT,
+             "HF TFViTModel": HF_VIT}
 
 
 @pytest.fixture(scope="session")
@@ -82,6 +94,8 @@ def feeds_for(result, seed=0):
     for name in result.inputs:
         if "mask" in name:
             feeds[name] = masks()
+        elif "pixel" in name:
+            feeds[name] = rng.standard_normal((4, 3, 16, 16)).astype(np.float32)
         elif "segment" in name:
             feeds[name] = rng.integers(0, 2, (4, SEQ)).astype(np.int32)
         else:
@@ -127,10 +141,10 @@ def test_one_fused_attention_per_layer_matching_tensorflow(producer, tmp_path):
     worst = assert_matches_tf(result, tmp_path / "fused.onnx", feeds)
     print(f"{name}: max relative error {worst:.2e}")
     # the padded rows were masked: the same ids unpadded give another output
-    mask = [k for k in feeds if "mask" in k][0]
-    unpadded = dict(feeds, **{mask: np.ones_like(feeds[mask])})
-    assert not np.allclose(oracle.run(result.original, feeds, result.outputs)[-1],
-                           oracle.run(result.original, unpadded, result.outputs)[-1])
+    for mask in [k for k in feeds if "mask" in k]:
+        unpadded = dict(feeds, **{mask: np.ones_like(feeds[mask])})
+        assert not np.allclose(oracle.run(result.original, feeds, result.outputs)[-1],
+                               oracle.run(result.original, unpadded, result.outputs)[-1])
     plain = result.export_onnx(tmp_path / "plain.onnx", fusions=False)
     assert plain.passed
     theirs = onnxruntime_optimizer_attentions(tmp_path / "plain.onnx", tmp_path)
