@@ -4,7 +4,9 @@ reaches TensorFlow as ``Transpose → BatchMatMulV2 → Transpose`` with the que
 Keras' mask selects around the Softmax — canonical forms (transforms/canonical_attention.py)
 turn that into the one form ``fuse_attention`` reads. Hugging Face's TFBertModel (tf_keras, saved with ``tf.saved_model.save``)
 writes ``BatchMatMulV2(q, k, adj_y)`` / √d + (1 - m)·(-1e4) between Tensordot Dense layers and
-head Reshapes; its TFViTModel the same without a mask. Each model: one ``Attention`` per layer,
+head Reshapes; its TFViTModel the same without a mask. tf_keras' ``MultiHeadAttention`` (Model
+Garden / TF Hub encoders) pre-scales the query, writes ``aecd,abcd->acbe`` and adds
+``(1 - m)·(-1e9)``. Each model: one ``Attention`` per layer,
 onnxruntime against a plain TF session on right- AND left-padded masks within 1e-4, at least as
 many fused attentions as onnxruntime's own transformer optimizer finds on the unfused export.
 Small: 2 layers, hidden 64, 4 heads, seq 16, random weights."""
@@ -56,8 +58,23 @@ serve = tf.function(lambda pixels: model(pixel_values=pixels).last_hidden_state,
                     input_signature=[tf.TensorSpec([None, 3, 16, 16], tf.float32, "pixels")])
 tf.saved_model.save(model, PATH, signatures=serve.get_concrete_function())
 """
+TF_KERAS_ENCODER = """
+import tensorflow as tf
+import tf_keras as keras
+tf.random.set_seed(0)
+ids = keras.Input((16,), dtype="int32", name="token_ids")
+mask = keras.Input((16,), dtype="int32", name="padding_mask")
+x = keras.layers.Embedding(100, 64)(ids)
+for _ in range(2):
+    attended = keras.layers.MultiHeadAttention(4, 16)(
+        x, x, attention_mask=tf.cast(mask[:, None, :], bool))
+    x = keras.layers.LayerNormalization()(x + attended)
+    x = keras.layers.LayerNormalization()(x + keras.layers.Dense(64)(
+        keras.layers.Dense(128, activation="gelu")(x)))
+tf.saved_model.save(keras.Model([ids, mask], x), PATH)
+"""
 PRODUCERS = {"keras-hub BertBackbone": KERAS_HUB_BERT, "HF TFBertModel": HF_BERT,
-             "HF TFViTModel": HF_VIT}
+             "HF TFViTModel": HF_VIT, "tf_keras MultiHeadAttention": TF_KERAS_ENCODER}
 
 
 @pytest.fixture(scope="session")
