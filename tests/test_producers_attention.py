@@ -6,7 +6,7 @@ turn that into the one form ``fuse_attention`` reads. Hugging Face's TFBertModel
 writes ``BatchMatMulV2(q, k, adj_y)`` / √d + (1 - m)·(-1e4) between Tensordot Dense layers and
 head Reshapes; its TFViTModel the same without a mask. tf_keras' ``MultiHeadAttention`` (Model
 Garden / TF Hub encoders) pre-scales the query, writes ``aecd,abcd->acbe`` and adds
-``(1 - m)·(-1e9)``. Each model: one ``Attention`` per layer,
+``(1 - m)·(-1e9)``. Hand-written TF: ``tf.matmul`` projections, heads by reshape/transpose. Each model: one ``Attention`` per layer,
 onnxruntime against a plain TF session on right- AND left-padded masks within 1e-4, at least as
 many fused attentions as onnxruntime's own transformer optimizer finds on the unfused export.
 Small: 2 layers, hidden 64, 4 heads, seq 16, random weights."""
@@ -73,8 +73,35 @@ for _ in range(2):
         keras.layers.Dense(128, activation="gelu")(x)))
 tf.saved_model.save(keras.Model([ids, mask], x), PATH)
 """
+HAND_WRITTEN = """
+import numpy as np
+import tensorflow as tf
+r = np.random.default_rng(0)
+H, N, h, S = 64, 4, 16, 16
+W = {k: tf.constant(r.standard_normal((H, H)).astype(np.float32) * 0.1) for k in "qkvo"}
+B = {k: tf.constant(r.standard_normal((H,)).astype(np.float32) * 0.1) for k in "qkvo"}
+table = tf.constant(r.standard_normal((100, H)).astype(np.float32))
+class Encoder(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None, S], tf.int32, "token_ids"),
+                                  tf.TensorSpec([None, S], tf.int32, "padding_mask")])
+    def serve(self, ids, mask):
+        x = tf.gather(table, ids)
+        for _ in range(2):
+            def heads(t):
+                return tf.transpose(tf.reshape(t, [-1, S, N, h]), [0, 2, 1, 3])
+            q, k, v = (heads(tf.matmul(x, W[c]) + B[c]) for c in "qkv")
+            scores = tf.matmul(q, k, transpose_b=True) / tf.sqrt(float(h))
+            scores += (1.0 - tf.cast(mask[:, None, None, :], tf.float32)) * -1e9
+            c = tf.matmul(tf.nn.softmax(scores), v)
+            c = tf.reshape(tf.transpose(c, [0, 2, 1, 3]), [-1, S, H])
+            x = x + tf.matmul(c, W["o"]) + B["o"]
+        return x
+encoder = Encoder()
+tf.saved_model.save(encoder, PATH, signatures=encoder.serve.get_concrete_function())
+"""
 PRODUCERS = {"keras-hub BertBackbone": KERAS_HUB_BERT, "HF TFBertModel": HF_BERT,
-             "HF TFViTModel": HF_VIT, "tf_keras MultiHeadAttention": TF_KERAS_ENCODER}
+             "HF TFViTModel": HF_VIT, "tf_keras MultiHeadAttention": TF_KERAS_ENCODER,
+             "hand-written tf.matmul": HAND_WRITTEN}
 
 
 @pytest.fixture(scope="session")

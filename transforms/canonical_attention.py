@@ -230,7 +230,17 @@ def softmax_shift(graph: Graph, shapes: Shapes) -> List[Rewrite]:
 def _tensordot(graph: Graph, shapes: Shapes, ref: Ref):
     """(x, W [H, O]) where ``ref`` is tf_keras' Dense on a rank-3 ``x`` [B, S, H]:
     Reshape(MatMul(Reshape(x, [-1, H]), W), [B, S, O]) (``Tensordot``), the static shapes saying
-    both ends are [·, S, ·] — the same product per position as Einsum(abc,cd->abd)."""
+    both ends are [·, S, ·] — the same product per position as Einsum(abc,cd->abd); or
+    hand-written TF's ``tf.matmul(x, W)``, a BatchMatMulV2 of x by a constant matrix (which
+    broadcasts W over [B, S]: the same product per position)."""
+    direct = producer(graph, ref, BATCH_MATMULS)
+    if direct and not any(graph.attr(direct, a, False) for a in ("adj_x", "adj_y")):
+        x, weight = graph.inputs(direct)[0], graph.const_value(graph.inputs(direct)[1])
+        shape = shapes(x)
+        if weight is not None and weight.ndim == 2 and shape is not None and \
+                len(shape) == 3 and shape[2] == weight.shape[0]:
+            return x, weight
+        return None
     outer = producer(graph, ref, {"Reshape"})
     matmul = outer and producer(graph, graph.inputs(outer)[0], {"MatMul"})
     if not matmul or any(graph.attr(matmul, t, False) for t in ("transpose_a", "transpose_b")):
@@ -319,7 +329,7 @@ def head_merge_projection(graph: Graph, shapes: Shapes) -> List[Rewrite]:
     W reshaped [N, h, O]: merging the heads row-major and multiplying contracts over (N, h)
     with the weight's rows reshaped alike (static shapes prove [B, S] kept)."""
     rewrites = []
-    for node in graph.names_with_ops({"Reshape"}):
+    for node in graph.names_with_ops({"Reshape"} | BATCH_MATMULS):
         dense = _tensordot(graph, shapes, Ref(node, 0))
         merge = dense and producer(graph, dense[0], {"Reshape"})
         if not merge:
