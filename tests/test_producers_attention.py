@@ -16,6 +16,7 @@ import textwrap
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import onnxruntime as ort
 import pytest
 import tensorflow as tf
@@ -189,6 +190,14 @@ def test_one_fused_attention_per_layer_matching_tensorflow(producer, tmp_path):
         unpadded = dict(feeds, **{mask: np.ones_like(feeds[mask])})
         assert not np.allclose(oracle.run(result.original, feeds, result.outputs)[-1],
                                oracle.run(result.original, unpadded, result.outputs)[-1])
+    # the oracle sees a wrong fused attention: its packed q/k/v weights 5% off
+    model = onnx.load(str(tmp_path / "fused.onnx"))
+    packed = next(t for t in model.graph.initializer if t.name.endswith("/qkv_weight"))
+    packed.CopyFrom(onnx.numpy_helper.from_array(
+        onnx.numpy_helper.to_array(packed) * np.float32(1.05), packed.name))
+    onnx.save(model, str(tmp_path / "mutated.onnx"))
+    with pytest.raises(AssertionError):
+        assert_matches_tf(result, tmp_path / "mutated.onnx", feeds)
     plain = result.export_onnx(tmp_path / "plain.onnx", fusions=False)
     assert plain.passed
     theirs = onnxruntime_optimizer_attentions(tmp_path / "plain.onnx", tmp_path)
