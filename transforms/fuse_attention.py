@@ -14,7 +14,12 @@ mask's ``filler`` as attributes) followed by ``MatMul(·, Wo) + bo``; the replac
 ``y`` under its TensorFlow name. Matched by value: the three projections read the same ``x``,
 weights and biases are constants, the mask is a key-padding mask ``[batch, 1, keys]`` (its
 static shape says so), given to ``Attention`` as ``[batch, keys]`` int32 — ANDed with Keras'
-causal mask, or that mask alone: ``unidirectional=1``. The causal mask is proven by its value
+causal mask as one ``[batch, queries, keys]`` mask (``_with_causal``), or that mask alone:
+``unidirectional=1``. Hugging Face's additive ``scores + (1 - m)·c`` is the same mask, its filler
+``c`` (``_additive``); Keras' SelectV2(mask, Softmax, 0) after the softmax zeroes a row with no
+valid key (``_zero_rows_without_keys``). Other producers' spellings (batched matmuls between
+transposes, other einsum letters, a pre-scaled query, Tensordot heads) reach this matcher in
+this form through ``canonical_attention``'s rules, on the export's private copy. The causal mask is proven by its value
 where it is computed from constants (static length: TensorFlow evaluates it, a lower
 triangle); with dynamic shapes Keras computes it from the run-time length, and then its form is
 the proof: Cumsum of ones over rows >= over columns is i + 1 >= j + 1 at every length, the
