@@ -122,8 +122,10 @@ def unidirectional(path):
 
 @pytest.mark.parametrize("seq", [SEQ, 32])
 def test_gpt2_causal_attention_becomes_unidirectional_attention(tmp_path, seq):
-    """Keras' causal mask ANDed with the padding mask: Attention(unidirectional=1) with the
-    padding mask; pre-LN blocks. At 16 the triangle is a folded constant; at 32 fold-constants
+    """Keras' causal mask ANDed with the padding mask: Attention with both as one [batch, seq,
+    seq] mask (unidirectional=0: with the 2-D mask and unidirectional=1 onnxruntime adds the
+    filler twice where a padded key is in the future, and a left-padded row's first queries,
+    with no valid key, then differ from Keras'); pre-LN blocks. At 16 the triangle is a folded constant; at 32 fold-constants
     leaves Keras' Cumsum/GreaterEqual (its value outweighs its ops): proven by evaluating it."""
     gpt2 = optimized("gpt2", seq)
     folded = "Cumsum" not in {n.op for n in gpt2.graph_def.node}
@@ -132,7 +134,7 @@ def test_gpt2_causal_attention_becomes_unidirectional_attention(tmp_path, seq):
     assert result.passed
     counts = ops_of(path)
     assert counts.get("Attention") == LAYERS and "Softmax" not in counts
-    assert unidirectional(path) == [1] * LAYERS
+    assert unidirectional(path) == [0] * LAYERS
     assert counts.get("FastGelu", 0) + counts.get("BiasGelu", 0) == LAYERS
     assert counts.get("LayerNormalization", 0) + counts.get("SkipLayerNormalization", 0) == \
         2 * LAYERS + 1
@@ -140,6 +142,9 @@ def test_gpt2_causal_attention_becomes_unidirectional_attention(tmp_path, seq):
     assert "EmbedLayerNormalization" not in counts
     assert any("pre-LN residual" in line for line in result.not_fused), result.not_fused
     assert_matches_tf(gpt2, path, feeds)
+    left = dict(feeds, padding_mask=feeds["padding_mask"][:, ::-1].copy())     # left-padded
+    assert not left["padding_mask"][1, 0]
+    assert_matches_tf(gpt2, path, left)
 
 
 class _ConstantMask(tf.keras.layers.Layer):
@@ -240,12 +245,16 @@ def dynamic_gpt2():
 def test_dynamic_length_causal_mask_is_proven_by_its_form(dynamic_gpt2, tmp_path):
     """At a run-time length there is no value to evaluate: Keras' form (Cumsum of ones over
     rows >= over columns, n = Shape(x)[1]) is the lower triangle at every n, so attention
-    fuses with unidirectional=1 — and matches TF at two lengths."""
+    fuses (the triangle built at the run-time length and ANDed with the padding mask,
+    unidirectional=0) — and matches TF at two lengths, right- and left-padded."""
     result, path, feeds = export(dynamic_gpt2, tmp_path)
     assert result.passed and "Softmax" not in ops_of(path)
-    assert unidirectional(path) == [1]
+    assert unidirectional(path) == [0] and "Range" in ops_of(path)
     assert_matches_tf(dynamic_gpt2, path, feeds)
-    assert_matches_tf(dynamic_gpt2, path, token_feeds(dynamic_gpt2, seed=4, seq=9))
+    shorter = token_feeds(dynamic_gpt2, seed=4, seq=9)
+    assert_matches_tf(dynamic_gpt2, path, shorter)
+    assert_matches_tf(dynamic_gpt2, path, dict(
+        shorter, padding_mask=shorter["padding_mask"][:, ::-1].copy()))
 
 
 def test_a_run_time_mask_in_another_form_is_left_alone_saying_why(dynamic_gpt2, tmp_path):

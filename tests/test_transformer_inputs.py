@@ -27,7 +27,8 @@ def _optimized(built, feeds=None):
 def _assert_prefix_mask(mask):
     assert set(np.unique(mask)) <= {0, 1}
     assert (mask.sum(axis=-1) >= 1).all()                        # a valid position per row
-    assert (np.diff(mask, axis=-1) <= 0).all()                   # valid positions first
+    # one contiguous valid window per row: right-padded, left-padded or both
+    assert (np.abs(np.diff(mask, axis=-1)).sum(axis=-1) <= 2).all()
 
 
 def test_bert_optimizes_without_samples(bert):
@@ -48,7 +49,7 @@ def test_bert_optimizes_without_samples(bert):
     notes = "\n".join(result.verification.notes())
     assert f"input 'token_ids': ids in [0, {SMALL['vocab']})" in notes
     assert "input 'segment_ids': ids in [0, 2)" in notes
-    assert "input 'padding_mask': 0/1 with a valid prefix" in notes and "Softmax" in notes
+    assert "input 'padding_mask': 0/1 with a valid window per row" in notes and "Softmax" in notes
     assert result.verification.passed
 
 
@@ -101,6 +102,9 @@ def test_prefixes_cover_every_row():
     mask = token_inputs.valid_prefixes(rng, (64, 5))
     _assert_prefix_mask(mask)
     assert set(mask.sum(axis=-1)) == {1, 2, 3, 4, 5}
+    assert not mask[1:, 0].all() and not mask[1:, -1].all()      # left and right padding
+    pair = token_inputs.valid_prefixes(rng, (2, 16))
+    assert pair[0].all() and pair[1, 0] == 0 and pair[1, -1] == 0   # two rows: both sides
 
 
 def test_samples_override_and_the_json_report_says_what_was_chosen(bert, tmp_path):

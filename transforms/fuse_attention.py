@@ -14,7 +14,12 @@ mask's ``filler`` as attributes) followed by ``MatMul(·, Wo) + bo``; the replac
 ``y`` under its TensorFlow name. Matched by value: the three projections read the same ``x``,
 weights and biases are constants, the mask is a key-padding mask ``[batch, 1, keys]`` (its
 static shape says so), given to ``Attention`` as ``[batch, keys]`` int32 — ANDed with Keras'
-causal mask, or that mask alone: ``unidirectional=1``. The causal mask is proven by its value
+causal mask as one ``[batch, queries, keys]`` mask (``_with_causal``), or that mask alone:
+``unidirectional=1``. Hugging Face's additive ``scores + (1 - m)·c`` is the same mask, its filler
+``c`` (``_additive``); Keras' SelectV2(mask, Softmax, 0) after the softmax zeroes a row with no
+valid key (``_zero_rows_without_keys``). Other producers' spellings (batched matmuls between
+transposes, other einsum letters, a pre-scaled query, Tensordot heads) reach this matcher in
+this form through ``canonical_attention``'s rules, on the export's private copy. The causal mask is proven by its value
 where it is computed from constants (static length: TensorFlow evaluates it, a lower
 triangle); with dynamic shapes Keras computes it from the run-time length, and then its form is
 the proof: Cumsum of ones over rows >= over columns is i + 1 >= j + 1 at every length, the
@@ -34,8 +39,8 @@ from tfsurgery.export.onnx_splice import MICROSOFT, Fused, tensor_name
 from tfsurgery.graph import Graph
 from tfsurgery.graph.refs import Ref
 from tfsurgery.transforms.fusion_match import (ADDS, computed_value, const_and_other,
-                                               consumers_with_op, dimension_of, producer,
-                                               scalar_near)
+                                               consumers_with_op, dimension_of, other_input,
+                                               producer, scalar_near)
 
 NAME = "fuse-attention"
 WHAT = "attention → Attention"
@@ -69,11 +74,14 @@ def _match(graph: Graph, softmax: str, shapes):
     if isinstance(mask, str):
         return mask
     split = const_and_other(graph, producer(graph, scores, {"Mul"}))
-    qk = _einsum(graph, split[1], SCORES) if split and split[0].size == 1 else None
+    scale, product = (float(np.ravel(split[0])[0]), split[1]) \
+        if split and split[0].size == 1 else (1.0, scores)
+    qk = _einsum(graph, product, SCORES)
     if qk is None:
-        return f"Softmax input is not Einsum({SCORES}) · scale"
-    contexts = [c for c in consumers_with_op(graph, softmax, {"Einsum"})
-                if graph.inputs(c)[0] == Ref(softmax) and _einsum(graph, Ref(c), CONTEXT)]
+        return _why_not_scores(graph, product)
+    probabilities, zero_masked_rows = _read_probabilities(graph, softmax, mask)
+    contexts = [c for c in consumers_with_op(graph, probabilities, {"Einsum"})
+                if graph.inputs(c)[0] == Ref(probabilities) and _einsum(graph, Ref(c), CONTEXT)]
     if not contexts:
         return f"Softmax is not read by Einsum({CONTEXT})"
     context = contexts[0]
@@ -88,17 +96,65 @@ def _match(graph: Graph, softmax: str, shapes):
     if mask is not None and isinstance(mask[2], Ref):
         if mask[2] != projections[0][0]:
             return "the run-time causal mask is not at the length of the attention's input"
-        mask = (mask[0], mask[1], True)
+        mask = (mask[0], mask[1], True, mask[3])
     output = _output_projection(graph, context)
     if output is None:
         return f"the context is not read by Einsum({OUTPUT}) with a constant kernel"
-    return _fused(projections, float(np.ravel(split[0])[0]), mask, output)
+    fused = _fused(projections, scale, mask, output, zero_masked_rows, shapes)
+    fused.fallback = _with_residual(graph, output, projections, scale, mask,
+                                    zero_masked_rows, shapes)
+    return fused
+
+
+def _with_residual(graph: Graph, output, *args) -> Optional[Fused]:
+    """The same replacement writing the residual ``Add`` after the output projection, for
+    where tf2onnx's Einsum lowering renamed the projection's own output (keras-hub's
+    ``abcd,cde->abe`` + bias reaches ONNX as a Squeeze of a Reshape chain)."""
+    readers = [c.node for c in graph.consumers(output[0], 0)]
+    if len(readers) != 1 or graph.op(readers[0]) not in ("AddV2", "Add"):
+        return None
+    residual = other_input(graph, readers[0], Ref(output[0]))
+    return _fused(*args[:1], *args[1:3], output, *args[3:], residual=(readers[0], residual)) \
+        if residual is not None else None
+
+
+def _why_not_scores(graph: Graph, product: Ref) -> str:
+    """The precise reason the scores are not the canonical Einsum (after canonical_attention)."""
+    op = graph.op(product)
+    if op == "Einsum":
+        return (f"the scores are Einsum({graph.attr(product.node, 'equation', b'').decode()}), "
+                f"not Einsum({SCORES}) of query and key")
+    if op in ("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"):
+        return "the scores are a BatchMatMul of operands of unknown or unequal rank"
+    return f"the Softmax input is computed by {op}, not by Einsum({SCORES}) of query and key " \
+        "(· scale, masked)"
+
+
+def _read_probabilities(graph: Graph, softmax: str, mask):
+    """(the node the context reads the probabilities from, zero_masked_rows): the Softmax, or
+    Keras' SelectV2(condition, Softmax, 0) with the condition of the mask before it — the same
+    probabilities where a row has a valid key (a masked key's is exp(filler - max) = 0
+    already), and 0 for a row with none (zero_masked_rows)."""
+    if mask is None or len(mask) < 4 or mask[3] is None:
+        return softmax, False
+    for select in consumers_with_op(graph, softmax, {"SelectV2", "Select"}):
+        condition, kept, zero = graph.inputs(select)
+        if condition == mask[3] and kept == Ref(softmax) and \
+                scalar_near(graph.const_value(zero), 0.0) and \
+                not [c for c in graph.consumers(softmax, 0) if c.node != select]:
+            return select, True
+    return softmax, False
 
 
 def _unmasked(graph: Graph, ref: Ref, shapes):
-    """(scores, None) or (scores, (padding mask as [batch, 1, keys] bool or None, filler,
-    causal)), or (_, why not). The condition is ExpandDims(mask, -3) — as simplify-algebra
-    leaves it — or Keras' own LogicalAnd(ones_like(scores), ExpandDims(mask, -3))."""
+    """(scores, None) or (scores, (padding mask as [batch, 1, keys] or [batch, 1, 1, keys] or
+    None, filler, causal, the select's condition or None)), or (_, why not). A select's
+    condition is ExpandDims(mask, -3) — as simplify-algebra leaves it — or Keras' own
+    LogicalAnd(ones_like(scores), ExpandDims(mask, -3)); an additive mask is Hugging Face's
+    scores + (1 - m)·c (``_additive``)."""
+    additive = _additive(graph, ref, shapes)
+    if additive is not None:
+        return additive
     select = producer(graph, ref, {"SelectV2", "Select"})
     if select is None:
         return ref, None
@@ -107,7 +163,7 @@ def _unmasked(graph: Graph, ref: Ref, shapes):
     if filler is not None and filler.size == 1 and (
             _is_lower_triangle(computed_value(graph, condition)) or     # folded whole
             _lower_band_of(graph, condition, scores)):
-        return scores, (None, float(np.ravel(filler)[0]), True)
+        return scores, (None, float(np.ravel(filler)[0]), True, condition)
     expand = _expanded_mask(graph, condition)
     if filler is None or filler.size != 1 or expand is None:
         return scores, "the Softmax input is a SelectV2 that is not Keras' attention mask"
@@ -115,12 +171,36 @@ def _unmasked(graph: Graph, ref: Ref, shapes):
     if isinstance(causal, str):
         return scores, causal
     if mask is None:                                # the causal triangle alone
-        return scores, (None, float(np.ravel(filler)[0]), causal)
+        return scores, (None, float(np.ravel(filler)[0]), causal, condition)
     shape = shapes(mask)
     if shape is None or len(shape) != 3 or shape[1] != 1:
         return scores, (f"the mask {tensor_name(mask)} is not a key-padding mask "
                         f"[batch, 1, keys] (static shape {shape})")
-    return scores, (mask, float(np.ravel(filler)[0]), causal)
+    return scores, (mask, float(np.ravel(filler)[0]), causal, condition)
+
+
+def _additive(graph: Graph, ref: Ref, shapes):
+    """(scores, (m, c, False, None)) where ``ref`` is scores + (1 - m)·c, ``m`` a 0/1 key mask
+    [batch, 1, 1, keys] and ``c`` a constant (Hugging Face: -1e4 or the dtype's minimum): the
+    ``Attention`` kernel adds ``mask_filter_value`` = c where m is 0 and nothing where it is 1,
+    the same sum for a 0/1 mask (a token mask). Else None."""
+    add = producer(graph, ref, {"AddV2", "Add"})
+    if add is None:
+        return None
+    for scores, adder in (graph.inputs(add), graph.inputs(add)[::-1]):
+        split = const_and_other(graph, producer(graph, adder, {"Mul"}))
+        if split is None or split[0].size != 1:
+            continue
+        sub = producer(graph, split[1], {"Sub"})
+        if sub is None or not scalar_near(graph.const_value(graph.inputs(sub)[0]), 1.0):
+            continue
+        mask = graph.inputs(sub)[1]
+        shape = shapes(mask)
+        if shape is None or len(shape) != 4 or shape[1:3] != [1, 1]:
+            return scores, (f"the additive mask {tensor_name(mask)} is not a key-padding mask "
+                            f"[batch, 1, 1, keys] (static shape {shape})")
+        return scores, (mask, float(np.ravel(split[0])[0]), False, None)
+    return None
 
 
 def _expanded_mask(graph: Graph, condition: Ref) -> Optional[str]:
@@ -307,7 +387,8 @@ def _output_projection(graph: Graph, context: str):
     return None
 
 
-def _fused(projections, scale: float, mask, output) -> Fused:
+def _fused(projections, scale: float, mask, output, zero_masked_rows: bool = False,
+           shapes=None, residual=None) -> Fused:
     from onnx import TensorProto, helper
     x = tensor_name(projections[0][0])
     out, w_out, b_out = output
@@ -321,26 +402,103 @@ def _fused(projections, scale: float, mask, output) -> Fused:
     nodes, reads, mask_index = [], [x], ""
     attributes = dict(num_heads=int(heads), scale=scale)
     if mask is not None:
-        bool_mask, filler, causal = mask
+        bool_mask, filler, causal = mask[:3]
         attributes["unidirectional"] = int(causal)
         attributes["mask_filter_value"] = filler
     if mask is not None and bool_mask is not None:
         reads.append(tensor_name(bool_mask))
-        weights[f"{prefix}/mask_axis"] = np.array([1], np.int64)
+        shape = shapes(bool_mask) if shapes else None
+        axes = [1, 2] if shape is not None and len(shape) == 4 else [1]
+        weights[f"{prefix}/mask_axis"] = np.array(axes, np.int64)
         nodes += [helper.make_node("Squeeze", [tensor_name(bool_mask), f"{prefix}/mask_axis"],
                                    [f"{prefix}/mask_2d"], name=f"{prefix}/mask_squeeze"),
                   helper.make_node("Cast", [f"{prefix}/mask_2d"], [f"{prefix}/mask_index"],
                                    name=f"{prefix}/mask_cast", to=TensorProto.INT32)]
         mask_index = f"{prefix}/mask_index"
+        if causal:
+            nodes += _with_causal(prefix, weights)
+            mask_index = f"{prefix}/mask_3d"
+            attributes["unidirectional"] = 0
     inputs = [x, f"{prefix}/qkv_weight", f"{prefix}/qkv_bias"] + ([mask_index] if mask_index
                                                                    else [])
-    nodes.append(helper.make_node("Attention", inputs, [f"{prefix}/context"],
+    context = f"{prefix}/context"
+    nodes.append(helper.make_node("Attention", inputs, [context],
                                   name=f"{prefix}/Attention", domain=MICROSOFT, **attributes))
-    projected = f"{out}:0" if b_out is None else f"{prefix}/projected"
-    nodes.append(helper.make_node("MatMul", [f"{prefix}/context", f"{prefix}/out_weight"],
+    if zero_masked_rows and mask_index:
+        nodes += _zero_rows_without_keys(prefix, mask_index, context, weights, causal)
+        context = f"{prefix}/context_kept"
+    written = f"{out}:0" if residual is None else f"{prefix}/projection"
+    projected = written if b_out is None else f"{prefix}/projected"
+    nodes.append(helper.make_node("MatMul", [context, f"{prefix}/out_weight"],
                                   [projected], name=f"{prefix}/MatMul"))
     if b_out is not None:
         weights[f"{prefix}/out_bias"] = b_out
-        nodes.append(helper.make_node("Add", [projected, f"{prefix}/out_bias"], [f"{out}:0"],
+        nodes.append(helper.make_node("Add", [projected, f"{prefix}/out_bias"], [written],
                                       name=f"{prefix}/Add"))
-    return Fused(WHAT, f"{out}:0", reads, nodes, weights)
+    if residual is None:
+        return Fused(WHAT, written, reads, nodes, weights)
+    add, other = residual
+    reads.append(tensor_name(other))
+    nodes.append(helper.make_node("Add", [written, tensor_name(other)], [f"{add}:0"],
+                                  name=f"{prefix}/residual"))
+    return Fused(WHAT, f"{add}:0", reads, nodes, weights)
+
+
+def _with_causal(prefix: str, weights) -> list:
+    """The padding mask [B, S] ANDed with the causal triangle as one [B, S, S] mask (with
+    ``unidirectional=0``): with the 2-D mask and ``unidirectional=1``, onnxruntime adds
+    ``mask_filter_value`` twice where a padded key is also in the future, and a row whose keys
+    are all masked (a left-padded row's first queries) then weighs only the keys masked once,
+    where the model's select (one filler everywhere) weighs all alike."""
+    from onnx import helper
+    weights[f"{prefix}/zero"] = np.array(0, np.int64)
+    weights[f"{prefix}/one"] = np.array(1, np.int64)
+    weights[f"{prefix}/axis_0"] = np.array([0], np.int64)
+    weights[f"{prefix}/axis_1"] = np.array([1], np.int64)
+    p = prefix
+    return [
+        helper.make_node("Shape", [f"{p}/mask_index"], [f"{p}/mask_shape"], name=f"{p}/shape"),
+        helper.make_node("Gather", [f"{p}/mask_shape", f"{p}/one"], [f"{p}/keys"],
+                         name=f"{p}/keys", axis=0),
+        helper.make_node("Range", [f"{p}/zero", f"{p}/keys", f"{p}/one"], [f"{p}/positions"],
+                         name=f"{p}/range"),
+        helper.make_node("Unsqueeze", [f"{p}/positions", f"{p}/axis_0"], [f"{p}/columns"],
+                         name=f"{p}/columns"),
+        helper.make_node("Unsqueeze", [f"{p}/positions", f"{p}/axis_1"], [f"{p}/rows"],
+                         name=f"{p}/rows"),
+        helper.make_node("LessOrEqual", [f"{p}/columns", f"{p}/rows"], [f"{p}/triangle"],
+                         name=f"{p}/triangle"),
+        helper.make_node("Cast", [f"{p}/triangle"], [f"{p}/triangle_int"],
+                         name=f"{p}/triangle_cast", to=6),
+        helper.make_node("Unsqueeze", [f"{p}/mask_index", f"{p}/axis_1"],
+                         [f"{p}/mask_rows"], name=f"{p}/mask_rows"),
+        helper.make_node("Mul", [f"{p}/mask_rows", f"{p}/triangle_int"], [f"{p}/mask_3d"],
+                         name=f"{p}/mask_3d"),
+    ]
+
+
+def _zero_rows_without_keys(prefix: str, mask_index: str, context: str, weights,
+                            causal: bool) -> list:
+    """Keras' SelectV2(mask, Softmax, 0) after the softmax: a query row with no valid key has
+    probabilities 0, its context 0 (the kernel's would be an average): the context times
+    (any key valid in the row), [B, S, 1] from the 3-D mask or [B, 1, 1] from the 2-D one."""
+    from onnx import helper
+    p = prefix
+    weights[f"{p}/last_axis"] = np.array([-1], np.int64)
+    nodes = [
+        helper.make_node("Cast", [mask_index], [f"{p}/mask_float"], name=f"{p}/mask_float",
+                         to=1),
+        helper.make_node("ReduceSum", [f"{p}/mask_float", f"{p}/last_axis"],
+                         [f"{p}/valid_keys"], name=f"{p}/valid_keys", keepdims=1),
+        helper.make_node("Min", [f"{p}/valid_keys", f"{p}/one_float"], [f"{p}/any_key"],
+                         name=f"{p}/any_key")]
+    weights[f"{p}/one_float"] = np.array(1.0, np.float32)
+    row = f"{p}/any_key"
+    if not causal:                                  # [B, 1] → [B, 1, 1]
+        weights[f"{p}/axis_2"] = np.array([2], np.int64)
+        nodes.append(helper.make_node("Unsqueeze", [row, f"{p}/axis_2"], [f"{p}/any_key_3d"],
+                                      name=f"{p}/any_key_3d"))
+        row = f"{p}/any_key_3d"
+    nodes.append(helper.make_node("Mul", [context, row], [f"{p}/context_kept"],
+                                  name=f"{p}/context_kept"))
+    return nodes

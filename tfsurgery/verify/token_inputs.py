@@ -10,7 +10,8 @@ with no valid position at all. So, for each integer or bool input the user does 
   and segment ids alike).
 - **mask**: the input reaches a ``Softmax`` through elementwise and shape ops only (a comparison,
   a cast, ``Select``, ``Mul``/``Add`` of an additive mask): it gets 0/1 (False/True), each row a
-  valid prefix of random length, at least one position long; the first row is all valid.
+  valid window of random length, at least one position long — right- and left-padded rows
+  (``valid_prefixes``); the first row is all valid.
 
 Everything else keeps the seeded random values of ``runs.make_feeds``, which calls ``find`` once
 per graph; the choices come back as report lines (``notes``).
@@ -42,7 +43,7 @@ MAX_VISITS = 400                # nodes walked per input: the mask's path is sho
 class TokenInput:
     """What one input gets, and why."""
 
-    kind: str            # "ids" (in [0, rows)) or "mask" (0/1, a valid prefix per row)
+    kind: str            # "ids" (in [0, rows)) or "mask" (0/1, a valid window per row)
     reason: str
     rows: int = 2
 
@@ -53,22 +54,33 @@ class TokenInput:
 
     def note(self, name: str) -> str:
         what = f"ids in [0, {self.rows})" if self.kind == "ids" else \
-            "0/1 with a valid prefix per row (at least one position)"
+            "0/1 with a valid window per row, right- and left-padded (at least one position)"
         return f"input '{name}': {what}: {self.reason}"
 
 
 def valid_prefixes(rng: np.random.Generator, shape: Sequence[int]) -> np.ndarray:
-    """1 over a prefix of each row's last axis, 0 after it; lengths random in [1, length], the
-    first row full (so the unpadded case is checked too)."""
+    """1 over a contiguous window of each row's last axis, 0 elsewhere; lengths random in
+    [1, length], the first row full (so the unpadded case is checked too). Then rows alternate
+    right padding (a valid prefix) and left padding (a valid suffix); with two rows, the second
+    is padded on both sides. Left padding is what a causal model meets first positions with no
+    valid key in (a check fed right padding alone cannot see how those rows are masked)."""
     shape = tuple(int(d) for d in shape)
     if not shape:
         return np.ones((), dtype=np.int64)
     length = shape[-1]
     rows = int(np.prod(shape[:-1]))
     lengths = rng.integers(1, length + 1, size=rows) if length > 0 else np.zeros(rows, int)
+    starts = np.zeros(rows, int)
     if rows:
         lengths[0] = length
-    mask = np.arange(length)[None, :] < lengths[:, None]
+    for row in range(1, rows):
+        if rows == 2:               # both sides: the pad before is at least one where it fits
+            lengths[row] = min(lengths[row], max(length - 2, 1))
+            starts[row] = (length - lengths[row] + 1) // 2
+        elif row % 2 == 0:
+            starts[row] = length - lengths[row]
+    positions = np.arange(length)[None, :]
+    mask = (positions >= starts[:, None]) & (positions < (starts + lengths)[:, None])
     return mask.reshape(shape).astype(np.int64)
 
 
