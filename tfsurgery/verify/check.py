@@ -214,15 +214,16 @@ def _plan(ref, opt, outputs, settings, watching, raw, correspondence) -> Plan:
     layers than are probed one by one — the intermediate pairs, fetched in the same runs."""
     watches, unpaired = sensitivity_mod.watched(ref.graph, opt.graph, outputs)
     first = watching.sensitivity is None
-    layers = sensitivity_mod.weight_layers(ref.graph) if first else []
-    sampled = sensitivity_mod.sample_layers(layers)
+    layers = sensitivity_mod.weight_layers(ref.graph, outputs) if first else []
+    sampled = sensitivity_mod.probed_order(layers)
+    kernels = sum(layer.kind == "kernel" for layer in layers)
     plan = Plan(names=list(outputs) + [w.label for w in watches],
                 reference=list(outputs) + [w.reference for w in watches],
                 optimized=list(outputs) + [w.optimized for w in watches],
                 fed={**settings, **sensitivity_mod.kernel_feeds(sampled)}, first=first,
-                layers=sampled, total_layers=len(layers), unpaired=unpaired,
+                layers=sampled, total_layers=kernels, unpaired=unpaired,
                 correspondence=dict(correspondence or {}))
-    if first and raw is None and len(layers) > sensitivity_mod.PROBE_MAX_LAYERS:
+    if first and raw is None and kernels > sensitivity_mod.PROBE_MAX_LAYERS:
         plan.wide = _pairs(ref, opt, plan, settings)
     return plan
 
@@ -292,12 +293,16 @@ def _watch_sensitivity(ref, opt, reference, inputs, outputs, plan: Plan, compare
     (``Watching.blind``: "cannot verify" unless the user accepts it)."""
     watching.notes += plan.unpaired
     scales = _smaller_scales(compared.feeds, inputs, run, watching)
+    spent = 0.0                     # every probing pass counts in the time the report gives
     while True:
         found = _probe(ref, plan, compared, watching, tolerance, started)
         if not found.sees and not plan.wide and raw is None:
             plan.wide = _pairs(ref, opt, plan, plan.fed)
             compared = _widen(ref, opt, plan, compared, watching)
+            spent += found.seconds
             found = _probe(ref, plan, compared, watching, tolerance, started)
+        spent += found.seconds
+        found.seconds = spent
         if found.sees or found.error or not scales or _outputs_moved(plan, compared, tolerance):
             break           # (outputs that moved already fail the check: keep that comparison)
         unnoticed, scale = found.unnoticed[0], scales.pop(0)
@@ -307,7 +312,9 @@ def _watch_sensitivity(ref, opt, reference, inputs, outputs, plan: Plan, compare
         watching.scale = scale
         compared = _compare(ref, opt, reference, inputs, outputs, plan, watching, raw, run)
     watching.sensitivity = found
-    watching.blind = [] if found.sees or found.error else list(found.unnoticed)
+    # a weight whose change shows nowhere, one that could not be probed, a deadline that ended
+    # before every weight was seen: "cannot verify", never a pass
+    watching.blind = [] if found.sees else list(found.unnoticed) or [found.error]
     watching.notes.append(_widened_note(watching, len(compared.wide)) if plan.wide else
                           f"sensitivity: {found.line()}")
     if not found.sees and raw is not None:
@@ -365,7 +372,9 @@ def _probe(ref, plan: Plan, compared: Compared, watching, tolerance, started):
                  sensitivity_mod.PROBE_SHARE * (time.perf_counter() - started))
     return sensitivity_mod.probe(
         ref.run, plan.layers, plan.total_layers, {**feeds, **plan.fed}, fetches, baseline,
-        tolerance, budget, relative_error=lambda e, m: output_error("", e, m).max_rel)
+        tolerance, budget, relative_error=lambda e, m: output_error("", e, m).max_rel,
+        deadline=max(budget, ref.timeout), neutral=getattr(ref.graph, "_tfsurgery_neutral", []),
+        unprobeable=getattr(ref.graph, "_tfsurgery_unprobeable", []))
 
 
 def _scaled_reference(ref, reference, inputs, outputs, fetches, settings, watching, *, seed,
