@@ -54,6 +54,7 @@ class Sweep:
     unmutated: str           # the unmutated run's verdict line
     unmutated_passed: bool
     seconds: float
+    factor: float = FACTOR
 
     @property
     def caught(self) -> int:
@@ -66,7 +67,7 @@ class Sweep:
     def line(self) -> str:
         refused = sum(o.how.startswith("cannot verify") for o in self.outcomes)
         text = (f"{self.model}: mutation sweep caught {self.caught}/{len(self.outcomes)} "
-                f"(×{FACTOR} of one weight layer each; {refused} of them as 'cannot verify'); "
+                f"(×{self.factor:g} of one weight layer each; {refused} of them as 'cannot verify'); "
                 f"unmutated: {'passes' if self.unmutated_passed else 'REFUSED'} "
                 f"({self.unmutated}); {self.seconds:.1f} s")
         for miss in self.misses:
@@ -159,7 +160,7 @@ def sweep(source: api.Source, name: str = "model", *, factor: float = FACTOR,
     finally:
         pipeline.USER.clear()
         pipeline.USER.update(kept)
-    return Sweep(name, outcomes, line, passed, time.perf_counter() - started)
+    return Sweep(name, outcomes, line, passed, time.perf_counter() - started, factor)
 
 
 def _optimize(source, transform, checks):
