@@ -136,31 +136,39 @@ def sweep(source: api.Source, name: str = "model", *, factor: float = FACTOR,
     mutated by a user's transform after it: caught or missed. ``limit``: at most that many
     layers, spread over the depth (first, last, middles)."""
     started = time.perf_counter()
-    kept = dict(pipeline.USER)
+    kept, localize = dict(pipeline.USER), api._localize
+    # where a caught mutation went wrong is not the question here: no localizing (a few more
+    # verifications per mutation)
+    api._localize = lambda *args, **kwargs: None
     try:
-        unmutated = _optimize(source, None, checks)
-        passed = unmutated.verification is not None and unmutated.verification.passed
-        line = unmutated.verification.summary().splitlines()[0] if passed else "refused"
-    except VerificationFailed as failure:
-        unmutated, passed, line = None, False, str(failure).splitlines()[0][:200]
-    graph = unmutated.graph_def if unmutated is not None else source.graph_def
-    chosen = _spread(targets(graph, all_weights), limit)
-    outcomes = []
-    try:
-        for number, target in enumerate(chosen):
-            try:
-                _optimize(source, mutation(target, factor, channel, number), checks)
-                outcomes.append(Outcome(target, False, "passed"))
-            except CannotVerify as failure:
-                outcomes.append(Outcome(target, True, "cannot verify: " + _first(failure),
-                                        _graph(failure)))
-            except VerificationFailed as failure:
-                outcomes.append(Outcome(target, True, "failed: " + _first(failure),
-                                        _graph(failure)))
+        unmutated, passed, line = _unmutated(source, checks)
+        graph = unmutated.graph_def if unmutated is not None else source.graph_def
+        outcomes = [_mutated(source, target, factor, channel, number, checks) for number, target
+                    in enumerate(_spread(targets(graph, all_weights), limit))]
     finally:
         pipeline.USER.clear()
         pipeline.USER.update(kept)
+        api._localize = localize
     return Sweep(name, outcomes, line, passed, time.perf_counter() - started, factor)
+
+
+def _unmutated(source, checks):
+    try:
+        result = _optimize(source, None, checks)
+    except VerificationFailed as failure:
+        return None, False, _first(failure)
+    passed = result.verification is not None and result.verification.passed
+    return result, passed, result.verification.summary().splitlines()[0] if passed else "refused"
+
+
+def _mutated(source, target: Target, factor, channel, number, checks) -> Outcome:
+    try:
+        _optimize(source, mutation(target, factor, channel, number), checks)
+    except CannotVerify as failure:
+        return Outcome(target, True, "cannot verify: " + _first(failure), _graph(failure))
+    except VerificationFailed as failure:
+        return Outcome(target, True, "failed: " + _first(failure), _graph(failure))
+    return Outcome(target, False, "passed")
 
 
 def _optimize(source, transform, checks):

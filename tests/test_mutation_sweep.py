@@ -13,6 +13,7 @@ from tfsurgery.cli import main
 from tfsurgery.models.common import BuiltModel, rng
 from tfsurgery.models.keras_models import _keras3_built
 from tfsurgery.models.recurrent import keras3_lowered
+from tfsurgery.verify import sensitivity
 from models import tf1
 
 import oracle
@@ -121,7 +122,7 @@ def test_24_layers_mutated_refused_unmutated_passes_having_seen_every_weight(tmp
     assert check.passed, check.failure()
     # every weight was probed, not a sample: 24 kernels and 24 biases, and their channels
     assert found.layers == 24 and found.weights == 48 and found.probed == 48 and found.complete
-    assert found.channels == 24 * 3 and "not probed" not in check.summary()
+    assert found.channels == 24 * sensitivity.PROBE_CHANNELS and "not probed" not in check.summary()
     if found.seconds > found.budget:
         assert "extended" in check.summary()
     oracle.assert_same_outputs(graph, result.graph_def, ["input"], ["output"], rtol=1e-4)

@@ -358,23 +358,23 @@ def _probe(ref, plan: Plan, compared: Compared, watching, tolerance, started):
     """The sampled layers probed against every compared value: the outputs and logits on every
     row, the intermediate tensors on the rows they were compared on."""
     fetches, baseline, feeds = list(plan.reference), list(compared.expected), compared.feeds
+    # the outputs and logits first (one cheap run); the intermediate tensors where they do not
+    # move (on the rows they were compared on)
+    stages = [({**feeds, **plan.fed}, fetches, baseline)]
     if compared.wide:
         sources = dict(plan.wide)
         wide_ref = [sources[n] for n in compared.wide]
-        if watching.wide_rows is None:
-            fetches += wide_ref
-            baseline += [e for e, _ in compared.wide.values()]
-        else:           # the intermediate values are of the first rows: probe on those
-            feeds = first_rows(compared.feeds, watching.wide_rows)
-            fetches = wide_ref
-            baseline = [e for e, _ in compared.wide.values()]
+        wide_feeds = feeds if watching.wide_rows is None else \
+            first_rows(compared.feeds, watching.wide_rows)
+        stages.append(({**wide_feeds, **plan.fed}, wide_ref,
+                       [e for e, _ in compared.wide.values()]))
     budget = max(sensitivity_mod.PROBE_MIN_SECONDS,
                  sensitivity_mod.PROBE_SHARE * (time.perf_counter() - started))
     return sensitivity_mod.probe(
         ref.run, plan.layers, plan.total_layers, {**feeds, **plan.fed}, fetches, baseline,
         tolerance, budget, relative_error=lambda e, m: output_error("", e, m).max_rel,
         deadline=max(budget, ref.timeout), neutral=getattr(ref.graph, "_tfsurgery_neutral", []),
-        unprobeable=getattr(ref.graph, "_tfsurgery_unprobeable", []))
+        unprobeable=getattr(ref.graph, "_tfsurgery_unprobeable", []), stages=stages)
 
 
 def _scaled_reference(ref, reference, inputs, outputs, fetches, settings, watching, *, seed,

@@ -208,7 +208,7 @@ BIAS_OPS = frozenset({"BiasAdd", "Add", "AddV2", "Sub"})
 # a tensor read by these never moves an output with its values (only its shape, or nothing)
 NO_VALUE_OPS = SHAPE_ONLY_OPS | {"ZerosLike", "OnesLike"}
 ZERO_MUL_OPS = frozenset({"Mul", "MulNoNan"})
-PROBE_CHANNELS = 3                  # single output channels probed per kernel: first, last, middle
+PROBE_CHANNELS = 1                  # single output channels probed per kernel (its first)
 
 
 @dataclasses.dataclass
@@ -331,7 +331,7 @@ def _all_zeros(tensor) -> bool:
 
 def probed_order(layers: Sequence[Layer]) -> List[Layer]:
     """Every weight in the order probed: spread over the whole depth (``sample_layers``), each
-    whole; then single output channels of the kernels (first, last, middle: PROBE_CHANNELS)."""
+    whole; then single output channels of the kernels (PROBE_CHANNELS each, spread)."""
     ordered = sample_layers(layers, len(layers))
     channels = []
     for layer in ordered:
@@ -439,10 +439,13 @@ class Sensitivity:
 def probe(run, layers: Sequence[Layer], total: int, feeds: Dict[str, np.ndarray],
           fetches: Sequence[str], expected: Sequence[np.ndarray], tolerance: float,
           budget: float, *, relative_error, deadline: float = float("inf"),
-          neutral: Sequence[str] = (), unprobeable: Sequence[str] = ()) -> Sensitivity:
+          neutral: Sequence[str] = (), unprobeable: Sequence[str] = (),
+          stages: Sequence[tuple] = ()) -> Sensitivity:
     """``run(feeds, fetches)``: the reference's open session; ``layers``: every weight, and the
     single channels, in the order probed (``probed_order``); ``total``: the kernels among them;
-    ``relative_error(a, b)``: the check's own measure. Each weight fed 1% larger
+    ``relative_error(a, b)``: the check's own measure. ``stages``: (feeds, fetches, expected)
+    tried in turn for each weight until one moves (the outputs first: one cheap run, the
+    intermediate tensors only where they do not move); default the one given. Each weight fed 1% larger
     (PROBE_MARGIN × ``tolerance`` where that is more: a change the tolerance allows cannot
     show); stops at the first whose change would not show. ``budget`` seconds is the share of
     the check's time planned: when it ends before every weight was probed, probing goes on (the
@@ -463,14 +466,15 @@ def probe(run, layers: Sequence[Layer], total: int, feeds: Dict[str, np.ndarray]
             left = len(whole) - found.probed
             found.error = (f"{left} of the {len(whole)} weights" if left else
                            "some single output channels") + \
-                f" were not probed within {deadline:g} s"
+                f" were not probed within {deadline:g} s (a longer --verify-timeout gives " \
+                "the probes more)"
             break
         try:
-            moved = run({**feeds, layer.kernel: layer.changed(found.change)}, fetches)
+            move = _move(run, layer, found.change, stages or [(feeds, fetches, expected)],
+                         tolerance, relative_error)
         except Exception as error:          # noqa: BLE001 - any failure: cannot verify
             found.error = f"'{layer.label}' could not be probed: {str(error)[:120]}"
             break
-        move = max((relative_error(e, m) for e, m in zip(expected, moved)), default=0.0)
         if not move > tolerance:
             found.unnoticed.append(layer.label)
             break
@@ -481,6 +485,21 @@ def probe(run, layers: Sequence[Layer], total: int, feeds: Dict[str, np.ndarray]
         found.smallest = min(found.smallest, move)
     found.seconds = time.perf_counter() - start
     return found
+
+
+def _move(run, layer: Layer, change: float, stages, tolerance: float, relative_error) -> float:
+    """How far a compared value moves with ``layer`` changed: the first move beyond
+    ``tolerance`` found (stage by stage, value by value), else the largest."""
+    largest = 0.0
+    for feeds, fetches, expected in stages:
+        if not fetches:
+            continue
+        moved = run({**feeds, layer.kernel: layer.changed(change)}, fetches)
+        for e, m in zip(expected, moved):
+            largest = max(largest, relative_error(e, m))
+            if largest > tolerance:
+                return largest
+    return largest
 
 
 # ---------------------------------------------------------------- widening
