@@ -11,14 +11,19 @@ of a change on. So verification also:
    found in each graph separately: outputs keep their names, the tensors feeding them may not.
 2. picks the random inputs' scale (1, then 0.1, 0.01) so that the outputs of such heads are not all
    saturated; when they are at every scale, the report says so (the logits were compared).
-3. measures its own sensitivity: weight layers (a conv/matmul with a constant kernel) of the
-   reference are run with their kernel 1% larger, on the same inputs — all of them up to
-   PROBE_MAX_LAYERS, else a sample spread from the first to the last (``sample_layers``), as many
-   as the time budget allows (at least PROBE_MIN_LAYERS): does a compared value move beyond the
-   tolerance? Where one would not, or the graph has more layers than are probed one by one, it
+3. measures its own sensitivity: every weight of the reference (``weight_layers``: each float
+   constant of more than one value — conv/matmul/einsum kernels, through a Cast or Conv1D's
+   ExpandDims, embedding tables, biases, normalization scales) is run 1% larger, whole, and one
+   output channel of each kernel (``probed_order``), on the same inputs: does a compared value
+   move beyond the tolerance? All of them, however long it takes up to the run's deadline (the
+   report says how long, and that its planned share of the check's time was extended); a
+   deadline reached first, a probe that raises, or weights none of which could be probed end
+   in "cannot verify". A weight whose every path to an output passes a multiply by constant
+   zeros (or only a shape read) cannot move it: not probed, not a blind spot, said. Where a
+   change would not show, or the graph has more kernels than PROBE_MAX_LAYERS, it
    widens what it compares: every tensor both graphs have — under the same name, dtype and
    shape, or paired by a transform's declared correspondence (``TransformReport.corresponds``)
-   — and probes again; where a sampled layer still does not show, smaller input scales are
+   — and probes again; where a weight still does not show, smaller input scales are
    tried, and where none shows it the check says it cannot verify. A tensor a legitimate
    rewrite changed (a conv whose weights took a batch norm's scale) is excused where every
    compared reader of it — the node that took the folded op's name, an affine op — matches.
