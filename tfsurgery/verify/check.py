@@ -292,6 +292,11 @@ def _watch_sensitivity(ref, opt, reference, inputs, outputs, plan: Plan, compare
     then smaller scales of the random inputs; a layer no scale shows leaves the check blind
     (``Watching.blind``: "cannot verify" unless the user accepts it)."""
     watching.notes += plan.unpaired
+    if _outputs_moved(plan, compared, max(tolerance, NOISE_CAP)):   # beyond any allowance:
+        # the check fails whatever the probes would say
+        watching.sensitivity = sensitivity_mod.Sensitivity(
+            error="not measured: the outputs already differ beyond any noise floor")
+        return compared
     scales = _smaller_scales(compared.feeds, inputs, run, watching)
     spent = 0.0                     # every probing pass counts in the time the report gives
     while True:
