@@ -13,11 +13,13 @@ import oracle
 
 
 def swept(graph_def, inputs: Sequence[str], outputs: Sequence[str], name: str, *,
-          settings: Optional[Mapping[str, object]] = None, **source) -> Sweep:
+          settings: Optional[Mapping[str, object]] = None, channel: bool = False,
+          **source) -> Sweep:
     """Sweep a model; assert the unmutated run passes, every mutation is caught, and the
-    oracle sees each mutated result's outputs differ from the original's."""
+    oracle sees each mutated result's outputs differ from the original's. ``channel``: each
+    kernel's last output channel mutated, not the whole kernel."""
     built = api.Source(graph_def, name, inputs=list(inputs), outputs=list(outputs), **source)
-    result = sweep(built, name)
+    result = sweep(built, name, channel=channel)
     assert result.unmutated_passed, result.line()
     assert result.outcomes, f"{name}: nothing to mutate"
     assert not result.misses, result.line()

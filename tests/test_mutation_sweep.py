@@ -103,8 +103,12 @@ def test_keras_families_every_mutation_is_caught(family):
         assert sum("einsum" in r for r in readers) == 4, readers   # query, key, value, output
 
 
-def test_the_concat_head_detector_every_mutation_is_caught():
-    swept(concat_head_detector(), ["input"], ["output"], "detector")
+@pytest.mark.parametrize("channel", [False, True])
+def test_the_concat_head_detector_every_mutation_is_caught(channel):
+    """Whole kernels, and each kernel's last output channel alone — for the head conv a class
+    score in [0, 1] beside boxes ×640: the probe tries every channel of the kernel nearest the
+    output, so the check widens to the head conv's own output where that channel shows."""
+    swept(concat_head_detector(), ["input"], ["output"], "detector", channel=channel)
 
 
 def test_an_lstm_every_mutation_is_caught():
@@ -120,9 +124,10 @@ def test_24_layers_mutated_refused_unmutated_passes_having_seen_every_weight(tmp
     check = result.verification
     found = check.watching.sensitivity
     assert check.passed, check.failure()
-    # every weight was probed, not a sample: 24 kernels and 24 biases, and their channels
+    # every weight was probed, not a sample: 24 kernels and 24 biases, one channel of each
+    # kernel and all 16 of the last (nearest the output)
     assert found.layers == 24 and found.weights == 48 and found.probed == 48 and found.complete
-    assert found.channels == 24 * sensitivity.PROBE_CHANNELS and "not probed" not in check.summary()
+    assert found.channels == 23 * sensitivity.PROBE_CHANNELS + 16 and "not probed" not in check.summary()
     if found.seconds > found.budget:
         assert "extended" in check.summary()
     oracle.assert_same_outputs(graph, result.graph_def, ["input"], ["output"], rtol=1e-4)

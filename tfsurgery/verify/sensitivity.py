@@ -213,7 +213,9 @@ BIAS_OPS = frozenset({"BiasAdd", "Add", "AddV2", "Sub"})
 # a tensor read by these never moves an output with its values (only its shape, or nothing)
 NO_VALUE_OPS = SHAPE_ONLY_OPS | {"ZerosLike", "OnesLike"}
 ZERO_MUL_OPS = frozenset({"Mul", "MulNoNan"})
-PROBE_CHANNELS = 1                  # single output channels probed per kernel (its first)
+PROBE_CHANNELS = 1                  # single output channels probed per kernel (its first)...
+HEAD_CHANNELS = 256                 # ...and every one (up to this) of a kernel nearest an output:
+# a head's channels are different quantities (boxes in pixels, scores in [0, 1])
 
 
 @dataclasses.dataclass
@@ -224,6 +226,7 @@ class Layer:
     kind: str = "kernel"     # kernel, table, normalization, bias, scale, weight
     channel: Optional[int] = None    # probe one output channel (a slice of ``axis``), or all
     axis: int = -1
+    head: bool = False       # a kernel nearest an output: every output channel probed
 
     @property
     def value(self) -> np.ndarray:
@@ -277,7 +280,26 @@ def weight_layers(graph, outputs: Sequence[str] = ()) -> List[Layer]:
         taken.add(name)
         layers.append(Layer(name, op.outputs[0].name, op, _kind(reader, index)))
     graph._tfsurgery_neutral, graph._tfsurgery_unprobeable = neutral, unprobeable
+    heads = _heads(graph, outputs) if outputs else set()
+    for layer in layers:
+        layer.head = layer.name in heads
     return layers
+
+
+def _heads(graph, outputs: Sequence[str]) -> set:
+    """Names of the kernel ops nearest an output: reached from it through no other kernel."""
+    found, seen = set(), set()
+    stack = [graph.get_tensor_by_name(tensor_name(o)).op for o in outputs]
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type in KERNEL_OPS:
+            found.add(op.name)
+            continue
+        stack += [t.op for t in op.inputs]
+    return found
 
 
 def _user(const):
@@ -336,7 +358,8 @@ def _all_zeros(tensor) -> bool:
 
 def probed_order(layers: Sequence[Layer]) -> List[Layer]:
     """Every weight in the order probed: spread over the whole depth (``sample_layers``), each
-    whole; then single output channels of the kernels (PROBE_CHANNELS each, spread)."""
+    whole; then single output channels of the kernels (PROBE_CHANNELS each, spread; every one of
+    a kernel nearest an output, up to HEAD_CHANNELS)."""
     ordered = sample_layers(layers, len(layers))
     channels = []
     for layer in ordered:
@@ -346,7 +369,8 @@ def probed_order(layers: Sequence[Layer]) -> List[Layer]:
         count = layer.value.shape[axis]
         if count < 2:
             continue
-        for channel in sample_layers(list(range(count)), PROBE_CHANNELS):
+        for channel in sample_layers(list(range(count)),
+                                     HEAD_CHANNELS if layer.head else PROBE_CHANNELS):
             channels.append(dataclasses.replace(layer, channel=channel, axis=axis))
     return ordered + channels
 
