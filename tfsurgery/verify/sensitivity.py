@@ -227,6 +227,7 @@ class Layer:
     channel: Optional[int] = None    # probe one output channel (a slice of ``axis``), or all
     axis: int = -1
     head: bool = False       # a kernel nearest an output: every output channel probed
+    reader: str = ""         # the op that uses them
 
     @property
     def value(self) -> np.ndarray:
@@ -278,7 +279,8 @@ def weight_layers(graph, outputs: Sequence[str] = ()) -> List[Layer]:
             continue
         name = reader.name if reader.name not in taken else f"{reader.name} (input {index})"
         taken.add(name)
-        layers.append(Layer(name, op.outputs[0].name, op, _kind(reader, index)))
+        layers.append(Layer(name, op.outputs[0].name, op, _kind(reader, index),
+                            reader=reader.name))
     graph._tfsurgery_neutral, graph._tfsurgery_unprobeable = neutral, unprobeable
     heads = _heads(graph, outputs) if outputs else set()
     for layer in layers:
@@ -423,6 +425,8 @@ class Sensitivity:
     budget: float = 0.0                # ...their share of the check's time (extended when more)
     neutral: List[str] = dataclasses.field(default_factory=list)   # cannot move an output
     unprobeable: List[str] = dataclasses.field(default_factory=list)  # inside a loop/branch
+    # weights whose change moved the compared tensor they act on within the tolerance
+    within: List[str] = dataclasses.field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -450,16 +454,20 @@ class Sensitivity:
                 f"probed in {self.seconds:.2f} s{extended}{self._neutral()}")
 
     def _neutral(self) -> str:
+        within = "" if not self.within else \
+            (f"; {len(self.within)} moved the compared tensor they act on by no more than the "
+             f"tolerance ('{self.within[0]}')")
         if not self.neutral:
-            return ""
-        return (f"; {len(self.neutral)} weights cannot move an output (every path to one "
+            return within
+        return within + (f"; {len(self.neutral)} weights cannot move an output (every path to one "
                 f"passes a multiply by constant zeros or a shape-only read: '{self.neutral[0]}')")
 
     def as_dict(self) -> dict:
         return {"layers": self.layers, "weights": self.weights, "probed": self.probed,
                 "sampled": self.sampled, "channels": self.channels,
                 "unnoticed": self.unnoticed, "neutral": self.neutral,
-                "unprobeable": self.unprobeable, "seconds": self.seconds,
+                "unprobeable": self.unprobeable, "within_tolerance": self.within,
+                "seconds": self.seconds,
                 "budget": self.budget,
                 "smallest_move": None if self.smallest == float("inf") else self.smallest,
                 "complete": self.complete, "error": self.error}
@@ -485,6 +493,8 @@ def probe(run, layers: Sequence[Layer], total: int, feeds: Dict[str, np.ndarray]
                         change=max(PROBE_CHANGE, PROBE_MARGIN * tolerance), budget=budget,
                         neutral=list(neutral), unprobeable=list(unprobeable))
     start = time.perf_counter()
+    compared = {tensor_name(name) for _, names, _ in (stages or [(feeds, fetches, expected)])
+                for name in names}
     if unprobeable and not whole:
         found.error = (f"none of the {len(unprobeable)} weights could be probed (inside a loop "
                        f"or cond branch: '{unprobeable[0]}')")
@@ -504,6 +514,12 @@ def probe(run, layers: Sequence[Layer], total: int, feeds: Dict[str, np.ndarray]
         except Exception as error:          # noqa: BLE001 - any failure: cannot verify
             found.error = f"'{layer.label}' could not be probed: {str(error)[:120]}"
             break
+        if not move > tolerance and _acts_on(layer) & compared:
+            # the very tensor the weight acts on is compared, and moved no more than the
+            # tolerance allows (a small bias beside large logits): within it, not hidden
+            found.within.append(layer.label)
+            found.probed += layer.channel is None
+            continue
         if not move > tolerance:
             found.unnoticed.append(layer.label)
             break
@@ -513,6 +529,23 @@ def probe(run, layers: Sequence[Layer], total: int, feeds: Dict[str, np.ndarray]
             found.channels += 1
         found.smallest = min(found.smallest, move)
     found.seconds = time.perf_counter() - start
+    return found
+
+
+def _acts_on(layer: Layer, hops: int = 4) -> set:
+    """The tensors a weight acts on directly: its reader's output, and the outputs of the
+    linear or affine ops after it (a batch norm's constant offset computed, then added)."""
+    if not layer.reader:
+        return set()
+    op, found = layer.const.graph.get_operation_by_name(layer.reader), set()
+    for _ in range(hops):
+        if not op.outputs:
+            break
+        found.add(op.outputs[0].name)
+        readers = op.outputs[0].consumers()
+        if len(readers) != 1 or readers[0].type not in LINEAR_READERS:
+            break
+        op = readers[0]
     return found
 
 
