@@ -289,8 +289,9 @@ def weight_layers(graph, outputs: Sequence[str] = ()) -> List[Layer]:
 
 
 def _heads(graph, outputs: Sequence[str]) -> set:
-    """Names of the kernel ops nearest an output: reached from it through no other kernel."""
-    found, seen = set(), set()
+    """Names of the kernel ops nearest an output: reached from one through no other kernel,
+    and feeding no other kernel (a residual stream's kernels feed the next block's)."""
+    reached, seen = set(), set()
     stack = [graph.get_tensor_by_name(tensor_name(o)).op for o in outputs]
     while stack:
         op = stack.pop()
@@ -298,10 +299,18 @@ def _heads(graph, outputs: Sequence[str]) -> set:
             continue
         seen.add(op.name)
         if op.type in KERNEL_OPS:
-            found.add(op.name)
+            reached.add(op.name)
             continue
         stack += [t.op for t in op.inputs]
-    return found
+    upstream, stack = set(), [t.op for op in graph.get_operations() if op.type in KERNEL_OPS
+                              for t in op.inputs]
+    while stack:                       # everything some kernel is computed from
+        op = stack.pop()
+        if op.name in upstream:
+            continue
+        upstream.add(op.name)
+        stack += [t.op for t in op.inputs]
+    return reached - upstream
 
 
 def _user(const):
