@@ -46,6 +46,13 @@ def parse_args(argv=None):
     parser.add_argument("--localize", action="store_true",
                         help="only time localizing a failed check (a BN fold broken on purpose) "
                              "against verification, on --models (benchmarks/localize.py)")
+    parser.add_argument("--mutation-sweep", action="store_true",
+                        help="only the mutation sweep on --models: each weight layer x1.05 by a "
+                             "user's transform, caught / total per model, printed "
+                             "(benchmarks/mutation_sweep.py)")
+    parser.add_argument("--mutation-limit", type=int, default=8,
+                        help="layers mutated per model in --mutation-sweep, spread from the "
+                             "first to the last (0: every one; default 8)")
     parser.add_argument("--layout", action="store_true",
                         help="only time an NCHW ResNet-style graph against its --layout NHWC "
                              "result, oneDNN on and off (benchmarks/layout.py)")
@@ -99,6 +106,8 @@ def main(argv=None) -> int:
                 for name in args.models]
         print(localize.render(rows))
         return 0
+    if args.mutation_sweep:
+        return mutation_sweep(args)
     if args.peer_graphs:
         return peer_graphs(args)
     if args.transformers:
@@ -161,6 +170,21 @@ def transformers_only(args) -> int:
     write_all([(args.out_md, splice_section(document, "## Transformers", section)),
                (args.out_json, as_json(data))])
     return 0
+
+
+def mutation_sweep(args) -> int:
+    """Per model: how many single-layer weight errors (x1.05) verification catches."""
+    from benchmarks.mutation_sweep import sweep
+    from tfsurgery import api
+    clean = True
+    for name in args.models:
+        built = benchmark.build_model(name, args.input_size)
+        source = api.Source(built.graph_def, name, inputs=built.inputs, outputs=built.outputs,
+                            training_flags=[built.training_flag] if built.training_flag else [])
+        found = sweep(source, name, limit=args.mutation_limit or None)
+        print(found.line(), flush=True)
+        clean = clean and found.unmutated_passed and not found.misses
+    return 0 if clean else 1
 
 
 def peer_graphs(args) -> int:

@@ -153,3 +153,19 @@ def test_transformer_section_renders_the_recipe_beside_the_default_and_tflite():
     assert transformers.ort_model_type("hf-gpt2") == "gpt2"
     assert transformers.ort_model_type("vit") == "vit" and transformers.ort_model_type("bert") \
         == "bert"
+
+
+def test_the_mutation_sweep_section_prints_caught_over_total_per_model(capsys):
+    """`scripts/benchmark.py --mutation-sweep --models article_cnn --mutation-limit 2`: the
+    unmutated model passes, both mutations (the first and last weight layers ×1.05) are
+    caught, and the line says so."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "scripts" / "benchmark.py"
+    spec = importlib.util.spec_from_file_location("benchmark_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    code = script.main(["--mutation-sweep", "--models", "article_cnn", "--mutation-limit", "2"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "article_cnn: mutation sweep caught 2/2" in out and "unmutated: passes" in out

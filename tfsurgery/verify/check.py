@@ -225,17 +225,18 @@ def _plan(ref, opt, outputs, settings, watching, raw, correspondence) -> Plan:
     layers than are probed one by one — the intermediate pairs, fetched in the same runs."""
     watches, unpaired = sensitivity_mod.watched(ref.graph, opt.graph, outputs)
     first = watching.sensitivity is None
-    layers = sensitivity_mod.weight_layers(ref.graph) if first else []
-    sampled = sensitivity_mod.sample_layers(layers)
+    layers = sensitivity_mod.weight_layers(ref.graph, outputs) if first else []
+    sampled = sensitivity_mod.probed_order(layers)
+    kernels = sum(layer.kind == "kernel" for layer in layers)
     plan = Plan(names=list(outputs) + [w.label for w in watches],
                 reference=list(outputs) + [w.reference for w in watches],
                 optimized=list(outputs) + [w.optimized for w in watches],
                 fed={**settings, **sensitivity_mod.kernel_feeds(sampled)}, first=first,
-                layers=sampled, total_layers=len(layers), unpaired=unpaired,
+                layers=sampled, total_layers=kernels, unpaired=unpaired,
                 correspondence=dict(correspondence or {}))
     plan.parts = {label: found for label, tensor in zip(plan.names, plan.reference)
                   if (found := scales.parts_of(ref.graph, tensor)) is not None}
-    if first and len(layers) > sensitivity_mod.PROBE_MAX_LAYERS:
+    if first and kernels > sensitivity_mod.PROBE_MAX_LAYERS:
         plan.wide = _pairs(ref, opt, plan, settings)
     return plan
 
@@ -305,13 +306,22 @@ def _watch_sensitivity(ref, opt, reference, inputs, outputs, plan: Plan, compare
     then smaller scales of the random inputs; a layer no scale shows leaves the check blind
     (``Watching.blind``: "cannot verify" unless the user accepts it)."""
     watching.notes += plan.unpaired
+    if _outputs_moved(plan, compared, max(tolerance, NOISE_CAP)):   # beyond any allowance:
+        # the check fails whatever the probes would say
+        watching.sensitivity = sensitivity_mod.Sensitivity(
+            error="not measured: the outputs already differ beyond any noise floor")
+        return compared
     scales = _smaller_scales(compared.feeds, inputs, run, watching)
+    spent = 0.0                     # every probing pass counts in the time the report gives
     while True:
         found = _probe(ref, plan, compared, watching, tolerance, started)
         if not found.sees and not plan.wide:
             plan.wide = _pairs(ref, opt, plan, plan.fed)
             compared = _widen(ref, opt, plan, compared, watching, raw)
+            spent += found.seconds
             found = _probe(ref, plan, compared, watching, tolerance, started)
+        spent += found.seconds
+        found.seconds = spent
         if found.sees or found.error or not scales or _outputs_moved(plan, compared, tolerance):
             break           # (outputs that moved already fail the check: keep that comparison)
         unnoticed, scale = found.unnoticed[0], scales.pop(0)
@@ -321,7 +331,9 @@ def _watch_sensitivity(ref, opt, reference, inputs, outputs, plan: Plan, compare
         watching.scale = scale
         compared = _compare(ref, opt, reference, inputs, outputs, plan, watching, raw, run)
     watching.sensitivity = found
-    watching.blind = [] if found.sees or found.error else list(found.unnoticed)
+    # a weight whose change shows nowhere, one that could not be probed, a deadline that ended
+    # before every weight was seen: "cannot verify", never a pass
+    watching.blind = [] if found.sees else list(found.unnoticed) or [found.error]
     watching.notes.append(_widened_note(watching, len(compared.wide)) if plan.wide else
                           f"sensitivity: {found.line()}")
     return compared
@@ -369,16 +381,16 @@ def _probe(ref, plan: Plan, compared: Compared, watching, tolerance, started):
     """The sampled layers probed against every compared value: the outputs and logits on every
     row, the intermediate tensors on the rows they were compared on."""
     fetches, baseline, feeds = list(plan.reference), list(compared.expected), compared.feeds
+    # the outputs and logits first (one cheap run); the intermediate tensors where they do not
+    # move (on the rows they were compared on)
+    stages = [({**feeds, **plan.fed}, fetches, baseline)]
     if compared.wide:
         sources = dict(plan.wide)
         wide_ref = [sources[n] for n in compared.wide]
-        if watching.wide_rows is None:
-            fetches += wide_ref
-            baseline += [e for e, _ in compared.wide.values()]
-        else:           # the intermediate values are of the first rows: probe on those
-            feeds = first_rows(compared.feeds, watching.wide_rows)
-            fetches = wide_ref
-            baseline = [e for e, _ in compared.wide.values()]
+        wide_feeds = feeds if watching.wide_rows is None else \
+            first_rows(compared.feeds, watching.wide_rows)
+        stages.append(({**wide_feeds, **plan.fed}, wide_ref,
+                       [e for e, _ in compared.wide.values()]))
     budget = max(sensitivity_mod.PROBE_MIN_SECONDS,
                  sensitivity_mod.PROBE_SHARE * (time.perf_counter() - started))
     # the probe moves are judged as the check judges: an output by its parts (the probe hands
@@ -391,7 +403,9 @@ def _probe(ref, plan: Plan, compared: Compared, watching, tolerance, started):
                                    same_dtype=False).max_rel
     return sensitivity_mod.probe(
         ref.run, plan.layers, plan.total_layers, {**feeds, **plan.fed}, fetches, baseline,
-        tolerance, budget, relative_error=relative_error)
+        tolerance, budget, relative_error=relative_error,
+        deadline=max(budget, ref.timeout), neutral=getattr(ref.graph, "_tfsurgery_neutral", []),
+        unprobeable=getattr(ref.graph, "_tfsurgery_unprobeable", []), stages=stages)
 
 
 def _scaled_reference(ref, reference, inputs, outputs, fetches, settings, watching, *, seed,

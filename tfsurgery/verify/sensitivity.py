@@ -11,14 +11,19 @@ of a change on. So verification also:
    found in each graph separately: outputs keep their names, the tensors feeding them may not.
 2. picks the random inputs' scale (1, then 0.1, 0.01) so that the outputs of such heads are not all
    saturated; when they are at every scale, the report says so (the logits were compared).
-3. measures its own sensitivity: weight layers (a conv/matmul with a constant kernel) of the
-   reference are run with their kernel 1% larger, on the same inputs — all of them up to
-   PROBE_MAX_LAYERS, else a sample spread from the first to the last (``sample_layers``), as many
-   as the time budget allows (at least PROBE_MIN_LAYERS): does a compared value move beyond the
-   tolerance? Where one would not, or the graph has more layers than are probed one by one, it
+3. measures its own sensitivity: every weight of the reference (``weight_layers``: each float
+   constant of more than one value — conv/matmul/einsum kernels, through a Cast or Conv1D's
+   ExpandDims, embedding tables, biases, normalization scales) is run 1% larger, whole, and one
+   output channel of each kernel (``probed_order``), on the same inputs: does a compared value
+   move beyond the tolerance? All of them, however long it takes up to the run's deadline (the
+   report says how long, and that its planned share of the check's time was extended); a
+   deadline reached first, a probe that raises, or weights none of which could be probed end
+   in "cannot verify". A weight whose every path to an output passes a multiply by constant
+   zeros (or only a shape read) cannot move it: not probed, not a blind spot, said. Where a
+   change would not show, or the graph has more kernels than PROBE_MAX_LAYERS, it
    widens what it compares: every tensor both graphs have — under the same name, dtype and
    shape, or paired by a transform's declared correspondence (``TransformReport.corresponds``)
-   — and probes again; where a sampled layer still does not show, smaller input scales are
+   — and probes again; where a weight still does not show, smaller input scales are
    tried, and where none shows it the check says it cannot verify. A tensor a legitimate
    rewrite changed (a conv whose weights took a batch norm's scale) is excused where every
    compared reader of it — the node that took the folded op's name, an affine op — matches.
@@ -198,44 +203,197 @@ def saturated(graph, output: str, value) -> bool:
 
 
 # ---------------------------------------------------------------- sensitivity
+# Ops a weight passes through on its way to the op that uses it: a frozen variable's read, a
+# mixed-precision Cast to float16/bfloat16, Conv1D's ExpandDims, a reshape or transpose.
+PASS_THROUGH = IDENTITY_OPS | {"Cast", "ExpandDims", "Reshape", "Squeeze", "Transpose"}
+KERNEL_OPS = WEIGHT_OPS | {"Einsum", "Conv2DBackpropFilter"}
+TABLE_OPS = frozenset({"Gather", "GatherV2", "ResourceGather", "GatherNd"})
+NORM_OPS = frozenset({"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})
+BIAS_OPS = frozenset({"BiasAdd", "Add", "AddV2", "Sub"})
+# a tensor read by these never moves an output with its values (only its shape, or nothing)
+NO_VALUE_OPS = SHAPE_ONLY_OPS | {"ZerosLike", "OnesLike"}
+ZERO_MUL_OPS = frozenset({"Mul", "MulNoNan"})
+PROBE_CHANNELS = 1                  # single output channels probed per kernel (its first)...
+HEAD_CHANNELS = 256                 # ...and every one (up to this) of a kernel nearest an output:
+# a head's channels are different quantities (boxes in pixels, scores in [0, 1])
+
+
 @dataclasses.dataclass
 class Layer:
-    name: str            # the conv/matmul
-    kernel: str          # the tensor it reads its weights from (fed, scaled, to probe)
+    name: str            # the op that uses the weights (a conv, matmul, einsum, bias, gather...)
+    kernel: str          # the tensor they are fed at (the Const's output: scaled, to probe)
     const: object        # the Const op holding them (read only when probed)
+    kind: str = "kernel"     # kernel, table, normalization, bias, scale, weight
+    channel: Optional[int] = None    # probe one output channel (a slice of ``axis``), or all
+    axis: int = -1
+    head: bool = False       # a kernel nearest an output: every output channel probed
+    reader: str = ""         # the op that uses them
 
     @property
     def value(self) -> np.ndarray:
         from tensorflow.python.framework import tensor_util
-        if not hasattr(self, "_value"):
-            self._value = tensor_util.MakeNdarray(self.const.get_attr("value"))
-        return self._value
+        if not hasattr(self.const, "_tfsurgery_value"):     # shared by a layer's channel probes
+            self.const._tfsurgery_value = tensor_util.MakeNdarray(self.const.get_attr("value"))
+        return self.const._tfsurgery_value
+
+    @property
+    def label(self) -> str:
+        return self.name if self.channel is None else f"{self.name} (output channel {self.channel})"
+
+    def changed(self, change: float) -> np.ndarray:
+        """The weights with ``change`` more in them (only in the probed channel), in their own
+        dtype (a float16/bfloat16 weight rounds the change to its own precision)."""
+        value = self.value
+        wide = value.astype(np.float64)
+        if self.channel is None:
+            wide = wide * (1 + change)
+        else:
+            index = [slice(None)] * wide.ndim
+            index[self.axis] = self.channel
+            wide[tuple(index)] *= 1 + change
+        return wide.astype(value.dtype)
 
 
-def weight_layers(graph) -> List[Layer]:
-    """Conv/matmul ops of an imported graph whose kernel is a constant, in graph order; none
-    inside a loop or cond branch."""
-    layers = []
-    inside = branches_and_loops(graph)      # a tensor fed there would leave its frame
+def weight_layers(graph, outputs: Sequence[str] = ()) -> List[Layer]:
+    """The weights of an imported graph, in graph order: every float constant of more than one
+    value — a conv/matmul/einsum kernel (through a Cast to float16, Conv1D's ExpandDims, a
+    reshape), an embedding table, a bias, a normalization's scale and statistics — each named by
+    the op that uses it. Not those inside a loop or cond branch (a tensor fed there would leave
+    its frame; ``unprobeable``), nor those that provably cannot move ``outputs`` (``neutral``)."""
+    layers, neutral, unprobeable = [], [], []
+    inside = branches_and_loops(graph)
+    matters = _reaching(graph, outputs) if outputs else None
+    taken = set()
     for op in graph.get_operations():
-        if op.type not in WEIGHT_OPS or op.name in inside:
+        if op.type != "Const" or not op.outputs[0].dtype.is_floating or \
+                (op.outputs[0].shape.num_elements() or 0) <= 1:
             continue
-        index = WEIGHT_INPUT.get(op.type, 1)
-        if len(op.inputs) <= index:
+        reader, index = _user(op)
+        if reader is None:
             continue
-        kernel = op.inputs[index]
-        source = _through_identity(kernel)
-        if source.op.type != "Const" or not source.dtype.is_floating or \
-                not graph.is_feedable(kernel):
+        if matters is not None and op.name not in matters:
+            neutral.append(reader.name)
             continue
-        if source.shape.num_elements() != 1:
-            layers.append(Layer(op.name, kernel.name, source.op))
+        if op.name in inside or not graph.is_feedable(op.outputs[0]):
+            unprobeable.append(reader.name)
+            continue
+        name = reader.name if reader.name not in taken else f"{reader.name} (input {index})"
+        taken.add(name)
+        layers.append(Layer(name, op.outputs[0].name, op, _kind(reader, index),
+                            reader=reader.name))
+    graph._tfsurgery_neutral, graph._tfsurgery_unprobeable = neutral, unprobeable
+    heads = _heads(graph, outputs) if outputs else set()
+    for layer in layers:
+        layer.head = layer.name in heads
     return layers
+
+
+def _heads(graph, outputs: Sequence[str]) -> set:
+    """Names of the kernel ops nearest an output: reached from one through no other kernel,
+    and feeding no other kernel (a residual stream's kernels feed the next block's)."""
+    reached, seen = set(), set()
+    stack = [graph.get_tensor_by_name(tensor_name(o)).op for o in outputs]
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type in KERNEL_OPS:
+            reached.add(op.name)
+            continue
+        stack += [t.op for t in op.inputs]
+    upstream, stack = set(), [t.op for op in graph.get_operations() if op.type in KERNEL_OPS
+                              for t in op.inputs]
+    while stack:                       # everything some kernel is computed from
+        op = stack.pop()
+        if op.name in upstream:
+            continue
+        upstream.add(op.name)
+        stack += [t.op for t in op.inputs]
+    return reached - upstream
+
+
+def _user(const):
+    """The first op past PASS_THROUGH ops that reads a constant, and at which input."""
+    tensor, seen = const.outputs[0], 0
+    while seen < MAX_WALK:
+        readers = [(op, i) for op in tensor.consumers()
+                   for i, source in enumerate(op.inputs) if source is tensor]
+        if not readers:
+            return None, None
+        op, index = readers[0]
+        if op.type not in PASS_THROUGH or len(readers) > 1 or index != 0:
+            return op, index
+        tensor, seen = op.outputs[0], seen + 1
+    return None, None
+
+
+def _kind(reader, index: int) -> str:
+    if reader.type in KERNEL_OPS:
+        return "kernel"
+    if reader.type in TABLE_OPS and index == 0:
+        return "table"
+    if reader.type in NORM_OPS:
+        return "normalization"
+    if reader.type in BIAS_OPS:
+        return "bias"
+    return "scale" if reader.type == "Mul" else "weight"
+
+
+def _reaching(graph, outputs: Sequence[str]) -> set:
+    """Names of the ops whose values can move ``outputs``: everything they are computed from,
+    except through a shape-only read (Shape, ZerosLike, ...) or a multiply by constant zeros —
+    a weight whose every path to an output passes one cannot move it (a neutral element)."""
+    found, stack = set(), [graph.get_tensor_by_name(tensor_name(o)).op for o in outputs]
+    while stack:
+        op = stack.pop()
+        if op.name in found:
+            continue
+        found.add(op.name)
+        if op.type in NO_VALUE_OPS:
+            continue
+        if op.type in ZERO_MUL_OPS and any(_all_zeros(t) for t in op.inputs):
+            continue
+        stack += [t.op for t in op.inputs]
+    return found
+
+
+def _all_zeros(tensor) -> bool:
+    tensor = _through_identity(tensor)
+    if tensor.op.type != "Const":
+        return False
+    from tensorflow.python.framework import tensor_util
+    value = tensor_util.MakeNdarray(tensor.op.get_attr("value"))
+    return value.dtype.kind in "fiu" and bool(np.all(value == 0))
+
+
+def probed_order(layers: Sequence[Layer]) -> List[Layer]:
+    """Every weight in the order probed: spread over the whole depth (``sample_layers``), each
+    whole; then single output channels of the kernels (PROBE_CHANNELS each, spread; every one of
+    a kernel nearest an output, up to HEAD_CHANNELS)."""
+    ordered = sample_layers(layers, len(layers))
+    channels = []
+    for layer in ordered:
+        if layer.kind != "kernel" or layer.value.ndim < 2:
+            continue
+        axis = 2 if layer.name and _reader_type(layer) == "DepthwiseConv2dNative" else -1
+        count = layer.value.shape[axis]
+        if count < 2:
+            continue
+        for channel in sample_layers(list(range(count)),
+                                     HEAD_CHANNELS if layer.head else PROBE_CHANNELS):
+            channels.append(dataclasses.replace(layer, channel=channel, axis=axis))
+    return ordered + channels
+
+
+def _reader_type(layer: Layer) -> str:
+    reader, _ = _user(layer.const)
+    return reader.type if reader is not None else ""
 
 
 def sample_layers(layers: Sequence[Layer], count: int = PROBE_MAX_LAYERS) -> List[Layer]:
     """Up to ``count`` of ``layers`` in the order they are probed: the first, the last, then the
-    middles of the gaps left, halving them — so whatever part the time budget allows is spread
+    middles of the gaps left, halving them — so whatever part is probed first is spread
     over the whole depth of the graph (all of them when there are no more than ``count``)."""
     if len(layers) <= 1:
         return list(layers)
@@ -252,83 +410,167 @@ def sample_layers(layers: Sequence[Layer], count: int = PROBE_MAX_LAYERS) -> Lis
 
 
 def kernel_feeds(layers: Sequence[Layer]) -> Dict[str, np.ndarray]:
-    """Every probed kernel at its own value, to feed the reference on every run (one executor
-    for the base run and the probes); none when that would copy more than FEED_BYTES a run."""
-    if len(layers) > PROBE_MAX_LAYERS or \
-            sum(layer.const.outputs[0].shape.num_elements() or 0 for layer in layers) * 4 > \
-            FEED_BYTES:     # not probed, or too large to copy on every run
+    """Every probed weight at its own value, to feed the reference on every run (one executor
+    for the base run and all the probes); none when that would copy more than FEED_BYTES a run."""
+    if sum(layer.value.nbytes for layer in layers if layer.channel is None) > FEED_BYTES:
         return {}
     return {layer.kernel: layer.value for layer in layers}
 
 
 @dataclasses.dataclass
 class Sensitivity:
-    """What a 1% change in each weight layer does to the compared values, on these inputs."""
-    layers: int = 0
-    probed: int = 0
-    sampled: int = 0                   # the layers chosen to probe (all, or a spread sample)
-    unnoticed: List[str] = dataclasses.field(default_factory=list)   # layers whose change hides
-    smallest: float = float("inf")     # the smallest relative move of a noticed layer
-    error: str = ""                    # why probing stopped early (a layer could not be fed)
+    """What a 1% change in each weight (and in single output channels of each kernel) does to
+    the compared values, on these inputs."""
+    layers: int = 0                    # kernels: conv/matmul/einsum ops with constant weights
+    probed: int = 0                    # weights (whole) probed
+    sampled: int = 0                   # weights to probe (every one)
+    unnoticed: List[str] = dataclasses.field(default_factory=list)   # weights whose change hides
+    smallest: float = float("inf")     # the smallest relative move of a noticed change
+    error: str = ""                    # why probing could not see every weight: "cannot verify"
     change: float = PROBE_CHANGE       # the relative change of the weights probed
+    weights: int = 0                   # every weight: kernels, tables, biases, scales
+    channels: int = 0                  # single output channels probed (and seen)
+    seconds: float = 0.0               # the time the probes took
+    budget: float = 0.0                # ...their share of the check's time (extended when more)
+    neutral: List[str] = dataclasses.field(default_factory=list)   # cannot move an output
+    unprobeable: List[str] = dataclasses.field(default_factory=list)  # inside a loop/branch
+    # weights whose change moved the compared tensor they act on within the tolerance
+    within: List[str] = dataclasses.field(default_factory=list)
 
     @property
     def complete(self) -> bool:
-        return self.probed == self.layers and not self.unnoticed and not self.error
+        return self.probed == self.weights and not self.unnoticed and not self.error
 
     @property
     def sees(self) -> bool:
-        """Every probed layer's change showed (a sample of them on a large graph)."""
+        """Every weight's change showed (none raised, none left unprobed)."""
         return not self.unnoticed and not self.error
 
     def line(self) -> str:
-        if not self.layers:
-            return "no conv/matmul with constant weights to probe"
+        if not self.weights and not self.error:
+            return "no constant weights to probe" + self._neutral()
         if self.unnoticed:
             return (f"a {self.change:.0%} change in the weights of '{self.unnoticed[0]}' would "
                     "not show in the compared values on these inputs")
         if self.error:
             return f"sensitivity not measured ({self.error})"
-        if self.probed < self.layers:
-            return (f"a {self.change:.0%} change in each of {self.probed} of the {self.layers} "
-                    "weight layers, spread from the first to the last, moves the compared values "
-                    f"by at least {self.smallest:.3g}; the rest were not probed (time)")
-        return (f"a {self.change:.0%} change in any one of the {self.layers} weight layers moves "
-                f"the compared values by at least {self.smallest:.3g}")
+        extended = f" (beyond its budget of {self.budget:.2g} s: extended)" \
+            if self.seconds > self.budget else ""
+        return (f"a {self.change:.0%} change in any one of the {self.weights} weights "
+                f"({self.layers} conv/matmul/einsum kernels, and their biases, normalization "
+                f"scales, embedding tables), or in any of {self.channels} single output channels "
+                f"of the kernels, moves the compared values by at least {self.smallest:.3g}; "
+                f"probed in {self.seconds:.2f} s{extended}{self._neutral()}")
+
+    def _neutral(self) -> str:
+        within = "" if not self.within else \
+            (f"; {len(self.within)} moved the compared tensor they act on by no more than the "
+             f"tolerance ('{self.within[0]}')")
+        if not self.neutral:
+            return within
+        return within + (f"; {len(self.neutral)} weights cannot move an output (every path to one "
+                f"passes a multiply by constant zeros or a shape-only read: '{self.neutral[0]}')")
 
     def as_dict(self) -> dict:
-        return {"layers": self.layers, "probed": self.probed, "sampled": self.sampled,
-                "unnoticed": self.unnoticed,
+        return {"layers": self.layers, "weights": self.weights, "probed": self.probed,
+                "sampled": self.sampled, "channels": self.channels,
+                "unnoticed": self.unnoticed, "neutral": self.neutral,
+                "unprobeable": self.unprobeable, "within_tolerance": self.within,
+                "seconds": self.seconds,
+                "budget": self.budget,
                 "smallest_move": None if self.smallest == float("inf") else self.smallest,
                 "complete": self.complete, "error": self.error}
 
 
 def probe(run, layers: Sequence[Layer], total: int, feeds: Dict[str, np.ndarray],
           fetches: Sequence[str], expected: Sequence[np.ndarray], tolerance: float,
-          budget: float, *, relative_error) -> Sensitivity:
-    """``run(feeds, fetches)``: the reference's open session; ``layers``: those to probe, in
-    order (``sample_layers`` of the ``total``); ``relative_error(a, b)``: the check's own
-    measure. Each layer's kernel fed 1% larger (PROBE_MARGIN × ``tolerance`` where that is more:
-    a change the tolerance allows cannot show); stops at the first layer whose change would not
-    show, or when ``budget`` seconds are spent (after PROBE_MIN_LAYERS)."""
-    found = Sensitivity(layers=total, sampled=len(layers),
-                        change=max(PROBE_CHANGE, PROBE_MARGIN * tolerance))
+          budget: float, *, relative_error, deadline: float = float("inf"),
+          neutral: Sequence[str] = (), unprobeable: Sequence[str] = (),
+          stages: Sequence[tuple] = ()) -> Sensitivity:
+    """``run(feeds, fetches)``: the reference's open session; ``layers``: every weight, and the
+    single channels, in the order probed (``probed_order``); ``total``: the kernels among them;
+    ``relative_error(a, b)``: the check's own measure. ``stages``: (feeds, fetches, expected)
+    tried in turn for each weight until one moves (the outputs first: one cheap run, the
+    intermediate tensors only where they do not move); default the one given. Each weight fed 1% larger
+    (PROBE_MARGIN × ``tolerance`` where that is more: a change the tolerance allows cannot
+    show); stops at the first whose change would not show. ``budget`` seconds is the share of
+    the check's time planned: when it ends before every weight was probed, probing goes on (the
+    report says how long it took) until ``deadline`` seconds, after which the check cannot
+    verify — so does a probe that raises, and a graph whose weights none could be probed."""
+    whole = [layer for layer in layers if layer.channel is None]
+    found = Sensitivity(layers=total, weights=len(whole), sampled=len(whole),
+                        change=max(PROBE_CHANGE, PROBE_MARGIN * tolerance), budget=budget,
+                        neutral=list(neutral), unprobeable=list(unprobeable))
     start = time.perf_counter()
+    compared = {tensor_name(name) for _, names, _ in (stages or [(feeds, fetches, expected)])
+                for name in names}
+    if unprobeable and not whole:
+        found.error = (f"none of the {len(unprobeable)} weights could be probed (inside a loop "
+                       f"or cond branch: '{unprobeable[0]}')")
     for layer in layers:
-        if found.probed >= PROBE_MIN_LAYERS and time.perf_counter() - start > budget:
+        if found.error:
+            break
+        if time.perf_counter() - start > deadline:
+            left = len(whole) - found.probed
+            found.error = (f"{left} of the {len(whole)} weights" if left else
+                           "some single output channels") + \
+                f" were not probed within {deadline:g} s (a longer --verify-timeout gives " \
+                "the probes more)"
             break
         try:
-            moved = run({**feeds, layer.kernel: layer.value * (1 + found.change)}, fetches)
-        except Exception as error:          # noqa: BLE001 - any failure: not measured, widen
-            found.error = f"'{layer.name}' could not be probed: {str(error)[:120]}"
+            move = _move(run, layer, found.change, stages or [(feeds, fetches, expected)],
+                         tolerance, relative_error)
+        except Exception as error:          # noqa: BLE001 - any failure: cannot verify
+            found.error = f"'{layer.label}' could not be probed: {str(error)[:120]}"
             break
-        found.probed += 1
-        move = max((relative_error(e, m) for e, m in zip(expected, moved)), default=0.0)
+        if not move > tolerance and _acts_on(layer) & compared:
+            # the very tensor the weight acts on is compared, and moved no more than the
+            # tolerance allows (a small bias beside large logits): within it, not hidden
+            found.within.append(layer.label)
+            found.probed += layer.channel is None
+            continue
         if not move > tolerance:
-            found.unnoticed.append(layer.name)
+            found.unnoticed.append(layer.label)
             break
+        if layer.channel is None:
+            found.probed += 1
+        else:
+            found.channels += 1
         found.smallest = min(found.smallest, move)
+    found.seconds = time.perf_counter() - start
     return found
+
+
+def _acts_on(layer: Layer, hops: int = 4) -> set:
+    """The tensors a weight acts on directly: its reader's output, and the outputs of the
+    linear or affine ops after it (a batch norm's constant offset computed, then added)."""
+    if not layer.reader:
+        return set()
+    op, found = layer.const.graph.get_operation_by_name(layer.reader), set()
+    for _ in range(hops):
+        if not op.outputs:
+            break
+        found.add(op.outputs[0].name)
+        readers = op.outputs[0].consumers()
+        if len(readers) != 1 or readers[0].type not in LINEAR_READERS:
+            break
+        op = readers[0]
+    return found
+
+
+def _move(run, layer: Layer, change: float, stages, tolerance: float, relative_error) -> float:
+    """How far a compared value moves with ``layer`` changed: the first move beyond
+    ``tolerance`` found (stage by stage, value by value), else the largest."""
+    largest = 0.0
+    for feeds, fetches, expected in stages:
+        if not fetches:
+            continue
+        moved = run({**feeds, layer.kernel: layer.changed(change)}, fetches)
+        for e, m in zip(expected, moved):
+            largest = max(largest, relative_error(e, m))
+            if largest > tolerance:
+                return largest
+    return largest
 
 
 # ---------------------------------------------------------------- widening

@@ -166,6 +166,11 @@ class Verification:
                     f"inputs (max error {self.max_error:.3g}): a change the outputs hide; "
                     f"{len(self.hidden)} of {len(self.intermediate)} compared intermediate "
                     "tensors differ")
+        found = self.watching.sensitivity if self.watching else None
+        if within and self.cannot_verify and found and found.error and not found.unnoticed:
+            return (f"cannot verify: {found.error}: the check has not seen whether it would "
+                    "notice a change there; give real inputs with --samples, or accept a check "
+                    "that cannot see it with --accept-blind-spots")
         if within and self.cannot_verify:
             change = self.watching.sensitivity.change if self.watching and \
                 self.watching.sensitivity else 0.01
