@@ -31,15 +31,14 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-from tensorflow.core.framework import graph_pb2
 
 from tfsurgery.errors import OriginalDoesNotRun, VerificationError
 from tfsurgery.ops import node_name, tensor_name
 # the names callers know, re-exported: UNKNOWN_BATCH, placeholder_shape
 from tfsurgery.verify.runs import (DEFAULT_TIMEOUT, UNKNOWN_BATCH, UNKNOWN_DIMS,  # noqa: F401
-                            GraphTimeout, OutputError, Runner, float_weights, has_free_dims,
-                            make_feeds, nudge, output_error, placeholder_shape, reround,
-                            run_graph)
+                            GraphTimeout, OutputError, Runner, float_weights, free_dim_size,
+                            has_free_dims, make_feeds, nudge, output_error, placeholder_shape,
+                            reround, run_graph, shape_hint)
 from tfsurgery.verify import scales
 from tfsurgery.verify import sensitivity as sensitivity_mod
 from tfsurgery.verify import token_inputs
@@ -72,52 +71,12 @@ def run_reference(original, inputs: Sequence[str], outputs: Sequence[str],
         raise                    # a deadline is no proof the input is bad: exit 1, not 2
     except VerificationError as error:
         raise OriginalDoesNotRun(f"the input graph does not run on test inputs: {error}"
-                                 f"{_shape_hint(inputs, given, error)}") from None
+                                 f"{shape_hint(inputs, given, error)}") from None
     empty = [o for o, value in zip(outputs, expected) if np.size(value) == 0]
     if empty:
         raise OriginalDoesNotRun(f"output '{empty[0]}' is empty on test inputs"
-                                 f"{_shape_hint(inputs, given)}")
+                                 f"{shape_hint(inputs, given)}")
     return feeds, expected, size
-
-
-def free_dim_size(graph_def, inputs: Sequence[str], outputs: Sequence[str], given=None) -> int:
-    """The size for free dimensions: the first of the given values' sizes, then of
-    UNKNOWN_DIMS, for which TensorFlow's shape inference gives every output a non-empty shape
-    (five poolings leave nothing of 16). Decided statically: running a kernel on an empty
-    tensor can crash the process."""
-    if not has_free_dims(graph_def, inputs):
-        return UNKNOWN_DIMS[0]
-    import tensorflow as tf
-    # a given value's sizes first: a fed padding mask [2, 8] makes the token ids [2, 8] too
-    fed_sizes = [int(d) for v in (given or {}).values() for d in np.shape(v)[1:] if d > 0]
-    for size in dict.fromkeys(fed_sizes + list(UNKNOWN_DIMS)):
-        feeds = make_feeds(graph_def, inputs, given=given, unknown_dim=size)
-        sized = graph_pb2.GraphDef()
-        sized.CopyFrom(graph_def)
-        placeholders = {node.name: node for node in sized.node}
-        for name, value in feeds.items():
-            shape = placeholders[node_name(name)].attr["shape"].shape
-            shape.Clear()
-            for dim in np.shape(value):
-                shape.dim.add(size=dim)
-        with tf.Graph().as_default() as graph:
-            try:
-                tf.compat.v1.import_graph_def(sized, name="")
-            except ValueError:            # shape inference: a dimension became negative
-                continue
-            shapes = [graph.get_tensor_by_name(tensor_name(o)).shape for o in outputs]
-        if all(shape.rank is None or 0 not in shape.as_list() for shape in shapes):
-            return size
-    return UNKNOWN_DIMS[-1]
-
-
-def _shape_hint(inputs: Sequence[str], given, error=None) -> str:
-    free = [n for n in inputs if node_name(n) not in {node_name(k) for k in (given or {})}]
-    if free and " is not in [0, " in str(error or ""):     # a Gather's index out of its table
-        return ("; an integer input indexes a table the random ids do not fit: give real "
-                "inputs with --samples PATH or --feed NAME=VALUES.npy")
-    return (f"; give real sizes with --input-shape {free[0]}=D0,D1,... or values with --feed"
-            if free else "; check the --feed values")
 
 
 def verify(original, optimized, inputs: Sequence[str], outputs: Sequence[str],

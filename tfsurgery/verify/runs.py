@@ -8,7 +8,7 @@ import dataclasses
 from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
-from tensorflow.core.framework import types_pb2
+from tensorflow.core.framework import graph_pb2, types_pb2
 
 from tfsurgery.cpu_layout import runnable
 from tfsurgery.errors import InputError, VerificationError
@@ -175,6 +175,46 @@ def _given_value(node, value, dtype) -> np.ndarray:
         raise InputError(f"--feed {node.name}: a value of shape {list(cast.shape)} does not fit "
                          f"the input's shape {declared}")
     return cast
+
+
+def free_dim_size(graph_def, inputs: Sequence[str], outputs: Sequence[str], given=None) -> int:
+    """The size for free dimensions: the first of the given values' sizes, then of
+    UNKNOWN_DIMS, for which TensorFlow's shape inference gives every output a non-empty shape
+    (five poolings leave nothing of 16). Decided statically: running a kernel on an empty
+    tensor can crash the process."""
+    if not has_free_dims(graph_def, inputs):
+        return UNKNOWN_DIMS[0]
+    import tensorflow as tf
+    # a given value's sizes first: a fed padding mask [2, 8] makes the token ids [2, 8] too
+    fed_sizes = [int(d) for v in (given or {}).values() for d in np.shape(v)[1:] if d > 0]
+    for size in dict.fromkeys(fed_sizes + list(UNKNOWN_DIMS)):
+        feeds = make_feeds(graph_def, inputs, given=given, unknown_dim=size)
+        sized = graph_pb2.GraphDef()
+        sized.CopyFrom(graph_def)
+        placeholders = {node.name: node for node in sized.node}
+        for name, value in feeds.items():
+            shape = placeholders[node_name(name)].attr["shape"].shape
+            shape.Clear()
+            for dim in np.shape(value):
+                shape.dim.add(size=dim)
+        with tf.Graph().as_default() as graph:
+            try:
+                tf.compat.v1.import_graph_def(sized, name="")
+            except ValueError:            # shape inference: a dimension became negative
+                continue
+            shapes = [graph.get_tensor_by_name(tensor_name(o)).shape for o in outputs]
+        if all(shape.rank is None or 0 not in shape.as_list() for shape in shapes):
+            return size
+    return UNKNOWN_DIMS[-1]
+
+
+def shape_hint(inputs: Sequence[str], given, error=None) -> str:
+    free = [n for n in inputs if node_name(n) not in {node_name(k) for k in (given or {})}]
+    if free and " is not in [0, " in str(error or ""):     # a Gather's index out of its table
+        return ("; an integer input indexes a table the random ids do not fit: give real "
+                "inputs with --samples PATH or --feed NAME=VALUES.npy")
+    return (f"; give real sizes with --input-shape {free[0]}=D0,D1,... or values with --feed"
+            if free else "; check the --feed values")
 
 
 def nudge(feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
