@@ -172,6 +172,7 @@ def _unmasked(graph: Graph, ref: Ref, shapes):
         return scores, causal
     if mask is None:                                # the causal triangle alone
         return scores, (None, float(np.ravel(filler)[0]), causal, condition)
+    mask = _compared_with_zero(graph, mask)
     shape = shapes(mask)
     if shape is None or len(shape) != 3 or shape[1] != 1:
         return scores, (f"the mask {tensor_name(mask)} is not a key-padding mask "
@@ -201,6 +202,17 @@ def _additive(graph: Graph, ref: Ref, shapes):
                             f"[batch, 1, 1, keys] (static shape {shape})")
         return scores, (mask, float(np.ravel(split[0])[0]), False, None)
     return None
+
+
+def _compared_with_zero(graph: Graph, mask: Ref) -> Ref:
+    """``m`` where ``mask`` is Greater(m, 0) of an integer ``m`` (keras-hub's int mask):
+    the kernel reads its mask as ``mask_index > 0`` itself (after a Cast to int32, exact for
+    the int32 and narrower integers accepted here), else ``mask``."""
+    greater = producer(graph, mask, {"Greater"})
+    if greater is None or graph.attr(greater, "T", None) not in (3, 4, 5, 6) or \
+            not _is_value(graph.const_value(graph.inputs(greater)[1]), 0):
+        return mask
+    return graph.inputs(greater)[0]
 
 
 def _expanded_mask(graph: Graph, condition: Ref) -> Optional[str]:
