@@ -13,7 +13,8 @@ from pathlib import Path
 
 SEQ, HIDDEN, LAYERS, HEADS, FFN, VOCAB, IMAGE = 16, 64, 2, 2, 128, 100, 32
 # one process per family: Hugging Face and tf_keras share tf_keras (TF_USE_LEGACY_KERAS=1)
-FAMILIES = {"legacy": ("hf_bert", "hf_gpt2", "hf_vit", "tf_keras_mha", "hand_tf"),
+FAMILIES = {"legacy": ("hf_bert", "hf_gpt2", "hf_gpt2_causal", "hf_vit", "tf_keras_mha",
+                       "hand_tf"),
             "keras_hub": ("keras_hub_bert", "keras_hub_gpt2", "keras_hub_vit")}
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,6 +55,9 @@ def hugging_face(directory: Path):
     _save(tf, gpt2, lambda input_ids, attention_mask: {
         "hidden": gpt2(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state},
         dict(input_ids=_ids(tf), attention_mask=_ids(tf)), directory / "hf_gpt2")
+    _save(tf, gpt2, lambda input_ids: {                 # no padding mask: the causal mask alone
+        "hidden": gpt2(input_ids=input_ids).last_hidden_state},
+        dict(input_ids=_ids(tf)), directory / "hf_gpt2_causal")
     vit = hf.TFViTModel(hf.ViTConfig(hidden_size=HIDDEN, num_hidden_layers=LAYERS,
                                      num_attention_heads=HEADS, intermediate_size=FFN,
                                      image_size=IMAGE, patch_size=8, num_channels=3))

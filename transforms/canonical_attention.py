@@ -18,7 +18,7 @@ import numpy as np
 from tfsurgery.graph import Graph
 from tfsurgery.graph.refs import Ref
 from tfsurgery.transforms.canonical_forms import Rewrite, Shapes, add_const, add_node, become
-from tfsurgery.transforms.fusion_match import const_and_other, dimension_of, producer
+from tfsurgery.transforms.fusion_match import ADDS, const_and_other, dimension_of, producer
 
 BATCH_MATMULS = {"BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"}
 # the spellings fuse_attention reads (its SCORES and CONTEXT), operands in its order
@@ -351,103 +351,117 @@ def head_merge_projection(graph: Graph, shapes: Shapes) -> List[Rewrite]:
     return rewrites
 
 
-# ---------------------------------------------------------------- keras-hub's merged int mask
-INTEGER_TYPES = {3, 4, 5, 6, 9}              # DT_INT32, UINT8, INT16, INT8, INT64
+def _row(bias: np.ndarray) -> Optional[np.ndarray]:
+    """A bias added to a [rows, O] product, [O] or [1, O] (Conv1D keeps it [1, O]), as [O]."""
+    return bias.reshape(-1) if bias.ndim in (1, 2) and bias.shape[0] in (1, bias.size) else None
 
 
-def _greater_than_constant(graph: Graph, node: str):
-    """(x, c) where ``node`` is Greater(x, c), c a constant scalar on the right."""
-    if graph.op(node) != "Greater":
+def _conv1d(graph: Graph, shapes: Shapes, ref: Ref):
+    """(x, W [H, O], b [O]) where ``ref`` is Hugging Face GPT-2's Conv1D on x [B, S, H]:
+    Reshape(MatMul(Reshape(x, [-1, H]), W) + b, [B, S, O]), static shapes saying both ends are
+    [·, S, ·] — the same product per position as Einsum(abc,cd->abd) + b."""
+    outer = producer(graph, ref, {"Reshape"})
+    split = outer and const_and_other(graph, producer(graph, graph.inputs(outer)[0], ADDS))
+    matmul = split and producer(graph, split[1], {"MatMul"})
+    if not matmul or any(graph.attr(matmul, t, False) for t in ("transpose_a", "transpose_b")):
         return None
-    x, c = graph.inputs(node)
-    value = graph.const_value(c)
-    return (x, c) if value is not None and value.size == 1 and \
-        graph.const_value(x) is None else None
+    inner = producer(graph, graph.inputs(matmul)[0], {"Reshape"})
+    weight, bias = graph.const_value(graph.inputs(matmul)[1]), _row(split[0])
+    if not inner or weight is None or weight.ndim != 2 or bias is None or \
+            bias.shape != weight.shape[1:]:
+        return None
+    x = graph.inputs(inner)[0]
+    flat, before, after = graph.const_value(graph.inputs(inner)[1]), shapes(x), shapes(ref)
+    if flat is None or list(np.ravel(flat)) != [-1, weight.shape[0]] or before is None or \
+            after is None or len(before) != 3 or len(after) != 3 or before[1] is None or \
+            before[1] != after[1] or before[2] != weight.shape[0] or \
+            after[2] != weight.shape[1]:
+        return None
+    return x, weight, bias
 
 
-def constant_broadcast_dropped(graph: Graph, shapes: Shapes) -> List[Rewrite]:
-    """keras-hub broadcasts its causal triangle ``t`` [1, T, S] (a constant at a static length)
-    to [batch, T, S] before merging it with the padding mask [batch, 1, S] by an elementwise
-    ``Minimum``: ``BroadcastTo(t, [B, T, S])`` → ``t`` where only Casts lead from it to that
-    elementwise op. Elementwise ops broadcast their operands themselves, and the other operand
-    brings the batch (a key-padding mask's batch is the input's, as ``fuse_attention`` takes
-    every padding mask): the same [B, T, S] values. Then TensorFlow can evaluate the triangle
-    and ``fuse_attention`` proves it causal by its value."""
+def packed_projection_split(graph: Graph, shapes: Shapes) -> List[Rewrite]:
+    """GPT-2's packed query/key/value: ``Reshape(Split(n, last axis)(Conv1D(x))[k], [B, S, N,
+    h])`` → ``Einsum(abc,cde->abde, x, W_k') + b_k'``, W_k the k-th of n column blocks of W
+    (reshaped [H, N, h]) and b_k that of b: the k-th block of columns of x·W + b is x·W_k + b_k
+    (each column of a product depends on its own weight column alone), and the head split is
+    the row-major reshape of those columns (static shapes prove the positions [B, S] kept)."""
     rewrites = []
-    for node in graph.names_with_ops({"BroadcastTo"}):
-        source, shape = graph.inputs(node)
-        value, target = graph.const_value(source), graph.const_value(shape)
-        if value is None or value.ndim < 2 or shapes(shape) is None or \
-                len(shapes(shape)) != 1 or shapes(shape)[0] != value.ndim or \
-                any(d != 1 for d in value.shape[:-2]) or not _read_elementwise(graph, node):
+    for split_node in graph.names_with_ops({"Split"}):
+        axis, source = graph.inputs(split_node)
+        axis, count = graph.const_value(axis), graph.attr(split_node, "num_split", 0)
+        dense = _conv1d(graph, shapes, source)
+        if dense is None or axis is None or int(np.ravel(axis)[0]) % 3 != 2 or not count or \
+                dense[1].shape[1] % count:
             continue
-        tail = _trailing_constants(graph, shape, 2)
-        if tail is None or tail != list(value.shape[-2:]):
-            continue
-        become(graph, node, "Identity", [source])
-        rewrites.append(Rewrite("constant-broadcast-dropped", node,
-                                "Minimum(mask, BroadcastTo(constant)) → Minimum(mask, constant)"))
+        x, weight, bias = dense
+        block = weight.shape[1] // count
+        for reader in graph.consumers(split_node):
+            node, after = reader.node, shapes(Ref(reader.node, 0))
+            if graph.op(node) != "Reshape" or reader.index != 0 or after is None or \
+                    len(after) != 4 or None in after[1:] or after[2] * after[3] != block or \
+                    after[1] != shapes(graph.inputs(node)[0])[1]:
+                continue
+            k = graph.inputs(node)[0].port
+            columns = slice(k * block, (k + 1) * block)
+            kernel = add_const(graph, node, "kernel",
+                               weight[:, columns].reshape(weight.shape[0], after[2], after[3]))
+            einsum = add_node(graph, "Einsum", node, "projection", [x, kernel], node)
+            graph.edit_node(einsum.node).attr["N"].i = 2
+            graph.edit_node(einsum.node).attr["equation"].s = b"abc,cde->abde"
+            bias_k = add_const(graph, node, "bias", bias[columns].reshape(after[2], after[3]))
+            become(graph, node, "AddV2", [einsum, bias_k])
+            rewrites.append(Rewrite("packed-projection-split", node,
+                                    "Reshape(Split(x·[Wq|Wk|Wv] + b)[k], heads) → "
+                                    "Einsum(abc,cde->abde, x, W_k) + b_k"))
     return rewrites
 
 
-def _read_elementwise(graph: Graph, node: str) -> bool:
-    """Every reader of ``node`` is a Cast leading on to, or is, a Minimum/LogicalAnd."""
-    readers = [c.node for c in graph.consumers(node, 0)]
-    return bool(readers) and all(
-        graph.op(r) in ("Minimum", "LogicalAnd") or
-        graph.op(r) == "Cast" and _read_elementwise(graph, r) for r in readers)
-
-
-def _trailing_constants(graph: Graph, shape: Ref, count: int) -> Optional[List[int]]:
-    """The last ``count`` entries of a Pack'ed shape where they are constants."""
-    value = graph.const_value(shape)
-    if value is not None:
-        return [int(v) for v in np.ravel(value)[-count:]]
-    pack = producer(graph, shape, {"Pack"})
-    values = [graph.const_value(r) for r in graph.inputs(pack)[-count:]] if pack else [None]
-    return None if any(v is None or v.size != 1 for v in values) else \
-        [int(np.ravel(v)[0]) for v in values]
-
-
-def compare_before_expand(graph: Graph, shapes: Shapes) -> List[Rewrite]:
-    """``Greater(ExpandDims(x, a), c)`` → ``ExpandDims(Greater(x, c), a)``: a comparison with a
-    scalar is elementwise, and a new axis of size 1 holds the same elements (keras-hub's Softmax
-    compares its expanded int mask with 0)."""
+def conv1d_head_merge(graph: Graph, shapes: Shapes) -> List[Rewrite]:
+    """GPT-2's attention output: ``Conv1D`` reading the context c [B, S, N, h] flattened to
+    [B·S, N·h] (``Reshape(c, [-1, N·h])``, the head merge and Conv1D's own flattening in one)
+    is ``Einsum(abcd,cde->abe, c, W') + b``, W' = W reshaped [N, h, O]: the rows of the
+    flattened c are the positions (b, s) in order and its columns the heads merged row-major,
+    so contracting over (N, h) with W's rows reshaped alike gives every position's product."""
     rewrites = []
-    for node in graph.names_with_ops({"Greater"}):
-        split = _greater_than_constant(graph, node)
-        expand = split and producer(graph, split[0], {"ExpandDims"})
-        if not expand:
+    for node in graph.names_with_ops({"Reshape"}):
+        dense = _conv1d_on_heads(graph, shapes, Ref(node, 0))
+        if dense is None:
             continue
-        x, axis = graph.inputs(expand)
-        compared = add_node(graph, "Greater", node, "compared", [x, split[1]], node)
-        tdim = graph.node(expand).attr["Tdim"]
-        become(graph, node, "ExpandDims", [compared, axis], keep_attrs=())
-        graph.edit_node(node).attr["T"].type = 10                      # DT_BOOL
-        graph.edit_node(node).attr["Tdim"].CopyFrom(tdim)
-        rewrites.append(Rewrite("compare-before-expand", node,
-                                "Greater(ExpandDims(m), c) → ExpandDims(Greater(m, c))"))
+        context, weight, bias, heads = dense
+        kernel = add_const(graph, node, "kernel", weight.reshape(*heads, weight.shape[1]))
+        einsum = add_node(graph, "Einsum", node, "projection", [context, kernel], node)
+        graph.edit_node(einsum.node).attr["N"].i = 2
+        graph.edit_node(einsum.node).attr["equation"].s = b"abcd,cde->abe"
+        become(graph, node, "AddV2", [einsum, add_const(graph, node, "bias", bias)])
+        rewrites.append(Rewrite("conv1d-head-merge", node,
+                                "Conv1D(Reshape(context, [-1, N·h])) → Einsum(abcd,cde->abe) + b"))
     return rewrites
 
 
-def minimum_as_and(graph: Graph, shapes: Shapes) -> List[Rewrite]:
-    """``Greater(Minimum(a, b), c)`` → ``LogicalAnd(Greater(a, c), Greater(b, c))``: the
-    smaller of two numbers exceeds c exactly when both do (keras-hub merges its padding and
-    causal masks as the Minimum of two int masks)."""
-    rewrites = []
-    for node in graph.names_with_ops({"Greater"}):
-        split = _greater_than_constant(graph, node)
-        minimum = split and producer(graph, split[0], {"Minimum"})
-        if not minimum:
-            continue
-        sides = [add_node(graph, "Greater", node, "side", [side, split[1]], node)
-                 for side in graph.inputs(minimum)]
-        become(graph, node, "LogicalAnd", sides, keep_attrs=())
-        rewrites.append(Rewrite("minimum-as-and", node,
-                                "Greater(Minimum(a, b), c) → LogicalAnd(a > c, b > c)"))
-    return rewrites
+def _conv1d_on_heads(graph: Graph, shapes: Shapes, ref: Ref):
+    """(c, W, b, (N, h)) where ``ref`` is Reshape(MatMul(Reshape(c [B, S, N, h], [-1, N·h]), W)
+    + b, [-1, S, O]) with static S, N, h and O."""
+    outer = producer(graph, ref, {"Reshape"})
+    split = outer and const_and_other(graph, producer(graph, graph.inputs(outer)[0], ADDS))
+    matmul = split and producer(graph, split[1], {"MatMul"})
+    if not matmul or any(graph.attr(matmul, t, False) for t in ("transpose_a", "transpose_b")):
+        return None
+    inner = producer(graph, graph.inputs(matmul)[0], {"Reshape"})
+    weight, bias = graph.const_value(graph.inputs(matmul)[1]), _row(split[0])
+    if not inner or weight is None or weight.ndim != 2 or bias is None or \
+            bias.shape != weight.shape[1:]:
+        return None
+    context = graph.inputs(inner)[0]
+    flat, before = graph.const_value(graph.inputs(inner)[1]), shapes(context)
+    target = graph.const_value(graph.inputs(outer)[1])
+    if flat is None or list(np.ravel(flat)) != [-1, weight.shape[0]] or before is None or \
+            len(before) != 4 or None in before[1:] or before[2] * before[3] != weight.shape[0] \
+            or target is None or list(np.ravel(target)) != [-1, before[1], weight.shape[1]]:
+        return None
+    return context, weight, bias, (before[2], before[3])
 
 
-RULES = (head_split_projection, head_merge_projection, divide_as_multiply, batch_matmul_as_einsum,
-         transposes_into_einsum, einsum_spelling, query_scale_onto_scores, softmax_shift,
-         constant_broadcast_dropped, compare_before_expand, minimum_as_and)
+RULES = (packed_projection_split, conv1d_head_merge, head_split_projection,
+         head_merge_projection, divide_as_multiply, batch_matmul_as_einsum,
+         transposes_into_einsum, einsum_spelling, query_scale_onto_scores, softmax_shift)

@@ -48,6 +48,15 @@ PROJECT = "abc,cde->abde"
 SCORES = "BTNH,BSNH->BNTS"
 CONTEXT = "BNTS,BSNH->BTNH"
 OUTPUT = "abcd,cde->abe"
+# Hugging Face GPT-2: its causal band replaces future scores by -1e4 (canonical_masks), then the
+# padding mask adds (1 - m)·(-1e4). A query row whose past keys are all padded (left padding)
+# then weighs a future key by exp(-1e4) against a past one by exp(score - 1e4): the scores of
+# the kernel's masked keys always enter (score + filler), so no Attention mask computes that row.
+CAUSAL_THEN_ADDITIVE = (
+    "a causal mask that replaces the scores (Hugging Face GPT-2's s·b - 1e4·(1 - b)) meets an "
+    "additive padding mask: where every past key of a query is padded (left padding) the model "
+    "weighs its future keys against its past ones by their scores, which no Attention mask "
+    "computes")
 
 
 def find(graph: Graph, shapes=None) -> Tuple[List[Fused], List[Tuple[str, str]]]:
@@ -153,6 +162,9 @@ def _unmasked(graph: Graph, ref: Ref, shapes):
     LogicalAnd(ones_like(scores), ExpandDims(mask, -3)); an additive mask is Hugging Face's
     scores + (1 - m)·c (``_additive``)."""
     additive = _additive(graph, ref, shapes)
+    if additive is not None and not isinstance(additive[1], str) and \
+            producer(graph, additive[0], {"SelectV2", "Select"}):
+        return additive[0], CAUSAL_THEN_ADDITIVE
     if additive is not None:
         return additive
     select = producer(graph, ref, {"SelectV2", "Select"})
