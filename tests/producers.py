@@ -19,17 +19,21 @@ FAMILIES = {"legacy": ("hf_bert", "hf_gpt2", "hf_gpt2_causal", "hf_vit", "tf_ker
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def build(family: str, directory: Path, timeout: float = 600) -> dict:
-    """{model name: SavedModel directory} of ``family``, built in a subprocess."""
+def build(family: str, directory: Path, timeout: float = 600, only=()) -> dict:
+    """{model name: SavedModel directory} of ``family``, built in a subprocess; ``only``: just
+    those models saved (the family's others are still constructed, not saved)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
                TF_USE_LEGACY_KERAS="0" if family == "keras_hub" else "1")
-    done = subprocess.run([sys.executable, "-m", "tests.producers", family, str(directory)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run([sys.executable, "-m", "tests.producers", family, str(directory),
+                           *only], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
-    return {name: directory / name for name in FAMILIES[family]}
+    return {name: directory / name for name in FAMILIES[family] if not only or name in only}
 
 
 def _save(tf, module, function, signature, path):
+    if WANTED and path.name not in WANTED:      # build(..., only=...): the others not saved
+        return
     concrete = tf.function(function).get_concrete_function(**signature)
     tf.saved_model.save(module, str(path), signatures=concrete)
 
@@ -150,7 +154,10 @@ def keras_hub(directory: Path):
           directory / "keras_hub_vit")
 
 
+WANTED = set()
+
 if __name__ == "__main__":
     family, out = sys.argv[1], Path(sys.argv[2])
+    WANTED.update(sys.argv[3:])
     for builder in {"legacy": (hugging_face, tf_keras_encoders), "keras_hub": (keras_hub,)}[family]:
         builder(out)

@@ -205,3 +205,70 @@ def test_one_fused_attention_per_layer_matching_tensorflow(producer, tmp_path):
     assert counts["Attention"] >= theirs
 
 
+
+
+# ------------------------------------------------------------------ GPT-2 (tests/producers.py)
+# keras-hub's GPT2Backbone merges its padding mask with a constant causal triangle by Minimum of
+# int masks (canonical_masks); Hugging Face's TFGPT2Model packs q, k, v in one Conv1D and Splits
+# (canonical_attention) and writes its causal band as s·b - 1e4·(1 - b). Built by the shared
+# builders (2 heads, hidden 64), only the GPT-2s saved.
+GPT2_MODELS = {"keras_hub_gpt2": "keras_hub", "hf_gpt2_causal": "legacy", "hf_gpt2": "legacy"}
+
+
+@pytest.fixture(scope="session")
+def gpt2_saved(tmp_path_factory):
+    from tests import producers
+    built = {}
+    for family in sorted(set(GPT2_MODELS.values())):
+        wanted = [m for m, f in GPT2_MODELS.items() if f == family]
+        built.update(producers.build(family, tmp_path_factory.mktemp(family), only=wanted))
+    return built
+
+
+@pytest.fixture(scope="session", params=["keras_hub_gpt2", "hf_gpt2_causal"])
+def gpt2(request, gpt2_saved):
+    return request.param, api.optimize(api.load(gpt2_saved[request.param]))
+
+
+def test_gpt2_one_causal_attention_per_layer_matching_tensorflow(gpt2, tmp_path):
+    from onnxruntime.transformers.optimizer import optimize_model
+    from tests import producers
+    name, result = gpt2
+    fused = result.export_onnx(tmp_path / "fused.onnx", fusions=True)
+    assert fused.passed
+    counts = ops_of(tmp_path / "fused.onnx")
+    assert counts.get("Attention") == producers.LAYERS and "Softmax" not in counts, counts
+    assert not [line for line in fused.not_fused if "Softmax" in line]
+    # the test's own oracle on a full, a right-, a left- and a both-sides-padded row (for the
+    # causal-only model: the ids alone); a left-padded row's first queries have no valid key
+    feeds = feeds_for(result)
+    worst = assert_matches_tf(result, tmp_path / "fused.onnx", feeds)
+    print(f"{name}: max relative error {worst:.2e}")
+    model = onnx.load(str(tmp_path / "fused.onnx"))
+    packed = next(t for t in model.graph.initializer if t.name.endswith("/qkv_weight"))
+    packed.CopyFrom(onnx.numpy_helper.from_array(
+        onnx.numpy_helper.to_array(packed) * np.float32(1.05), packed.name))
+    onnx.save(model, str(tmp_path / "mutated.onnx"))
+    with pytest.raises(AssertionError):
+        assert_matches_tf(result, tmp_path / "mutated.onnx", feeds)
+    assert result.export_onnx(tmp_path / "plain.onnx", fusions=False).passed
+    theirs = optimize_model(str(tmp_path / "plain.onnx"), model_type="gpt2",
+                            num_heads=producers.HEADS, hidden_size=producers.HIDDEN,
+                            opt_level=0).get_fused_operator_statistics().get("Attention", 0)
+    print(f"{name}: Attention ours {counts['Attention']}, onnxruntime optimizer {theirs}")
+    assert counts["Attention"] >= theirs
+
+
+def test_hf_gpt2_with_a_padding_mask_is_left_alone_saying_why(gpt2_saved, tmp_path):
+    """Hugging Face's causal band replaces future scores by -1e4 and the padding mask then adds
+    -1e4: a left-padded row's first queries (every past key padded) weigh their future keys
+    against their past ones by the scores — no Attention mask computes that row, so the block
+    stays unfused, the reason printed, and the export still matches TF on left padding."""
+    from tfsurgery.transforms import fuse_attention
+    result = api.optimize(api.load(gpt2_saved["hf_gpt2"]))
+    exported = result.export_onnx(tmp_path / "m.onnx", fusions=True)
+    assert exported.passed
+    assert "Attention" not in ops_of(tmp_path / "m.onnx")
+    reasons = [line for line in exported.not_fused if "Softmax" in line]
+    assert len(reasons) == 2 and all(fuse_attention.CAUSAL_THEN_ADDITIVE in r for r in reasons)
+    assert_matches_tf(result, tmp_path / "m.onnx", feeds_for(result))
