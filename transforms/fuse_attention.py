@@ -19,7 +19,8 @@ causal mask as one ``[batch, queries, keys]`` mask (``_with_causal``), or that m
 ``c`` (``_additive``); Keras' SelectV2(mask, Softmax, 0) after the softmax zeroes a row with no
 valid key (``_zero_rows_without_keys``). Other producers' spellings (batched matmuls between
 transposes, other einsum letters, a pre-scaled query, Tensordot heads) reach this matcher in
-this form through ``canonical_attention``'s rules, on the export's private copy. The causal mask is proven by its value
+this form through ``canonical_attention``'s and ``canonical_masks``' rules (GPT-2's packed
+q/k/v, its causal band, keras-hub's int masks), on the export's private copy. The causal mask is proven by its value
 where it is computed from constants (static length: TensorFlow evaluates it, a lower
 triangle); with dynamic shapes Keras computes it from the run-time length, and then its form is
 the proof: Cumsum of ones over rows >= over columns is i + 1 >= j + 1 at every length, the
