@@ -17,7 +17,7 @@ from tfsurgery.graph import Graph
 from tfsurgery.graph.refs import Ref
 from tfsurgery.transforms.canonical_forms import (Rewrite, Shapes, add_const, add_node, become,
                                                    remove_unread)
-from tfsurgery.transforms.fusion_match import const_and_other, producer
+from tfsurgery.transforms.fusion_match import computed_value, producer
 
 INTEGER_TYPES = {3, 4, 5, 6, 9}              # DT_INT32, UINT8, INT16, INT8, INT64
 
@@ -33,7 +33,7 @@ def _greater_than_constant(graph: Graph, node: str):
 
 
 def constant_broadcast_dropped(graph: Graph, shapes: Shapes) -> List[Rewrite]:
-    """keras-hub broadcasts its causal triangle ``t`` [1, T, S] (a constant at a static length)
+    """keras-hub broadcasts its causal triangle ``t`` [1, T, S] (computed from constants)
     to [batch, T, S] before merging it with the padding mask [batch, 1, S] by an elementwise
     ``Minimum``: ``BroadcastTo(t, [B, T, S])`` → ``t`` where only Casts lead from it to that
     elementwise op. Elementwise ops broadcast their operands themselves, and the other operand
@@ -43,7 +43,7 @@ def constant_broadcast_dropped(graph: Graph, shapes: Shapes) -> List[Rewrite]:
     rewrites = []
     for node in graph.names_with_ops({"BroadcastTo"}):
         source, shape = graph.inputs(node)
-        value, target = graph.const_value(source), graph.const_value(shape)
+        value = computed_value(graph, source)       # a folded triangle, or Range-based (seq 32+)
         if value is None or value.ndim < 2 or shapes(shape) is None or \
                 len(shapes(shape)) != 1 or shapes(shape)[0] != value.ndim or \
                 any(d != 1 for d in value.shape[:-2]) or not _read_elementwise(graph, node):
@@ -116,16 +116,28 @@ def minimum_as_and(graph: Graph, shapes: Shapes) -> List[Rewrite]:
 
 
 
+def _computed_and_other(graph: Graph, node: str):
+    """(value, other) of Mul ``node`` where one side is computed from constants alone (GPT-2's
+    band: a folded constant, or Range/GreaterEqual at seq 32+, TensorFlow evaluates it)."""
+    for known, other in (graph.inputs(node), graph.inputs(node)[::-1]):
+        value = computed_value(graph, known)
+        if value is not None and computed_value(graph, other) is None:
+            return np.asarray(value), other
+    return None
+
+
 def causal_band_as_select(graph: Graph, shapes: Shapes) -> List[Rewrite]:
-    """Hugging Face GPT-2's causal mask ``s·b - c`` with ``b`` a constant 0/1 band and ``c`` the
-    constant ``K·(1 - b)`` is ``SelectV2(b, s, -K)``: where b = 1 it is s·1 - 0 = s, where b = 0
+    """Hugging Face GPT-2's causal mask ``s·b - c`` with ``b`` a 0/1 band and ``c`` the
+    value ``K·(1 - b)`` (both computed from constants: folded at a short length, Range and
+    GreaterEqual from seq 32) is ``SelectV2(b, s, -K)``: where b = 1 it is s·1 - 0 = s, where b = 0
     it is s·0 - K = -K (for finite scores, as every score of a model that runs is)."""
     rewrites = []
     for node in graph.names_with_ops({"Sub"}):
         product, subtracted = graph.inputs(node)
-        offset = graph.const_value(subtracted)
-        split = const_and_other(graph, producer(graph, product, {"Mul"}))
-        if offset is None or split is None:
+        multiply = producer(graph, product, {"Mul"})
+        offset = computed_value(graph, subtracted) if multiply else None
+        split = _computed_and_other(graph, multiply) if offset is not None else None
+        if split is None:
             continue
         band, scores = split
         if band.ndim < 2 or not np.all((band == 0) | (band == 1)) or \
