@@ -9,7 +9,11 @@ Garden / TF Hub encoders) pre-scales the query, writes ``aecd,abcd->acbe`` and a
 ``(1 - m)·(-1e9)``. Hand-written TF: ``tf.matmul`` projections, heads by reshape/transpose. Each model: one ``Attention`` per layer,
 onnxruntime against a plain TF session on right- AND left-padded masks within 1e-4, at least as
 many fused attentions as onnxruntime's own transformer optimizer finds on the unfused export.
-Small: 2 layers, hidden 64, 4 heads, seq 16, random weights."""
+Small: 2 layers, hidden 64, 4 heads, seq 16, random weights.
+GPT-2 (built by tests/producers.py: 2 heads): keras-hub's GPT2Backbone (Minimum-merged int masks)
+and Hugging Face's TFGPT2Model with its causal mask alone (packed q/k/v + Split) fuse one
+causal Attention per layer, also at seq 32 where the triangle is computed from Range; HF GPT-2
+with its padding mask too is left alone, saying why (left-padded rows cannot be exact)."""
 import subprocess
 import sys
 import textwrap
@@ -272,3 +276,45 @@ def test_hf_gpt2_with_a_padding_mask_is_left_alone_saying_why(gpt2_saved, tmp_pa
     reasons = [line for line in exported.not_fused if "Softmax" in line]
     assert len(reasons) == 2 and all(fuse_attention.CAUSAL_THEN_ADDITIVE in r for r in reasons)
     assert_matches_tf(result, tmp_path / "m.onnx", feeds_for(result))
+
+
+GPT2_AT_32 = """
+import os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1" if sys.argv[1] == "hf" else "0"
+import tensorflow as tf
+spec = tf.TensorSpec([None, 32], tf.int32)
+if sys.argv[1] == "hf":
+    import transformers
+    tf.random.set_seed(0)
+    model = transformers.TFGPT2Model(transformers.GPT2Config(
+        vocab_size=100, n_embd=64, n_layer=2, n_head=2, n_positions=32))
+    serve = tf.function(lambda input_ids: {"hidden": model(input_ids=input_ids).last_hidden_state})
+    concrete = serve.get_concrete_function(input_ids=spec)
+else:
+    import keras, keras_hub
+    keras.utils.set_random_seed(0)
+    model = keras_hub.models.GPT2Backbone(vocabulary_size=100, num_layers=2, num_heads=2,
+                                          hidden_dim=64, intermediate_dim=128,
+                                          max_sequence_length=32)
+    serve = tf.function(lambda token_ids, padding_mask: {"hidden": model(
+        {"token_ids": token_ids, "padding_mask": padding_mask})})
+    concrete = serve.get_concrete_function(token_ids=spec, padding_mask=spec)
+tf.saved_model.save(model, sys.argv[2], signatures=concrete)
+"""
+
+
+@pytest.mark.parametrize("library", ["hf", "keras_hub"])
+def test_gpt2_causal_mask_computed_from_range_fuses(library, tmp_path):
+    """From seq 32 fold-constants leaves the causal triangle as Range/GreaterEqual (its value
+    outweighs its ops): proven by its computed value, the GPT-2s fuse there too."""
+    subprocess.run([sys.executable, "-c", GPT2_AT_32, library, str(tmp_path / "m")],
+                   check=True, capture_output=True, timeout=300)
+    result = api.optimize(api.load(tmp_path / "m"))
+    fused = result.export_onnx(tmp_path / "fused.onnx", fusions=True)
+    assert fused.passed and ops_of(tmp_path / "fused.onnx").get("Attention") == LAYERS
+    rng = np.random.default_rng(1)
+    mask = np.ones((4, 32), np.int32)
+    mask[1, 20:], mask[2, :9], mask[3, :4], mask[3, 27:] = 0, 0, 0, 0
+    feeds = {name: mask if "mask" in name else rng.integers(0, VOCAB, (4, 32)).astype(np.int32)
+             for name in result.inputs}
+    assert_matches_tf(result, tmp_path / "fused.onnx", feeds)
