@@ -434,8 +434,8 @@ def conv1d_head_merge(graph: Graph, shapes: Shapes) -> List[Rewrite]:
         graph.edit_node(einsum.node).attr["N"].i = 2
         graph.edit_node(einsum.node).attr["equation"].s = b"abcd,cde->abe"
         become(graph, node, "AddV2", [einsum, add_const(graph, node, "bias", bias)])
-        rewrites.append(Rewrite("conv1d-head-merge", node,
-                                "Conv1D(Reshape(context, [-1, N·h])) → Einsum(abcd,cde->abe) + b"))
+        rewrites.append(Rewrite("conv1d-head-merge", node, "Conv1D(Reshape(context, [-1, N·h]))"
+                                " → Einsum(abcd,cde->abe) + b"))
     return rewrites
 
 
