@@ -25,9 +25,9 @@ is proven by its value where it is computed from constants (static length: Tenso
 evaluates it, a lower triangle); with dynamic shapes Keras computes it from the run-time
 length, and then its form is the proof: Cumsum of ones over rows >= over columns is
 i + 1 >= j + 1 at every length, the length being Shape(x)[1] of the attention's own input —
-or, with no other mask, Keras' MatrixBandPart(ones [T, S], -1, 0), T and S the scores' own dimensions. Any other
-``[batch, queries, keys]`` mask, cross-attention or unequal head sizes are left alone, saying
-so.
+or, with no other mask, Keras' MatrixBandPart(ones [T, S], -1, 0), T and S the scores' own
+dimensions. Any other ``[batch, queries, keys]`` mask, cross-attention or unequal head sizes
+are left alone, saying so.
 A row whose keys are all masked differs (Keras: uniform; ``Attention``: filler added to scores).
 """
 from __future__ import annotations
