@@ -13,22 +13,27 @@ from pathlib import Path
 
 SEQ, HIDDEN, LAYERS, HEADS, FFN, VOCAB, IMAGE = 16, 64, 2, 2, 128, 100, 32
 # one process per family: Hugging Face and tf_keras share tf_keras (TF_USE_LEGACY_KERAS=1)
-FAMILIES = {"legacy": ("hf_bert", "hf_gpt2", "hf_vit", "tf_keras_mha", "hand_tf"),
+FAMILIES = {"legacy": ("hf_bert", "hf_gpt2", "hf_gpt2_causal", "hf_vit", "tf_keras_mha",
+                       "hand_tf"),
             "keras_hub": ("keras_hub_bert", "keras_hub_gpt2", "keras_hub_vit")}
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def build(family: str, directory: Path, timeout: float = 600) -> dict:
-    """{model name: SavedModel directory} of ``family``, built in a subprocess."""
+def build(family: str, directory: Path, timeout: float = 600, only=()) -> dict:
+    """{model name: SavedModel directory} of ``family``, built in a subprocess; ``only``: just
+    those models saved (the family's others are still constructed, not saved)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
                TF_USE_LEGACY_KERAS="0" if family == "keras_hub" else "1")
-    done = subprocess.run([sys.executable, "-m", "tests.producers", family, str(directory)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run([sys.executable, "-m", "tests.producers", family, str(directory),
+                           *only], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
-    return {name: directory / name for name in FAMILIES[family]}
+    return {name: directory / name for name in FAMILIES[family] if not only or name in only}
 
 
 def _save(tf, module, function, signature, path):
+    if WANTED and path.name not in WANTED:      # build(..., only=...): the others not saved
+        return
     concrete = tf.function(function).get_concrete_function(**signature)
     tf.saved_model.save(module, str(path), signatures=concrete)
 
@@ -54,6 +59,9 @@ def hugging_face(directory: Path):
     _save(tf, gpt2, lambda input_ids, attention_mask: {
         "hidden": gpt2(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state},
         dict(input_ids=_ids(tf), attention_mask=_ids(tf)), directory / "hf_gpt2")
+    _save(tf, gpt2, lambda input_ids: {                 # no padding mask: the causal mask alone
+        "hidden": gpt2(input_ids=input_ids).last_hidden_state},
+        dict(input_ids=_ids(tf)), directory / "hf_gpt2_causal")
     vit = hf.TFViTModel(hf.ViTConfig(hidden_size=HIDDEN, num_hidden_layers=LAYERS,
                                      num_attention_heads=HEADS, intermediate_size=FFN,
                                      image_size=IMAGE, patch_size=8, num_channels=3))
@@ -146,7 +154,10 @@ def keras_hub(directory: Path):
           directory / "keras_hub_vit")
 
 
+WANTED = set()
+
 if __name__ == "__main__":
     family, out = sys.argv[1], Path(sys.argv[2])
+    WANTED.update(sys.argv[3:])
     for builder in {"legacy": (hugging_face, tf_keras_encoders), "keras_hub": (keras_hub,)}[family]:
         builder(out)

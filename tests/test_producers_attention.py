@@ -9,7 +9,11 @@ Garden / TF Hub encoders) pre-scales the query, writes ``aecd,abcd->acbe`` and a
 ``(1 - m)·(-1e9)``. Hand-written TF: ``tf.matmul`` projections, heads by reshape/transpose. Each model: one ``Attention`` per layer,
 onnxruntime against a plain TF session on right- AND left-padded masks within 1e-4, at least as
 many fused attentions as onnxruntime's own transformer optimizer finds on the unfused export.
-Small: 2 layers, hidden 64, 4 heads, seq 16, random weights."""
+Small: 2 layers, hidden 64, 4 heads, seq 16, random weights.
+GPT-2 (built by tests/producers.py: 2 heads): keras-hub's GPT2Backbone (Minimum-merged int masks)
+and Hugging Face's TFGPT2Model with its causal mask alone (packed q/k/v + Split) fuse one
+causal Attention per layer, also at seq 32 where the triangle is computed from Range; HF GPT-2
+with its padding mask too is left alone, saying why (left-padded rows cannot be exact)."""
 import subprocess
 import sys
 import textwrap
@@ -205,3 +209,112 @@ def test_one_fused_attention_per_layer_matching_tensorflow(producer, tmp_path):
     assert counts["Attention"] >= theirs
 
 
+
+
+# ------------------------------------------------------------------ GPT-2 (tests/producers.py)
+# keras-hub's GPT2Backbone merges its padding mask with a constant causal triangle by Minimum of
+# int masks (canonical_masks); Hugging Face's TFGPT2Model packs q, k, v in one Conv1D and Splits
+# (canonical_attention) and writes its causal band as s·b - 1e4·(1 - b). Built by the shared
+# builders (2 heads, hidden 64), only the GPT-2s saved.
+GPT2_MODELS = {"keras_hub_gpt2": "keras_hub", "hf_gpt2_causal": "legacy", "hf_gpt2": "legacy"}
+
+
+@pytest.fixture(scope="session")
+def gpt2_saved(tmp_path_factory):
+    from tests import producers
+    built = {}
+    for family in sorted(set(GPT2_MODELS.values())):
+        wanted = [m for m, f in GPT2_MODELS.items() if f == family]
+        built.update(producers.build(family, tmp_path_factory.mktemp(family), only=wanted))
+    return built
+
+
+@pytest.fixture(scope="session", params=["keras_hub_gpt2", "hf_gpt2_causal"])
+def gpt2(request, gpt2_saved):
+    return request.param, api.optimize(api.load(gpt2_saved[request.param]))
+
+
+def test_gpt2_one_causal_attention_per_layer_matching_tensorflow(gpt2, tmp_path):
+    from onnxruntime.transformers.optimizer import optimize_model
+    from tests import producers
+    name, result = gpt2
+    fused = result.export_onnx(tmp_path / "fused.onnx", fusions=True)
+    assert fused.passed
+    counts = ops_of(tmp_path / "fused.onnx")
+    assert counts.get("Attention") == producers.LAYERS and "Softmax" not in counts, counts
+    assert not [line for line in fused.not_fused if "Softmax" in line]
+    # the test's own oracle on a full, a right-, a left- and a both-sides-padded row (for the
+    # causal-only model: the ids alone); a left-padded row's first queries have no valid key
+    feeds = feeds_for(result)
+    worst = assert_matches_tf(result, tmp_path / "fused.onnx", feeds)
+    print(f"{name}: max relative error {worst:.2e}")
+    model = onnx.load(str(tmp_path / "fused.onnx"))
+    packed = next(t for t in model.graph.initializer if t.name.endswith("/qkv_weight"))
+    packed.CopyFrom(onnx.numpy_helper.from_array(
+        onnx.numpy_helper.to_array(packed) * np.float32(1.05), packed.name))
+    onnx.save(model, str(tmp_path / "mutated.onnx"))
+    with pytest.raises(AssertionError):
+        assert_matches_tf(result, tmp_path / "mutated.onnx", feeds)
+    assert result.export_onnx(tmp_path / "plain.onnx", fusions=False).passed
+    theirs = optimize_model(str(tmp_path / "plain.onnx"), model_type="gpt2",
+                            num_heads=producers.HEADS, hidden_size=producers.HIDDEN,
+                            opt_level=0).get_fused_operator_statistics().get("Attention", 0)
+    print(f"{name}: Attention ours {counts['Attention']}, onnxruntime optimizer {theirs}")
+    assert counts["Attention"] >= theirs
+
+
+def test_hf_gpt2_with_a_padding_mask_is_left_alone_saying_why(gpt2_saved, tmp_path):
+    """Hugging Face's causal band replaces future scores by -1e4 and the padding mask then adds
+    -1e4: a left-padded row's first queries (every past key padded) weigh their future keys
+    against their past ones by the scores — no Attention mask computes that row, so the block
+    stays unfused, the reason printed, and the export still matches TF on left padding."""
+    from tfsurgery.transforms import fuse_attention
+    result = api.optimize(api.load(gpt2_saved["hf_gpt2"]))
+    exported = result.export_onnx(tmp_path / "m.onnx", fusions=True)
+    assert exported.passed
+    assert "Attention" not in ops_of(tmp_path / "m.onnx")
+    reasons = [line for line in exported.not_fused if "Softmax" in line]
+    assert len(reasons) == 2 and all(fuse_attention.CAUSAL_THEN_ADDITIVE in r for r in reasons)
+    assert_matches_tf(result, tmp_path / "m.onnx", feeds_for(result))
+
+
+GPT2_AT_32 = """
+import os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1" if sys.argv[1] == "hf" else "0"
+import tensorflow as tf
+spec = tf.TensorSpec([None, 32], tf.int32)
+if sys.argv[1] == "hf":
+    import transformers
+    tf.random.set_seed(0)
+    model = transformers.TFGPT2Model(transformers.GPT2Config(
+        vocab_size=100, n_embd=64, n_layer=2, n_head=2, n_positions=32))
+    serve = tf.function(lambda input_ids: {"hidden": model(input_ids=input_ids).last_hidden_state})
+    concrete = serve.get_concrete_function(input_ids=spec)
+else:
+    import keras, keras_hub
+    keras.utils.set_random_seed(0)
+    model = keras_hub.models.GPT2Backbone(vocabulary_size=100, num_layers=2, num_heads=2,
+                                          hidden_dim=64, intermediate_dim=128,
+                                          max_sequence_length=32)
+    serve = tf.function(lambda token_ids, padding_mask: {"hidden": model(
+        {"token_ids": token_ids, "padding_mask": padding_mask})})
+    concrete = serve.get_concrete_function(token_ids=spec, padding_mask=spec)
+tf.saved_model.save(model, sys.argv[2], signatures=concrete)
+"""
+
+
+@pytest.mark.parametrize("library", ["hf", "keras_hub"])
+def test_gpt2_causal_mask_computed_from_range_fuses(library, tmp_path):
+    """From seq 32 fold-constants leaves the causal triangle as Range/GreaterEqual (its value
+    outweighs its ops): proven by its computed value, the GPT-2s fuse there too."""
+    subprocess.run([sys.executable, "-c", GPT2_AT_32, library, str(tmp_path / "m")],
+                   check=True, capture_output=True, timeout=300)
+    result = api.optimize(api.load(tmp_path / "m"))
+    fused = result.export_onnx(tmp_path / "fused.onnx", fusions=True)
+    assert fused.passed and ops_of(tmp_path / "fused.onnx").get("Attention") == LAYERS
+    rng = np.random.default_rng(1)
+    mask = np.ones((4, 32), np.int32)
+    mask[1, 20:], mask[2, :9], mask[3, :4], mask[3, 27:] = 0, 0, 0, 0
+    feeds = {name: mask if "mask" in name else rng.integers(0, VOCAB, (4, 32)).astype(np.int32)
+             for name in result.inputs}
+    assert_matches_tf(result, tmp_path / "fused.onnx", feeds)

@@ -16,7 +16,7 @@ from tfsurgery.transforms import (equalize_cross_layer, erfc_as_erf, float16_wei
                                   inline_functions, int8_weights)
 from tfsurgery.transforms import (fuse_attention, fuse_embed_layer_norm, fuse_gelu,
                                   fuse_layer_norm)
-from tfsurgery.transforms import canonical_attention, canonical_norm
+from tfsurgery.transforms import canonical_attention, canonical_masks, canonical_norm
 
 PIPELINE = (
     add_preprocessing.add_preprocessing,
@@ -63,7 +63,7 @@ PIPELINE = (
 ONNX_FUSIONS = (fuse_embed_layer_norm, fuse_layer_norm, fuse_gelu, fuse_attention)
 # Before they match: each function's spellings rewritten to the one they know, on the export's
 # private copy (canonical_forms; one rule file per family, its RULES appended here in order).
-CANONICAL_RULES = (*canonical_norm.RULES, *canonical_attention.RULES)
+CANONICAL_RULES = (*canonical_norm.RULES, *canonical_attention.RULES, *canonical_masks.RULES)
 
 REGISTRY = {fn.transform_name: fn for fn in PIPELINE}
 ORDER = tuple(REGISTRY)

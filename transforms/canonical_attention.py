@@ -18,7 +18,7 @@ import numpy as np
 from tfsurgery.graph import Graph
 from tfsurgery.graph.refs import Ref
 from tfsurgery.transforms.canonical_forms import Rewrite, Shapes, add_const, add_node, become
-from tfsurgery.transforms.fusion_match import const_and_other, dimension_of, producer
+from tfsurgery.transforms.fusion_match import ADDS, const_and_other, dimension_of, producer
 
 BATCH_MATMULS = {"BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"}
 # the spellings fuse_attention reads (its SCORES and CONTEXT), operands in its order
@@ -351,5 +351,117 @@ def head_merge_projection(graph: Graph, shapes: Shapes) -> List[Rewrite]:
     return rewrites
 
 
-RULES = (head_split_projection, head_merge_projection, divide_as_multiply, batch_matmul_as_einsum, transposes_into_einsum, einsum_spelling,
-         query_scale_onto_scores, softmax_shift)
+def _row(bias: np.ndarray) -> Optional[np.ndarray]:
+    """A bias added to a [rows, O] product, [O] or [1, O] (Conv1D keeps it [1, O]), as [O]."""
+    return bias.reshape(-1) if bias.ndim in (1, 2) and bias.shape[0] in (1, bias.size) else None
+
+
+def _conv1d(graph: Graph, shapes: Shapes, ref: Ref):
+    """(x, W [H, O], b [O]) where ``ref`` is Hugging Face GPT-2's Conv1D on x [B, S, H]:
+    Reshape(MatMul(Reshape(x, [-1, H]), W) + b, [B, S, O]), static shapes saying both ends are
+    [·, S, ·] — the same product per position as Einsum(abc,cd->abd) + b."""
+    outer = producer(graph, ref, {"Reshape"})
+    split = outer and const_and_other(graph, producer(graph, graph.inputs(outer)[0], ADDS))
+    matmul = split and producer(graph, split[1], {"MatMul"})
+    if not matmul or any(graph.attr(matmul, t, False) for t in ("transpose_a", "transpose_b")):
+        return None
+    inner = producer(graph, graph.inputs(matmul)[0], {"Reshape"})
+    weight, bias = graph.const_value(graph.inputs(matmul)[1]), _row(split[0])
+    if not inner or weight is None or weight.ndim != 2 or bias is None or \
+            bias.shape != weight.shape[1:]:
+        return None
+    x = graph.inputs(inner)[0]
+    flat, before, after = graph.const_value(graph.inputs(inner)[1]), shapes(x), shapes(ref)
+    if flat is None or list(np.ravel(flat)) != [-1, weight.shape[0]] or before is None or \
+            after is None or len(before) != 3 or len(after) != 3 or before[1] is None or \
+            before[1] != after[1] or before[2] != weight.shape[0] or \
+            after[2] != weight.shape[1]:
+        return None
+    return x, weight, bias
+
+
+def packed_projection_split(graph: Graph, shapes: Shapes) -> List[Rewrite]:
+    """GPT-2's packed query/key/value: ``Reshape(Split(n, last axis)(Conv1D(x))[k], [B, S, N,
+    h])`` → ``Einsum(abc,cde->abde, x, W_k') + b_k'``, W_k the k-th of n column blocks of W
+    (reshaped [H, N, h]) and b_k that of b: the k-th block of columns of x·W + b is x·W_k + b_k
+    (each column of a product depends on its own weight column alone), and the head split is
+    the row-major reshape of those columns (static shapes prove the positions [B, S] kept)."""
+    rewrites = []
+    for split_node in graph.names_with_ops({"Split"}):
+        axis, source = graph.inputs(split_node)
+        axis, count = graph.const_value(axis), graph.attr(split_node, "num_split", 0)
+        dense = _conv1d(graph, shapes, source)
+        if dense is None or axis is None or int(np.ravel(axis)[0]) % 3 != 2 or not count or \
+                dense[1].shape[1] % count:
+            continue
+        x, weight, bias = dense
+        block = weight.shape[1] // count
+        for reader in graph.consumers(split_node):
+            node, after = reader.node, shapes(Ref(reader.node, 0))
+            if graph.op(node) != "Reshape" or reader.index != 0 or after is None or \
+                    len(after) != 4 or None in after[1:] or after[2] * after[3] != block or \
+                    after[1] != shapes(graph.inputs(node)[0])[1]:
+                continue
+            k = graph.inputs(node)[0].port
+            columns = slice(k * block, (k + 1) * block)
+            kernel = add_const(graph, node, "kernel",
+                               weight[:, columns].reshape(weight.shape[0], after[2], after[3]))
+            einsum = add_node(graph, "Einsum", node, "projection", [x, kernel], node)
+            graph.edit_node(einsum.node).attr["N"].i = 2
+            graph.edit_node(einsum.node).attr["equation"].s = b"abc,cde->abde"
+            bias_k = add_const(graph, node, "bias", bias[columns].reshape(after[2], after[3]))
+            become(graph, node, "AddV2", [einsum, bias_k])
+            rewrites.append(Rewrite("packed-projection-split", node,
+                                    "Reshape(Split(x·[Wq|Wk|Wv] + b)[k], heads) → "
+                                    "Einsum(abc,cde->abde, x, W_k) + b_k"))
+    return rewrites
+
+
+def conv1d_head_merge(graph: Graph, shapes: Shapes) -> List[Rewrite]:
+    """GPT-2's attention output: ``Conv1D`` reading the context c [B, S, N, h] flattened to
+    [B·S, N·h] (``Reshape(c, [-1, N·h])``, the head merge and Conv1D's own flattening in one)
+    is ``Einsum(abcd,cde->abe, c, W') + b``, W' = W reshaped [N, h, O]: the rows of the
+    flattened c are the positions (b, s) in order and its columns the heads merged row-major,
+    so contracting over (N, h) with W's rows reshaped alike gives every position's product."""
+    rewrites = []
+    for node in graph.names_with_ops({"Reshape"}):
+        dense = _conv1d_on_heads(graph, shapes, Ref(node, 0))
+        if dense is None:
+            continue
+        context, weight, bias, heads = dense
+        kernel = add_const(graph, node, "kernel", weight.reshape(*heads, weight.shape[1]))
+        einsum = add_node(graph, "Einsum", node, "projection", [context, kernel], node)
+        graph.edit_node(einsum.node).attr["N"].i = 2
+        graph.edit_node(einsum.node).attr["equation"].s = b"abcd,cde->abe"
+        become(graph, node, "AddV2", [einsum, add_const(graph, node, "bias", bias)])
+        rewrites.append(Rewrite("conv1d-head-merge", node, "Conv1D(Reshape(context, [-1, N·h]))"
+                                " → Einsum(abcd,cde->abe) + b"))
+    return rewrites
+
+
+def _conv1d_on_heads(graph: Graph, shapes: Shapes, ref: Ref):
+    """(c, W, b, (N, h)) where ``ref`` is Reshape(MatMul(Reshape(c [B, S, N, h], [-1, N·h]), W)
+    + b, [-1, S, O]) with static S, N, h and O."""
+    outer = producer(graph, ref, {"Reshape"})
+    split = outer and const_and_other(graph, producer(graph, graph.inputs(outer)[0], ADDS))
+    matmul = split and producer(graph, split[1], {"MatMul"})
+    if not matmul or any(graph.attr(matmul, t, False) for t in ("transpose_a", "transpose_b")):
+        return None
+    inner = producer(graph, graph.inputs(matmul)[0], {"Reshape"})
+    weight, bias = graph.const_value(graph.inputs(matmul)[1]), _row(split[0])
+    if not inner or weight is None or weight.ndim != 2 or bias is None or \
+            bias.shape != weight.shape[1:]:
+        return None
+    context = graph.inputs(inner)[0]
+    flat, before = graph.const_value(graph.inputs(inner)[1]), shapes(context)
+    target = graph.const_value(graph.inputs(outer)[1])
+    if flat is None or list(np.ravel(flat)) != [-1, weight.shape[0]] or before is None or \
+            len(before) != 4 or None in before[1:] or before[2] * before[3] != weight.shape[0] \
+            or target is None or list(np.ravel(target)) != [-1, before[1], weight.shape[1]]:
+        return None
+    return context, weight, bias, (before[2], before[3])
+
+
+RULES = (packed_projection_split, conv1d_head_merge, head_split_projection,
+         head_merge_projection, divide_as_multiply, batch_matmul_as_einsum,
+         transposes_into_einsum, einsum_spelling, query_scale_onto_scores, softmax_shift)

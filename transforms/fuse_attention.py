@@ -19,14 +19,15 @@ causal mask as one ``[batch, queries, keys]`` mask (``_with_causal``), or that m
 ``c`` (``_additive``); Keras' SelectV2(mask, Softmax, 0) after the softmax zeroes a row with no
 valid key (``_zero_rows_without_keys``). Other producers' spellings (batched matmuls between
 transposes, other einsum letters, a pre-scaled query, Tensordot heads) reach this matcher in
-this form through ``canonical_attention``'s rules, on the export's private copy. The causal mask is proven by its value
-where it is computed from constants (static length: TensorFlow evaluates it, a lower
-triangle); with dynamic shapes Keras computes it from the run-time length, and then its form is
-the proof: Cumsum of ones over rows >= over columns is i + 1 >= j + 1 at every length, the
-length being Shape(x)[1] of the attention's own input — or, with no other mask, Keras'
-MatrixBandPart(ones [T, S], -1, 0), T and S the scores' own dimensions. Any other
-``[batch, queries, keys]`` mask, cross-attention or unequal head sizes are left alone, saying
-so.
+this form through ``canonical_attention``'s and ``canonical_masks``' rules (GPT-2's packed
+q/k/v, its causal band, keras-hub's int masks), on the export's private copy. The causal mask
+is proven by its value where it is computed from constants (static length: TensorFlow
+evaluates it, a lower triangle); with dynamic shapes Keras computes it from the run-time
+length, and then its form is the proof: Cumsum of ones over rows >= over columns is
+i + 1 >= j + 1 at every length, the length being Shape(x)[1] of the attention's own input —
+or, with no other mask, Keras' MatrixBandPart(ones [T, S], -1, 0), T and S the scores' own
+dimensions. Any other ``[batch, queries, keys]`` mask, cross-attention or unequal head sizes
+are left alone, saying so.
 A row whose keys are all masked differs (Keras: uniform; ``Attention``: filler added to scores).
 """
 from __future__ import annotations
@@ -48,6 +49,15 @@ PROJECT = "abc,cde->abde"
 SCORES = "BTNH,BSNH->BNTS"
 CONTEXT = "BNTS,BSNH->BTNH"
 OUTPUT = "abcd,cde->abe"
+# Hugging Face GPT-2: its causal band replaces future scores by -1e4 (canonical_masks), then the
+# padding mask adds (1 - m)·(-1e4). A query row whose past keys are all padded (left padding)
+# then weighs a future key by exp(-1e4) against a past one by exp(score - 1e4): the scores of
+# the kernel's masked keys always enter (score + filler), so no Attention mask computes that row.
+CAUSAL_THEN_ADDITIVE = (
+    "a causal mask that replaces the scores (Hugging Face GPT-2's s·b - 1e4·(1 - b)) meets an "
+    "additive padding mask: where every past key of a query is padded (left padding) the model "
+    "weighs its future keys against its past ones by their scores, which no Attention mask "
+    "computes")
 
 
 def find(graph: Graph, shapes=None) -> Tuple[List[Fused], List[Tuple[str, str]]]:
@@ -153,6 +163,9 @@ def _unmasked(graph: Graph, ref: Ref, shapes):
     LogicalAnd(ones_like(scores), ExpandDims(mask, -3)); an additive mask is Hugging Face's
     scores + (1 - m)·c (``_additive``)."""
     additive = _additive(graph, ref, shapes)
+    if additive is not None and not isinstance(additive[1], str) and \
+            producer(graph, additive[0], {"SelectV2", "Select"}):
+        return additive[0], CAUSAL_THEN_ADDITIVE
     if additive is not None:
         return additive
     select = producer(graph, ref, {"SelectV2", "Select"})
@@ -172,6 +185,7 @@ def _unmasked(graph: Graph, ref: Ref, shapes):
         return scores, causal
     if mask is None:                                # the causal triangle alone
         return scores, (None, float(np.ravel(filler)[0]), causal, condition)
+    mask = _compared_with_zero(graph, mask)
     shape = shapes(mask)
     if shape is None or len(shape) != 3 or shape[1] != 1:
         return scores, (f"the mask {tensor_name(mask)} is not a key-padding mask "
@@ -201,6 +215,17 @@ def _additive(graph: Graph, ref: Ref, shapes):
                             f"[batch, 1, 1, keys] (static shape {shape})")
         return scores, (mask, float(np.ravel(split[0])[0]), False, None)
     return None
+
+
+def _compared_with_zero(graph: Graph, mask: Ref) -> Ref:
+    """``m`` where ``mask`` is Greater(m, 0) of an integer ``m`` (keras-hub's int mask):
+    the kernel reads its mask as ``mask_index > 0`` itself (after a Cast to int32, exact for
+    the int32 and narrower integers accepted here), else ``mask``."""
+    greater = producer(graph, mask, {"Greater"})
+    if greater is None or graph.attr(greater, "T", None) not in (3, 4, 5, 6) or \
+            not _is_value(graph.const_value(graph.inputs(greater)[1]), 0):
+        return mask
+    return graph.inputs(greater)[0]
 
 
 def _expanded_mask(graph: Graph, condition: Ref) -> Optional[str]:
