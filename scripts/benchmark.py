@@ -75,6 +75,14 @@ def parse_args(argv=None):
                                 "keras-hub-bert",
                         help="with --transformers: which (default: %(default)s; hf-bert-tiny: "
                              "a smoke run)")
+    parser.add_argument("--simulate-cpu", choices=["avx2"], default=None,
+                        help="with --transformers: measure as on an AVX2-only CPU where this "
+                             "one cannot be that: TensorFlow's timed processes with oneDNN kept "
+                             "to AVX2 (ONEDNN_MAX_CPU_ISA), the int8 target such a CPU gets "
+                             "('x86': 7-bit weights by onnxruntime's guidance, measured against "
+                             "8-bit), OpenVINO at f32 (its default without bf16); onnxruntime's "
+                             "and OpenVINO's kernels still use this CPU's instructions, so their "
+                             "speed is not simulated (issue 47)")
     parser.add_argument("--peer-graphs", action="store_true",
                         help="only the peer simplification cases (benchmarks/simplify.py): "
                              "their section of --out-md and key of --out-json are replaced, the "
@@ -159,10 +167,14 @@ def int8_markdown(args):
 def transformers_only(args) -> int:
     """Measure the transformer run; splice its section and JSON key into the existing files."""
     from benchmarks import transformers
+    if args.simulate_cpu:
+        simulate_cpu(args.simulate_cpu)
     result = transformers.run(args.transformer_models.split(","),
                               runs=max(args.deploy_runs, 5),
                               log=lambda line: print(f"[benchmark] {line}", file=sys.stderr,
                                                      flush=True))
+    if args.simulate_cpu:
+        result["simulated_cpu"] = args.simulate_cpu
     section = transformers.render(result)
     print(section)
     document, data = existing(args)
@@ -170,6 +182,42 @@ def transformers_only(args) -> int:
     write_all([(args.out_md, splice_section(document, "## Transformers", section)),
                (args.out_json, as_json(data))])
     return 0
+
+
+def simulate_cpu(kind: str) -> None:
+    """What of an AVX2-only CPU can be had on another x86 (``--simulate-cpu avx2``): the int8
+    target such a CPU is detected as; TensorFlow's timed processes with oneDNN kept to AVX2
+    (only those: OpenVINO reads the same variable and then fails to build its bf16 kernels);
+    OpenVINO's default precision timed as f32, which is its default without native bf16."""
+    import contextlib
+
+    from tfsurgery.bench import latency
+    from tfsurgery.int8 import target
+    assert kind == "avx2"
+    target.detect = lambda *_args, **_kwargs: (
+        "x86", "simulated AVX2-only CPU (scripts/benchmark.py --simulate-cpu avx2)")
+    measure = latency.measure_in_subprocess
+
+    @contextlib.contextmanager
+    def isa(value):
+        before = os.environ.get("ONEDNN_MAX_CPU_ISA")
+        os.environ["ONEDNN_MAX_CPU_ISA"] = value
+        try:
+            yield
+        finally:
+            os.environ.pop("ONEDNN_MAX_CPU_ISA")
+            if before is not None:
+                os.environ["ONEDNN_MAX_CPU_ISA"] = before
+
+    def as_on_avx2(runtime, variants, outputs, **options):
+        if runtime == "openvino":
+            options["precisions"] = {name: "f32" for name in variants}
+        if runtime != "tensorflow":
+            return measure(runtime, variants, outputs, **options)
+        with isa("AVX2"):
+            return measure(runtime, variants, outputs, **options)
+
+    latency.measure_in_subprocess = as_on_avx2
 
 
 def mutation_sweep(args) -> int:
