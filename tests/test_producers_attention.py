@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from tests import oracle
 from tfsurgery import api
+from tfsurgery.export import onnx as onnx_export
 
 SEQ, VOCAB, LAYERS = 16, 100, 2
 
@@ -153,10 +154,7 @@ def feeds_for(result, seed=0):
 
 
 def ops_of(path):
-    counts = {}
-    for node in onnx.load(str(path)).graph.node:
-        counts[node.op_type] = counts.get(node.op_type, 0) + 1
-    return counts
+    return onnx_export.op_histogram(path)
 
 
 def onnxruntime_optimizer_attentions(path, tmp_path):
