@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import ops, optimize, report_of
+from tfsurgery import api
 from tfsurgery.graph import Graph
 from tfsurgery.models.common import BuiltModel
 from tfsurgery.models.tf1 import v1_graph
@@ -290,10 +291,21 @@ def while_in_untaken_cond():
     return built(graph)
 
 
+def optimize_blind_in_frame(model):
+    """A weight written inside a loop body is a constant in the loop's frame: TensorFlow cannot
+    feed it, so the probe cannot see whether a change there would show — "cannot verify",
+    naming it (issue 49: what it cannot probe is not counted as seen); accepted, the outputs are
+    still compared, and the test's oracle judges the result."""
+    from tfsurgery.errors import CannotVerify
+    with pytest.raises(CannotVerify, match="inside a loop or cond branch"):
+        optimize(model, bn_fold=False)
+    return optimize(model, bn_fold=False, checks=api.Checks(accept_blind_spots=True))
+
+
 def test_while_loop_in_untaken_cond_goes_with_the_branch(while_in_untaken_cond):
     model = while_in_untaken_cond
     assert {"Enter", "Exit", "NextIteration", "LoopCond"} <= set(ops(model.graph_def))
-    result = optimize(model, bn_fold=False)
+    result = optimize_blind_in_frame(model)
     assert result.verification_error is None and result.verification is not None
     after = set(ops(result.graph_def))
     assert not after & {"Switch", "Merge", "Enter", "Exit", "NextIteration", "LoopCond"}
@@ -327,7 +339,7 @@ def cond_in_while():
 def test_cond_in_while_loop_keeps_the_loop_valid(cond_in_while):
     model = cond_in_while
     before = ops(model.graph_def)
-    result = optimize(model, bn_fold=False)
+    result = optimize_blind_in_frame(model)
     assert result.verification_error is None and result.verification is not None
     after = ops(result.graph_def)
     for op in ("Enter", "Exit", "NextIteration", "LoopCond"):   # the loop itself stays
@@ -360,7 +372,7 @@ def boolean_mask_in_while():
 
 def test_a_shape_constant_inside_a_while_frame_stays_in_the_frame(boolean_mask_in_while):
     model = boolean_mask_in_while
-    result = optimize(model, bn_fold=False)
+    result = optimize_blind_in_frame(model)
     assert result.verification_error is None and result.verification.passed
     rewritten = report_of(result, "materialize-shapes").rewritten
     assert any("boolean_mask/Reshape:" in line and "[-1, 8]" in line for line in rewritten)

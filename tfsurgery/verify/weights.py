@@ -51,6 +51,8 @@ def _branches_and_loops(graph, settings) -> set:
             continue
         inside.add(op.name)
         stack += [reader for output in op.outputs for reader in output.consumers()]
+        # a loop body's constants hang on the frame by a control edge (TF puts them in it so)
+        stack += list(op._control_outputs)
     return inside
 
 
@@ -143,7 +145,8 @@ def weight_layers(graph, outputs: Sequence[str] = ()) -> List[Layer]:
         reader, index = _user(op)
         if reader is None:
             continue
-        if matters is not None and op.name not in matters:
+        if matters is not None and op.name not in matters or _all_zeros(op.outputs[0]):
+            # cannot move an output, or cannot be scaled (zeros: an accumulator's start)
             neutral.append(reader.name)
             continue
         if op.name in inside or not graph.is_feedable(op.outputs[0]):
