@@ -166,6 +166,9 @@ class Sensitivity:
     unprobeable: List[str] = dataclasses.field(default_factory=list)  # inside a loop/branch
     # weights whose change moved the compared tensor they act on within the tolerance
     within: List[str] = dataclasses.field(default_factory=list)
+    # single output channels whose change showed nowhere: said, not counted as blind — one
+    # channel's gain to the outputs can be small (a small BN scale after it) on a right result
+    quiet_channels: List[str] = dataclasses.field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -196,6 +199,10 @@ class Sensitivity:
         within = "" if not self.within else \
             (f"; {len(self.within)} moved the compared tensor they act on by no more than the "
              f"tolerance ('{self.within[0]}')")
+        if self.quiet_channels:
+            within += (f"; {len(self.quiet_channels)} single output channels moved nothing "
+                       f"compared beyond the tolerance ('{self.quiet_channels[0]}'): their "
+                       "whole kernels did")
         if not self.neutral:
             return within
         return within + (f"; {len(self.neutral)} weights cannot move an output (every path to one "
@@ -206,6 +213,7 @@ class Sensitivity:
                 "sampled": self.sampled, "channels": self.channels,
                 "unnoticed": self.unnoticed, "neutral": self.neutral,
                 "unprobeable": self.unprobeable, "within_tolerance": self.within,
+                "quiet_channels": self.quiet_channels,
                 "seconds": self.seconds,
                 "budget": self.budget,
                 "smallest_move": None if self.smallest == float("inf") else self.smallest,
@@ -258,6 +266,9 @@ def probe(run, layers: Sequence[Layer], total: int, feeds: Dict[str, np.ndarray]
             # tolerance allows (a small bias beside large logits): within it, not hidden
             found.within.append(layer.label)
             found.probed += layer.channel is None
+            continue
+        if not move > tolerance and layer.channel is not None:
+            found.quiet_channels.append(layer.label)       # its whole kernel showed already
             continue
         if not move > tolerance:
             found.unnoticed.append(layer.label)
