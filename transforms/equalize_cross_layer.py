@@ -110,6 +110,9 @@ def equalize_cross_layer(graph: Graph, options: Options) -> TransformReport:
         _set_weight(graph, name, 1, value, options.protected)
     for pair in pairs:
         report.matched += 1
+        for rescaled in (pair.conv1, pair.bias, pair.act):   # each channel now ×1/s: the same
+            if rescaled:                                      # names, other values
+                report.changed(rescaled)
         r1 = _out_ranges(graph, pair.conv1, weights[pair.conv1])
         r2 = _in_ranges(graph, pair.conv2, weights[pair.conv2])
         held = int(np.sum(pair.scale == 1.0))

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
-from tfsurgery import progress
+from tfsurgery import pipeline, progress
 from tfsurgery.int8 import equalize as equalize_mod
 from tfsurgery.int8 import loop as int8_loop
 from tfsurgery.int8 import speed as int8_speed
@@ -240,8 +240,11 @@ def equalized_result(result: Result, calibration, check_rows=None
                         if report.skipped else ""))
         return None, info
     rows = [r for r in (calibration, check_rows) if r is not None]
+    # the tensors equalization rescaled under their own names are not paired by name
+    reports = pipeline.Reports(list(result.reports) + [report], pipeline.compose(
+        getattr(result.reports, "correspondence", {}), report.correspondence))
     equalized = dataclasses.replace(result, graph_def=graph_def,
-                                    reports=list(result.reports) + [report], verification=None,
+                                    reports=reports, verification=None,
                                     verification_error=None, divergence=None,
                                     samples=samples_mod.concatenate(rows))
     try:
