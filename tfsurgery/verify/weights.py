@@ -37,13 +37,21 @@ def branches_and_loops(graph, settings: Optional[Dict[str, object]] = None) -> s
 
 def _branches_and_loops(graph, settings) -> set:
     settings = {tensor_name(k): v for k, v in (settings or {}).items()}
-    starts = []
+    loops, branches = [], []
     for op in graph.get_operations():
         if op.type in ("Enter", "RefEnter"):
-            starts += op.outputs
+            loops += op.outputs
+        elif op.type in ("Switch", "RefSwitch") and op.inputs[1].op.type == "LoopCond":
+            loops += op.outputs                 # a while loop's body starts here
         elif op.type in ("Switch", "RefSwitch"):
             taken = _predicate(op.inputs[1], settings)
-            starts += op.outputs if taken is None else [op.outputs[0 if taken else 1]]
+            branches += op.outputs if taken is None else [op.outputs[0 if taken else 1]]
+    # a loop body's constants hang on its frame by a control edge (TensorFlow puts them in the
+    # frame so) and cannot be fed; a cond branch's hang on its pivot: fed, the dead side would live
+    return _reached(loops, control=True) | _reached(branches, control=True)
+
+
+def _reached(starts, *, control: bool) -> set:
     inside, stack = set(), [reader for t in starts for reader in t.consumers()]
     while stack:
         op = stack.pop()
@@ -51,8 +59,8 @@ def _branches_and_loops(graph, settings) -> set:
             continue
         inside.add(op.name)
         stack += [reader for output in op.outputs for reader in output.consumers()]
-        # a loop body's constants hang on the frame by a control edge (TF puts them in it so)
-        stack += list(op._control_outputs)
+        if control:
+            stack += list(op._control_outputs)
     return inside
 
 
@@ -149,7 +157,9 @@ def weight_layers(graph, outputs: Sequence[str] = ()) -> List[Layer]:
             # cannot move an output, or cannot be scaled (zeros: an accumulator's start)
             neutral.append(reader.name)
             continue
-        if op.name in inside or not graph.is_feedable(op.outputs[0]):
+        if op.name in inside or not graph.is_feedable(op.outputs[0]) or \
+                reader.type in ("Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter"):
+            # (a weight read by a Switch goes to one side only: which, the settings decide)
             unprobeable.append(reader.name)
             continue
         name = reader.name if reader.name not in taken else f"{reader.name} (input {index})"
